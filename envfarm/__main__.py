@@ -1,0 +1,3 @@
+from envfarm.cli.main import main
+
+main()

@@ -1,0 +1,78 @@
+"""The one exception tree of envfarm.
+
+    EnvfarmError
+      TaskSpecError        a task directory is malformed (permanent; names file and field)
+      ImageError           an image could not be built
+        UnknownBaseImage   a Dockerfile names a base no alias fits
+      SandboxError         provisioning, exec or file I/O failed (infrastructure)
+        SandboxStartError  the environment never came up
+        SandboxGone        the sandbox died or vanished mid-episode
+      PolicyError          the policy endpoint failed (infrastructure)
+        PolicyConfigError  bad URL or unknown model: retrying cannot help
+        PolicyResponseError the endpoint answered, but not with a usable completion
+      GradingError         the verifier could not produce a reward (reward invalid, never 0)
+
+Foreign errors (docker, aiohttp, OS) are translated into this tree once, at the module that
+wraps the foreign library, with ``raise ... from exc``. Above that boundary only these types
+are caught. ``infrastructure`` tells the controller whether an attempt may be retried and must
+never be scored.
+"""
+
+from __future__ import annotations
+
+
+class EnvfarmError(Exception):
+    """Base of every error envfarm raises on purpose."""
+
+    infrastructure: bool = False
+
+
+class TaskSpecError(EnvfarmError):
+    """A task spec is invalid: the message names the file, the field and what is allowed."""
+
+    def __init__(self, path: str, message: str, field: str | None = None) -> None:
+        self.path = path
+        self.field = field
+        self.detail = message
+        where = f"{path}: {field}" if field else path
+        super().__init__(f"{where}: {message}")
+
+
+class ImageError(EnvfarmError):
+    infrastructure = True
+
+
+class UnknownBaseImage(ImageError):
+    """A base image has no local alias; it cannot be pulled on a machine without a registry."""
+
+    infrastructure = False
+
+
+class SandboxError(EnvfarmError):
+    infrastructure = True
+
+
+class SandboxStartError(SandboxError):
+    pass
+
+
+class SandboxGone(SandboxError):
+    pass
+
+
+class PolicyError(EnvfarmError):
+    infrastructure = True
+
+
+class PolicyConfigError(PolicyError):
+    infrastructure = False
+
+
+class PolicyResponseError(PolicyError):
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class GradingError(EnvfarmError):
+    infrastructure = True

@@ -1,0 +1,1 @@
+"""Pydantic wire models shared by every layer. No I/O here."""

@@ -1,0 +1,76 @@
+"""The ``Sandbox`` interface: one environment an agent works in.
+
+Five primitives (start, exec, read_file, write_file, stop); everything else (directory upload,
+helpers) is a free function over them in ``sandbox.files``, so every backend stays small.
+``stop`` is idempotent and shielded from cancellation: a Ctrl-C during an episode still tears
+the environment down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from types import TracebackType
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ExecResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int | None
+    """None when the command was killed on timeout."""
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+class Sandbox(ABC):
+    """One running environment. Use as ``async with sandbox:``."""
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """Run ``command`` with ``bash -c``; on timeout kill its whole process group."""
+
+    @abstractmethod
+    async def read_file(self, path: str) -> bytes:
+        """Raise FileNotFoundError when ``path`` does not exist."""
+
+    @abstractmethod
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Create parent directories as needed."""
+
+    @abstractmethod
+    async def _teardown(self) -> None: ...
+
+    _stopped: bool = False
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        await asyncio.shield(self._teardown())
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,1 @@
+"""Image recipes shipped with envfarm (package data, read through importlib.resources)."""
