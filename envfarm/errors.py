@@ -14,8 +14,8 @@
 
 Foreign errors (docker, aiohttp, OS) are translated into this tree once, at the module that
 wraps the foreign library, with ``raise ... from exc``. Above that boundary only these types
-are caught. ``infrastructure`` tells the controller whether an attempt may be retried and must
-never be scored.
+are caught. ``infrastructure`` marks faults that must never be scored (the reward is invalid);
+``retryable`` tells the controller another attempt may succeed.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class EnvfarmError(Exception):
     """Base of every error envfarm raises on purpose."""
 
     infrastructure: bool = False
+    retryable: bool = False
 
 
 class TaskSpecError(EnvfarmError):
@@ -40,6 +41,7 @@ class TaskSpecError(EnvfarmError):
 
 class ImageError(EnvfarmError):
     infrastructure = True
+    retryable = False
 
 
 class UnknownBaseImage(ImageError):
@@ -50,6 +52,7 @@ class UnknownBaseImage(ImageError):
 
 class SandboxError(EnvfarmError):
     infrastructure = True
+    retryable = True
 
 
 class SandboxStartError(SandboxError):
@@ -62,10 +65,12 @@ class SandboxGone(SandboxError):
 
 class PolicyError(EnvfarmError):
     infrastructure = True
+    retryable = True
 
 
 class PolicyConfigError(PolicyError):
     infrastructure = False
+    retryable = False
 
 
 class PolicyResponseError(PolicyError):
@@ -75,4 +80,6 @@ class PolicyResponseError(PolicyError):
 
 
 class GradingError(EnvfarmError):
+    """The verifier crashed, timed out or wrote no reward: invalid, and not retried."""
+
     infrastructure = True

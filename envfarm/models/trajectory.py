@@ -2,8 +2,8 @@
 
 Trainers and external checks read these names; fields may be added, never renamed. Every field
 is always present in the JSON (``null`` where not filled), so consumers can rely on the keys.
-``docs/trajectory.schema.json`` is generated from these models (``envfarm schema``) and a test
-keeps the two in sync.
+``envfarm/schemas/trajectory.schema.json`` is generated from these models (``envfarm schema``)
+and a test keeps the two in sync.
 """
 
 from __future__ import annotations
@@ -109,10 +109,11 @@ class Provenance(WireModel):
     seed: int | None = None
 
 
+StopReason = Literal["submitted", "no_tool_call", "max_turns", "timeout", "context_length", "error"]
+
+
 class AgentOutcome(WireModel):
-    stop_reason: Literal[
-        "submitted", "no_tool_call", "max_turns", "timeout", "context_length", "error"
-    ]
+    stop_reason: StopReason
     """Why the agent loop ended. Model-side limits are real outcomes and still get graded."""
     turns: int = 0
     malformed_tool_calls: int = 0
@@ -123,10 +124,13 @@ class ErrorInfo(WireModel):
     message: str
     phase: Literal["build", "provision", "agent", "grading", "teardown"]
     infrastructure: bool = True
+    """True when the fault is envfarm's or the endpoint's, not the model's."""
+    retryable: bool = False
+    """True when another attempt may succeed (a sandbox died, the endpoint was unreachable)."""
 
 
 class Trajectory(WireModel):
-    schema_: Literal["envfarm.trajectory/1"] = Field(SCHEMA_VERSION, alias="schema")
+    schema_: Literal["envfarm.trajectory/1"] = Field("envfarm.trajectory/1", alias="schema")
     trajectory_id: str
     episode_id: str
     job_id: str

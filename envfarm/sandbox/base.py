@@ -14,6 +14,8 @@ from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.spec.task import Task
+
 
 class ExecResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -46,11 +48,13 @@ class Sandbox(ABC):
 
     @abstractmethod
     async def read_file(self, path: str) -> bytes:
-        """Raise FileNotFoundError when ``path`` does not exist."""
+        """Raise FileNotFoundError when ``path`` does not exist, OSError when it cannot be read.
+
+        SandboxError is reserved for the sandbox itself failing (infrastructure)."""
 
     @abstractmethod
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Create parent directories as needed."""
+        """Create parent directories as needed; OSError when the path cannot be written."""
 
     @abstractmethod
     async def _teardown(self) -> None: ...
@@ -74,3 +78,33 @@ class Sandbox(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+class PreparedImage(BaseModel):
+    """The image a task's sandboxes start from, built (or found cached) before episodes run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tag: str
+    image_id: str | None = None
+    build_s: float = 0.0
+    cached: bool = False
+    warnings: list[str] = []
+
+
+class SandboxBackend(ABC):
+    """Where sandboxes come from: one implementation per engine (docker, kubernetes, fake)."""
+
+    name: str
+
+    @abstractmethod
+    async def prepare(self, task: Task) -> PreparedImage:
+        """Build or find the task's image. ImageError / UnknownBaseImage on failure."""
+
+    @abstractmethod
+    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
+        """A new, not yet started sandbox for one episode of ``task``."""
+
+    @abstractmethod
+    async def reap(self) -> list[str]:
+        """Remove sandboxes that dead runs left behind; return their ids."""

@@ -1,0 +1,113 @@
+"""Rich rendering for the CLI: progress while a job runs, a per-task table when it ends."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from envfarm.controller.summary import RunSummary
+from envfarm.errors import EnvfarmError
+from envfarm.models.trajectory import Trajectory
+from envfarm.sandbox.base import PreparedImage
+from envfarm.spec.task import Task
+
+
+class JobProgress:
+    """Two bars: images prepared and episodes finished, with a line per notable event."""
+
+    def __init__(self, console: Console, tasks: int, episodes: int) -> None:
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description:<9}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self.images: TaskID = self.progress.add_task("images", total=tasks, note="")
+        self.episodes: TaskID = self.progress.add_task("episodes", total=episodes, note="")
+        self.rewards: list[float] = []
+
+    def __enter__(self) -> JobProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.progress.stop()
+
+    def image_done(
+        self, task: Task, image: PreparedImage | None, error: EnvfarmError | None
+    ) -> None:
+        self.progress.advance(self.images)
+        if error is not None:
+            self.console.print(f"[red]image for {task.id} failed:[/] {error}")
+        elif image is not None:
+            how = "cached" if image.cached else f"built in {image.build_s:.1f}s"
+            self.progress.update(self.images, note=f"{task.id}: {how}")
+            for warning in image.warnings:
+                self.console.print(f"[yellow]warning[/] ({task.id}): {warning}")
+
+    def episode_done(self, trajectory: Trajectory) -> None:
+        self.progress.advance(self.episodes)
+        reward = trajectory.reward
+        if reward.valid and reward.value is not None:
+            self.rewards.append(reward.value)
+        elif trajectory.error is not None:
+            self.console.print(
+                f"[red]{trajectory.task_id}: {trajectory.error.phase} failed[/] "
+                f"({trajectory.error.type}): {trajectory.error.message[:500]}"
+            )
+        if self.rewards:
+            mean = sum(self.rewards) / len(self.rewards)
+            self.progress.update(self.episodes, note=f"mean reward {mean:.3f}")
+
+    def skip_episodes(self, count: int) -> None:
+        self.progress.advance(self.episodes, count)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def summary_table(summary: RunSummary) -> Table:
+    table = Table(title=f"envfarm run {summary.job_id}  ({summary.policy}, {summary.model})")
+    table.add_column("task")
+    table.add_column("episodes", justify="right")
+    table.add_column("graded", justify="right")
+    table.add_column("infra errors", justify="right")
+    table.add_column("mean reward", justify="right")
+    for task_id, task in summary.tasks.items():
+        style = "red" if task.infra_errors else None
+        table.add_row(
+            task_id,
+            str(task.episodes),
+            str(task.completed),
+            str(task.infra_errors),
+            _fmt(task.mean_reward),
+            style=style,
+        )
+    for name, reason in summary.bad_inputs.items():
+        table.add_row(name, "-", "-", "-", "bad input", style="yellow")
+        table.add_row(f"  {reason.splitlines()[0][:90]}", "", "", "", "", style="dim")
+    table.add_section()
+    table.add_row(
+        "all",
+        str(summary.episodes),
+        str(summary.completed),
+        str(summary.infra_errors),
+        _fmt(summary.mean_reward),
+        style="bold",
+    )
+    return table

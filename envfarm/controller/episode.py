@@ -1,0 +1,169 @@
+"""One episode: provision a sandbox, run the agent, grade, tear down, and say what happened.
+
+An episode never raises (but for cancellation): whatever goes wrong becomes the trajectory's
+``error`` with the phase it happened in, and the reward stays invalid (``valid=false``, value
+null), so an infrastructure fault can never reach a trainer as a reward of 0. Model-side limits
+(turns, time, malformed tool calls) are not errors: the episode is graded as it stands.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Literal
+
+import envfarm
+from envfarm.agent.loop import Agent, AgentLimits
+from envfarm.agent.tools import ToolContext
+from envfarm.controller.policies import ResolvedPolicy
+from envfarm.errors import EnvfarmError
+from envfarm.grading.base import Grader
+from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.policy.base import SamplingParams
+from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.files import upload_dir
+from envfarm.spec.task import Task
+
+Phase = Literal["build", "provision", "agent", "grading", "teardown"]
+DEFAULT_AGENT_TIMEOUT_S = 1800.0
+SOLUTION_DIR = "/solution"
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    task: Task
+    image: PreparedImage | None
+    """None when the image could not be built; ``build_error`` says why."""
+    job_id: str
+    group_id: str
+    episode_id: str
+    attempt: int = 0
+    seed: int | None = None
+    build_error: EnvfarmError | None = None
+
+
+@dataclass
+class EpisodeRunner:
+    backend: SandboxBackend
+    policy: ResolvedPolicy
+    grader: Grader
+    run_id: str
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_turns: int = 50
+    command_timeout_s: float = 120.0
+
+    async def run(self, request: EpisodeRequest) -> Trajectory:
+        started = time.monotonic()
+        trajectory = self._blank(request)
+        if request.build_error is not None or request.image is None:
+            trajectory.error = _error_info(request.build_error, "build")
+            trajectory.reward = Reward(reason=f"image build failed: {request.build_error}")
+            trajectory.timings.total_s = time.monotonic() - started
+            return trajectory
+        trajectory.timings.build_s = request.image.build_s
+        sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
+        try:
+            await self._phases(request, sandbox, trajectory)
+        finally:
+            with _phase(trajectory, "teardown"):
+                await sandbox.stop()
+            trajectory.timings.total_s = time.monotonic() - started
+        return trajectory
+
+    async def _phases(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
+        task = request.task
+        with _phase(traj, "provision"):
+            await sandbox.start()
+            if self.policy.needs_solution and task.solution_dir is not None:
+                await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
+        if traj.error:
+            return
+        with _phase(traj, "agent"):
+            run = await self._agent(task, sandbox, request.seed).run(task.instruction)
+            traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
+        if traj.error:
+            return
+        with _phase(traj, "grading"):
+            traj.reward = await self.grader.grade(sandbox, task)
+
+    def _agent(self, task: Task, sandbox: Sandbox, seed: int | None) -> Agent:
+        config = task.config
+        env = dict(config.solution.env) if self.policy.needs_solution else {}
+        return Agent(
+            self.policy.client,
+            sandbox,
+            limits=AgentLimits(
+                max_turns=self.max_turns,
+                timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
+                command_timeout_s=self.command_timeout_s,
+            ),
+            tools=ToolContext(workdir=config.environment.workdir, user=config.agent.user, env=env),
+            sampling=self.sampling.model_copy(update={"seed": seed})
+            if seed is not None
+            else self.sampling,
+        )
+
+    def _blank(self, request: EpisodeRequest) -> Trajectory:
+        return Trajectory(
+            trajectory_id=f"{request.episode_id}-a{request.attempt}",
+            episode_id=request.episode_id,
+            job_id=request.job_id,
+            group_id=request.group_id,
+            task_id=request.task.id,
+            attempt=request.attempt,
+            model=self.policy.model,
+            provenance=Provenance(
+                task_hash=request.task.content_hash,
+                image_id=request.image.image_id if request.image else None,
+                envfarm_version=envfarm.__version__,
+                seed=request.seed,
+            ),
+        )
+
+
+_TIMING_FIELDS: dict[Phase, str] = {
+    "build": "build_s",
+    "provision": "provision_s",
+    "agent": "agent_s",
+    "grading": "grading_s",
+    "teardown": "teardown_s",
+}
+
+
+class _phase:
+    """Time a phase into ``trajectory.timings`` and turn its failure into ``trajectory.error``."""
+
+    def __init__(self, trajectory: Trajectory, name: Phase) -> None:
+        self.trajectory, self.name = trajectory, name
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> bool:
+        setattr(self.trajectory.timings, _TIMING_FIELDS[self.name], time.monotonic() - self.started)
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        if self.trajectory.error is None:
+            self.trajectory.error = _error_info(exc, self.name)
+            self.trajectory.reward = Reward(reason=f"{self.name} failed: {exc}")
+        return True
+
+
+def _error_info(exc: BaseException | None, phase: Phase) -> ErrorInfo:
+    if exc is None:
+        return ErrorInfo(type="UnknownError", message="unknown failure", phase=phase)
+    infrastructure = exc.infrastructure if isinstance(exc, EnvfarmError) else True
+    retryable = exc.retryable if isinstance(exc, EnvfarmError) else False
+    message = str(exc) or type(exc).__name__
+    if not isinstance(exc, EnvfarmError):
+        message = "".join(traceback.format_exception_only(exc)).strip()
+    return ErrorInfo(
+        type=type(exc).__name__,
+        message=message,
+        phase=phase,
+        infrastructure=infrastructure,
+        retryable=retryable,
+    )

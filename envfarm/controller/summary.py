@@ -1,0 +1,92 @@
+"""What a run amounts to: the ``summary.json`` shape and the exit status it implies."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from envfarm.models.trajectory import Trajectory
+
+EXIT_OK, EXIT_INFRA, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class TaskSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    episodes: int = 0
+    completed: int = 0
+    """Episodes that ended with a valid reward (whatever its value)."""
+    infra_errors: int = 0
+    mean_reward: float | None = None
+    """Mean over the valid rewards; null when there are none."""
+    retries: int = 0
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    policy: str
+    model: str
+    episodes: int
+    completed: int
+    infra_errors: int
+    mean_reward: float | None
+    tasks: dict[str, TaskSummary]
+    bad_inputs: dict[str, str]
+    """Task path or id -> why it could not run (bad spec, unknown base image)."""
+    duration_s: float
+    exit_code: int
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarize(
+    trajectories: Iterable[Trajectory],
+    *,
+    job_id: str,
+    policy: str,
+    model: str,
+    bad_inputs: dict[str, str],
+    duration_s: float,
+) -> RunSummary:
+    tasks: dict[str, TaskSummary] = {}
+    rewards: dict[str, list[float]] = {}
+    for trajectory in trajectories:
+        task = tasks.setdefault(trajectory.task_id, TaskSummary())
+        task.episodes += 1
+        task.retries += trajectory.attempt
+        reward = trajectory.reward
+        if reward.valid and reward.value is not None:
+            task.completed += 1
+            rewards.setdefault(trajectory.task_id, []).append(reward.value)
+        elif trajectory.error is None or trajectory.error.infrastructure:
+            task.infra_errors += 1
+    for task_id, task in tasks.items():
+        task.mean_reward = _mean(rewards.get(task_id, []))
+    episodes = sum(t.episodes for t in tasks.values())
+    completed = sum(t.completed for t in tasks.values())
+    infra = sum(t.infra_errors for t in tasks.values())
+    if bad_inputs:
+        exit_code = EXIT_BAD_INPUT
+    elif completed < episodes:
+        exit_code = EXIT_INFRA
+    else:
+        exit_code = EXIT_OK
+    return RunSummary(
+        job_id=job_id,
+        policy=policy,
+        model=model,
+        episodes=episodes,
+        completed=completed,
+        infra_errors=infra,
+        mean_reward=_mean([r for values in rewards.values() for r in values]),
+        tasks=dict(sorted(tasks.items())),
+        bad_inputs=bad_inputs,
+        duration_s=duration_s,
+        exit_code=exit_code,
+    )

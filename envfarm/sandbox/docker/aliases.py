@@ -1,0 +1,268 @@
+"""The alias table (``images/aliases.toml``) and the Dockerfile ``FROM`` rewriting it drives.
+
+No registry is reachable, so every base a Dockerfile names must be an image that exists
+locally or a public name the table maps to a local recipe. Names are normalised first
+(``docker.io/library/`` dropped, ``:latest`` added, a ``@sha256:`` digest stripped with a
+warning because no local image can honour it), then matched against exact names, then against
+the table's regular expressions in file order. Everything here is pure: the docker side
+(``images.py``) decides which references exist locally and builds the recipes.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from envfarm.errors import ImageError, UnknownBaseImage
+
+DOCS = "docs/images.md"
+_HUB_PREFIXES = ("docker.io/library/", "index.docker.io/library/", "docker.io/", "library/")
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    description: str
+    dockerfile: str | None = None
+    """Path under images/; None only for ``base`` (built by debootstrap)."""
+    parent: str | None = None
+    args: dict[str, str] = {}
+
+
+class Alias(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    recipe: str
+    names: list[str] = []
+    patterns: list[str] = []
+    warning: str | None = None
+
+
+class AliasTable(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    recipes: dict[str, Recipe]
+    aliases: list[Alias]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AliasTable:
+        if "base" not in self.recipes:
+            raise ValueError("recipes.base is required")
+        for name, recipe in self.recipes.items():
+            if name != "base" and (recipe.dockerfile is None or recipe.parent is None):
+                raise ValueError(f"recipes.{name} needs both dockerfile and parent")
+            if recipe.parent is not None and recipe.parent not in self.recipes:
+                raise ValueError(f"recipes.{name}.parent: unknown recipe {recipe.parent!r}")
+        seen: set[str] = set()
+        for alias in self.aliases:
+            if alias.recipe not in self.recipes:
+                raise ValueError(f"alias {alias.names or alias.patterns}: unknown recipe")
+            for name in alias.names:
+                if normalize_reference(name)[0] != name or name in seen:
+                    raise ValueError(f"alias name {name!r} is duplicated or not normalised")
+                seen.add(name)
+            for pattern in alias.patterns:
+                re.compile(pattern)
+        return self
+
+
+class AliasMatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str
+    """As written in the Dockerfile or task.toml."""
+    name: str
+    """Normalised."""
+    recipe: str
+    warnings: list[str] = []
+
+
+def images_dir() -> Path:
+    """The recipe directory: package data when installed, the repo's images/ otherwise."""
+    try:
+        return Path(str(resources.files("envfarm.images")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[3] / "images"
+
+
+def load_alias_table(path: Path | None = None) -> AliasTable:
+    return _load(path or images_dir() / "aliases.toml")
+
+
+@cache
+def _load(path: Path) -> AliasTable:
+    try:
+        return AliasTable.model_validate(tomllib.loads(path.read_text()))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise ImageError(f"{path}: invalid alias table: {exc}") from exc
+
+
+def normalize_reference(reference: str) -> tuple[str, list[str]]:
+    """``docker.io/library/python:3.11-slim@sha256:..`` -> ``python:3.11-slim`` + warnings."""
+    name, warnings = reference.strip(), []
+    if "@" in name:
+        name, digest = name.split("@", 1)
+        warnings.append(
+            f"{reference}: digest {digest} cannot be verified without a registry; "
+            "it is ignored and the local image for the name is used"
+        )
+    for prefix in _HUB_PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name, warnings
+
+
+def match_alias(reference: str, table: AliasTable | None = None) -> AliasMatch | None:
+    """The alias for ``reference``, or None when the table has none."""
+    table = table or load_alias_table()
+    name, warnings = normalize_reference(reference)
+    found = next((a for a in table.aliases if name in a.names), None)
+    if found is None:
+        found = next(
+            (a for a in table.aliases if any(re.fullmatch(p, name) for p in a.patterns)), None
+        )
+    if found is None:
+        return None
+    if found.warning:
+        warnings.append(found.warning.format(name=reference))
+    return AliasMatch(reference=reference, name=name, recipe=found.recipe, warnings=warnings)
+
+
+def unknown_base(reference: str, where: str, table: AliasTable | None = None) -> UnknownBaseImage:
+    table = table or load_alias_table()
+    known = sorted({name for alias in table.aliases for name in alias.names})
+    return UnknownBaseImage(
+        f"{where}: base image {reference!r} is neither a local image nor a known alias, and "
+        "no registry is reachable to pull it. Known aliases: "
+        f"{', '.join(known)}. Add an alias to images/aliases.toml (see {DOCS}, "
+        f"'Adding an alias'), or build and tag {reference!r} locally first."
+    )
+
+
+def task_image_tag(task_id: str, content_hash: str) -> str:
+    """``envfarm-task/<sanitised id>:<content_hash[:16]>`` (a valid docker reference)."""
+    name = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:100].strip("-") or "task"
+    version = re.sub(r"[^A-Za-z0-9_.-]", "", content_hash).lstrip(".-")[:16]
+    if not version:
+        raise ImageError(f"task {task_id}: content hash {content_hash!r} gives no image tag")
+    return f"envfarm-task/{name}:{version}"
+
+
+class _Instruction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    first: int
+    last: int
+    keyword: str
+    args: str
+
+
+def _instructions(text: str) -> list[_Instruction]:
+    """Logical instructions with their physical line span (``\\`` continuations joined)."""
+    lines = text.split("\n")
+    found: list[_Instruction] = []
+    index = 0
+    while index < len(lines):
+        first, parts = index, []
+        while index < len(lines):
+            line = lines[index]
+            index += 1
+            if parts and line.lstrip().startswith("#"):
+                continue
+            if line.rstrip().endswith("\\"):
+                parts.append(line.rstrip()[:-1])
+                continue
+            parts.append(line)
+            break
+        joined = " ".join(parts).strip()
+        if joined and not joined.startswith("#"):
+            keyword, _, args = joined.partition(" ")
+            found.append(
+                _Instruction(first=first, last=index - 1, keyword=keyword.upper(), args=args)
+            )
+    return found
+
+
+def _substitute(value: str, args: dict[str, str], where: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(3)
+        default = match.group(2)
+        if args.get(name):
+            return args[name]
+        if default is not None:
+            return default
+        raise UnknownBaseImage(
+            f"{where}: the base image uses ${name}, which has no default value in an ARG "
+            f"before the first FROM; give it one (ARG {name}=...)"
+        )
+
+    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(?=\w)(\w+)", replace, value)
+
+
+def _from_parts(args: str) -> tuple[str, str | None]:
+    """``[--platform=..] image [AS name]`` -> (image, stage name)."""
+    words = [w for w in args.split() if not w.startswith("--")]
+    if not words:
+        return "", None
+    stage = words[2] if len(words) >= 3 and words[1].lower() == "as" else None
+    return words[0], stage
+
+
+def _external_refs(text: str, where: str) -> list[tuple[_Instruction, str, str]]:
+    """(instruction, reference as written, resolved reference) for every non-stage base."""
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    refs = []
+    seen_from = False
+    for inst in _instructions(text):
+        if inst.keyword == "ARG" and not seen_from:
+            for word in inst.args.split():
+                name, _, value = word.partition("=")
+                args[name] = value.strip("\"'")
+        elif inst.keyword == "FROM":
+            seen_from = True
+            image, stage = _from_parts(inst.args)
+            if not image:
+                raise ImageError(f"{where}: line {inst.first + 1}: FROM without an image")
+            resolved = _substitute(image, args, where)
+            if resolved.lower() not in stages and resolved != "scratch":
+                refs.append((inst, image, resolved))
+            if stage:
+                stages.add(stage.lower())
+        elif inst.keyword == "COPY":
+            match = re.search(r"--from=(\S+)", inst.args)
+            if match and match.group(1).lower() not in stages and not match.group(1).isdigit():
+                refs.append((inst, match.group(1), _substitute(match.group(1), args, where)))
+    return refs
+
+
+def dockerfile_bases(text: str, where: str) -> list[str]:
+    """External base references (ARG defaults applied), in order, without duplicates."""
+    return list(dict.fromkeys(resolved for _, _, resolved in _external_refs(text, where)))
+
+
+def rewrite_dockerfile(text: str, images: dict[str, str], where: str) -> str:
+    """Point every external base at ``images[reference]``; stages and ``scratch`` untouched.
+
+    A rewritten ``FROM`` loses its ``--platform`` flag (local images have the engine's own
+    platform) and becomes one line.
+    """
+    lines = text.split("\n")
+    for inst, written, resolved in reversed(_external_refs(text, where)):
+        target = images[resolved]
+        if inst.keyword == "FROM":
+            _, stage = _from_parts(inst.args)
+            new = f"FROM {target}" + (f" AS {stage}" if stage else "")
+            lines[inst.first : inst.last + 1] = [new]
+        else:
+            for number in range(inst.first, inst.last + 1):
+                lines[number] = lines[number].replace(f"--from={written}", f"--from={target}")
+    return "\n".join(lines)

@@ -1,0 +1,381 @@
+"""Every image envfarm runs, built locally: nothing can be pulled from a registry.
+
+Three kinds, each labelled ``io.envfarm.managed=true`` and ``io.envfarm.kind=...`` so that
+``envfarm gc`` can find them:
+
+* ``base``: a debootstrapped Debian rootfs (``rootfs.py``), then one ``docker build`` step
+  adding what the host's configuration lends it (``hostconfig.py``). Tagged
+  ``envfarm/base:bookworm-<hash>`` where the hash covers the recipe files under images/base/
+  and the inherited configuration, so it is built once and rebuilt when either changes.
+* ``alias``: the recipes of ``images/aliases.toml`` (python, buildpack-deps) built FROM their
+  parent, tagged ``envfarm/<recipe>:<hash>`` (hash of Dockerfile, args and parent tag).
+* ``task``: a task's Dockerfile with each external base rewritten to a local image, tagged
+  ``envfarm-task/<task>:<content_hash[:16]>``. The label ``io.envfarm.bases`` records which
+  images it was built on; a cached image whose bases have since changed is rebuilt.
+
+A base that already exists locally (another task's image, a user's own tag or a
+``docker load``-ed public image) is used as is, before the alias table is consulted.
+
+Builds run the blocking SDK in a worker thread; a lock per tag (per event loop) makes
+concurrent callers build once. ``on_log`` receives build output lines on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import requests
+import urllib3.exceptions
+from pydantic import BaseModel, ConfigDict
+
+from envfarm.errors import ImageError, TaskSpecError
+from envfarm.sandbox.docker import rootfs
+from envfarm.sandbox.docker.aliases import (
+    dockerfile_bases,
+    images_dir,
+    load_alias_table,
+    match_alias,
+    rewrite_dockerfile,
+    task_image_tag,
+    unknown_base,
+)
+from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.hostconfig import SUITE, HostConfig, read_host_config
+
+LABEL_MANAGED = "io.envfarm.managed"
+LABEL_KIND = "io.envfarm.kind"
+LABEL_RECIPE = "io.envfarm.recipe"
+LABEL_TASK = "io.envfarm.task"
+LABEL_BASES = "io.envfarm.bases"
+BASE_TIMEOUT_S = 1800.0
+TAIL_LINES = 30
+
+LogFn = Callable[[str], None]
+
+
+class BuiltImage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tag: str
+    image_id: str
+    build_s: float
+    cached: bool
+    warnings: list[str] = []
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reference: str
+    target: str
+    recipe: str | None
+    identity: str
+    warnings: list[str] = []
+
+
+class _BuildSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    where: str
+    context: Path
+    dockerfile: Path
+    tag: str
+    labels: dict[str, str]
+    buildargs: dict[str, str]
+    timeout: float
+
+
+_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _lock(key: str) -> asyncio.Lock:
+    per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(key, asyncio.Lock())
+
+
+def _digest(*parts: str) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(f"{len(part)}:{part}".encode())
+    return hasher.hexdigest()[:12]
+
+
+def _labels(kind: str, **extra: str) -> dict[str, str]:
+    return {LABEL_MANAGED: "true", LABEL_KIND: kind, **extra}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ImageError(f"{path}: cannot read image recipe: {exc}") from exc
+
+
+def _rootfs_tag(host: HostConfig) -> str:
+    recipe = _read(images_dir() / "base/rootfs.toml")
+    return f"envfarm/rootfs:{SUITE}-{_digest(recipe, host.debian_mirror() or '')}"
+
+
+def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
+    """The tag the recipe's image has (or will have once built): cheap, builds nothing."""
+    host = host or read_host_config()
+    if recipe == "base":
+        parts = (_rootfs_tag(host), _read(images_dir() / "base/Dockerfile"), host.digest())
+        return f"envfarm/base:{SUITE}-{_digest(*parts)}"
+    spec = load_alias_table().recipes.get(recipe)
+    if spec is None or spec.dockerfile is None or spec.parent is None:
+        raise ImageError(f"images/aliases.toml: no recipe named {recipe!r}")
+    parent = recipe_image_tag(spec.parent, host)
+    args = " ".join(f"{key}={value}" for key, value in sorted(spec.args.items()))
+    return f"envfarm/{recipe}:{_digest(_read(images_dir() / spec.dockerfile), args, parent)}"
+
+
+async def _inspect(reference: str) -> dict[str, Any] | None:
+    def call() -> dict[str, Any] | None:
+        try:
+            return dict(docker_client().api.inspect_image(reference))
+        except docker.errors.APIError as exc:
+            if exc.is_client_error():
+                return None
+            raise ImageError(f"cannot inspect image {reference!r}: {exc}") from exc
+
+    return await asyncio.to_thread(call)
+
+
+async def ensure_base_image(
+    *, on_log: LogFn | None = None, timeout: float = BASE_TIMEOUT_S
+) -> BuiltImage:
+    """Build the base image unless an image of the current recipe exists."""
+    host = read_host_config()
+    tag = recipe_image_tag("base", host)
+    async with _lock(tag):
+        if found := await _inspect(tag):
+            return BuiltImage(tag=tag, image_id=found["Id"], build_s=0.0, cached=True)
+        start = time.monotonic()
+        rootfs_tag = _rootfs_tag(host)
+        async with _lock(rootfs_tag):
+            if not await _inspect(rootfs_tag):
+                recipe = rootfs.load_rootfs_recipe(images_dir() / "base/rootfs.toml")
+                labels = _labels("base", **{LABEL_RECIPE: "rootfs"})
+                log = _threadsafe(on_log)
+                await asyncio.to_thread(
+                    rootfs.build_rootfs_image,
+                    *(recipe, SUITE, host.debian_mirror(), rootfs_tag, labels, log, timeout),
+                )
+        with tempfile.TemporaryDirectory(prefix="envfarm-base-") as tmp:
+            context = Path(tmp)
+            (context / "Dockerfile").write_text(_read(images_dir() / "base/Dockerfile"))
+            for path, content in host.image_files().items():
+                target = context / "host" / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                target.write_bytes(content)
+                target.chmod(0o644)
+            spec = _BuildSpec(
+                where="base image",
+                context=context,
+                dockerfile=context / "Dockerfile",
+                tag=tag,
+                labels=_labels("base", **{LABEL_RECIPE: "base"}),
+                buildargs={"ROOTFS": rootfs_tag, **host.proxy_env},
+                timeout=timeout,
+            )
+            image_id = await _build(spec, on_log)
+        return BuiltImage(tag=tag, image_id=image_id, build_s=_since(start), cached=False)
+
+
+async def ensure_recipe_image(
+    recipe: str, *, on_log: LogFn | None = None, timeout: float = BASE_TIMEOUT_S
+) -> BuiltImage:
+    """Build an alias recipe's image (and its parents) unless it exists."""
+    if recipe == "base":
+        return await ensure_base_image(on_log=on_log, timeout=timeout)
+    host = read_host_config()
+    tag = recipe_image_tag(recipe, host)
+    spec = load_alias_table().recipes[recipe]
+    assert spec.parent is not None and spec.dockerfile is not None
+    async with _lock(tag):
+        if found := await _inspect(tag):
+            return BuiltImage(tag=tag, image_id=found["Id"], build_s=0.0, cached=True)
+        start = time.monotonic()
+        parent = await ensure_recipe_image(spec.parent, on_log=on_log, timeout=timeout)
+        dockerfile = images_dir() / spec.dockerfile
+        build = _BuildSpec(
+            where=f"image recipe {recipe!r} ({spec.dockerfile})",
+            context=dockerfile.parent,
+            dockerfile=dockerfile,
+            tag=tag,
+            labels=_labels("alias", **{LABEL_RECIPE: recipe}),
+            buildargs={"BASE": parent.tag, **spec.args, **host.proxy_env},
+            timeout=timeout,
+        )
+        image_id = await _build(build, on_log)
+        return BuiltImage(tag=tag, image_id=image_id, build_s=_since(start), cached=False)
+
+
+async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
+    if found := await _inspect(reference):
+        return _Base(reference=reference, target=reference, recipe=None, identity=found["Id"])
+    match = match_alias(reference)
+    if match is None:
+        raise unknown_base(reference, where)
+    tag = recipe_image_tag(match.recipe, host)
+    return _Base(
+        reference=reference,
+        target=tag,
+        recipe=match.recipe,
+        identity=tag,
+        warnings=match.warnings,
+    )
+
+
+async def prebuilt_image(
+    name: str, *, where: str, on_log: LogFn | None = None, timeout: float = BASE_TIMEOUT_S
+) -> BuiltImage:
+    """The image for task.toml's ``[environment].docker_image``: local image, else alias.
+
+    ``where`` names the source in errors (e.g. the task.toml path).
+    """
+    base = await _plan_base(name, where, read_host_config())
+    if base.recipe is None:
+        return BuiltImage(tag=name, image_id=base.identity, build_s=0.0, cached=True)
+    built = await ensure_recipe_image(base.recipe, on_log=on_log, timeout=timeout)
+    return built.model_copy(update={"warnings": base.warnings})
+
+
+async def build_task_image(
+    task_root: Path,
+    dockerfile: Path,
+    context_dir: Path,
+    tag_hint: str,
+    content_hash: str,
+    *,
+    timeout: float,
+    on_log: LogFn | None = None,
+) -> BuiltImage:
+    """Build a task's environment image (``tag_hint`` is the task id)."""
+    try:
+        text = dockerfile.read_text()
+    except OSError as exc:
+        raise TaskSpecError(str(dockerfile), f"cannot read the Dockerfile: {exc}") from exc
+    where = str(dockerfile)
+    host = read_host_config()
+    bases = [await _plan_base(ref, where, host) for ref in dockerfile_bases(text, where)]
+    warnings = [warning for base in bases for warning in base.warnings]
+    identity = " ".join(base.identity for base in bases)
+    tag = task_image_tag(tag_hint, content_hash)
+    async with _lock(tag):
+        found = await _inspect(tag)
+        if found and (found["Config"].get("Labels") or {}).get(LABEL_BASES) == identity:
+            return BuiltImage(
+                tag=tag, image_id=found["Id"], build_s=0.0, cached=True, warnings=warnings
+            )
+        start = time.monotonic()
+        for recipe in dict.fromkeys(base.recipe for base in bases if base.recipe):
+            await ensure_recipe_image(recipe, on_log=on_log)
+        rewritten = rewrite_dockerfile(text, {b.reference: b.target for b in bases}, where)
+        with tempfile.TemporaryDirectory(prefix="envfarm-dockerfile-") as tmp:
+            (Path(tmp) / "Dockerfile").write_text(rewritten)
+            spec = _BuildSpec(
+                where=f"task {tag_hint} ({dockerfile.relative_to(task_root)})"
+                if dockerfile.is_relative_to(task_root)
+                else f"task {tag_hint} ({dockerfile})",
+                context=context_dir,
+                dockerfile=Path(tmp) / "Dockerfile",
+                tag=tag,
+                labels=_labels("task", **{LABEL_TASK: tag_hint, LABEL_BASES: identity}),
+                buildargs=dict(host.proxy_env),
+                timeout=timeout,
+            )
+            image_id = await _build(spec, on_log)
+        return BuiltImage(
+            tag=tag, image_id=image_id, build_s=_since(start), cached=False, warnings=warnings
+        )
+
+
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 3)
+
+
+def _threadsafe(on_log: LogFn | None) -> LogFn:
+    if on_log is None:
+        return lambda _line: None
+    loop = asyncio.get_running_loop()
+    callback = on_log
+    return lambda line: loop.call_soon_threadsafe(callback, line)
+
+
+async def _build(spec: _BuildSpec, on_log: LogFn | None) -> str:
+    """Run ``docker build`` in a thread; the build stops at the deadline (or on cancel)."""
+    cancelled = threading.Event()
+    log = _threadsafe(on_log)
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(_build_blocking, spec, log, cancelled), spec.timeout + 30
+        )
+    except TimeoutError:
+        raise ImageError(
+            f"{spec.where}: build did not finish within {spec.timeout:.0f} s"
+        ) from None
+    finally:
+        cancelled.set()
+
+
+def _build_blocking(spec: _BuildSpec, log: LogFn, cancelled: threading.Event) -> str:
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    deadline = time.monotonic() + spec.timeout
+    error: str | None = None
+    api = docker_client().api
+    stream = None
+    try:
+        stream = api.build(
+            path=str(spec.context),
+            dockerfile=str(spec.dockerfile),
+            tag=spec.tag,
+            labels=spec.labels,
+            buildargs=spec.buildargs,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+            timeout=int(spec.timeout) + 1,
+        )
+        for chunk in stream:
+            for line in str(chunk.get("stream", "")).splitlines():
+                tail.append(line)
+                log(line)
+            if "error" in chunk:
+                error = str(chunk["error"]).strip()
+            if cancelled.is_set() or time.monotonic() > deadline:
+                error = f"build did not finish within {spec.timeout:.0f} s"
+                break
+    except urllib3.exceptions.ReadTimeoutError:
+        error = f"build did not finish within {spec.timeout:.0f} s"
+    except (
+        docker.errors.DockerException,
+        requests.RequestException,
+        urllib3.exceptions.HTTPError,
+        OSError,
+    ) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if stream is not None:
+            stream.close()
+    if error is not None:
+        output = "\n".join(tail) or "(no output)"
+        raise ImageError(
+            f"{spec.where}: image build failed: {error}\n"
+            f"--- last {len(tail)} lines of build output ---\n{output}"
+        )
+    return str(api.inspect_image(spec.tag)["Id"])

@@ -1,0 +1,47 @@
+"""Directory transfer as free functions over the ``Sandbox`` primitives (every backend gets it)."""
+
+from __future__ import annotations
+
+import io
+import shlex
+import tarfile
+import uuid
+from pathlib import Path
+
+from envfarm.errors import SandboxError
+from envfarm.sandbox.base import Sandbox
+
+_IGNORED = {"__pycache__", ".git", ".pytest_cache"}
+
+
+def tar_directory(src: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path in sorted(src.rglob("*")):
+            if _IGNORED.intersection(path.relative_to(src).parts):
+                continue
+            info = archive.gettarinfo(str(path), arcname=str(path.relative_to(src)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if info.isfile():
+                with path.open("rb") as handle:
+                    archive.addfile(info, handle)
+            elif info.isdir() or info.issym():
+                archive.addfile(info)
+    return buffer.getvalue()
+
+
+async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True) -> None:
+    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there)."""
+    staging = f"/tmp/.envfarm-upload-{uuid.uuid4().hex}.tar"
+    await sandbox.write_file(staging, tar_directory(src), mode=0o600)
+    target = shlex.quote(dest)
+    clear = f"rm -rf {target} && " if replace else ""
+    result = await sandbox.exec(
+        f"{clear}mkdir -p {target} && tar -xf {staging} -C {target} --no-same-owner"
+        f"; status=$?; rm -f {staging}; exit $status",
+        timeout=300,
+        user="root",
+    )
+    if result.exit_code != 0:
+        raise SandboxError(f"could not unpack {src} into {dest}: {result.stderr.strip()}")

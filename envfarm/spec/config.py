@@ -1,0 +1,314 @@
+"""Pydantic models of a Harbor ``task.toml`` (schema 1.0 to 1.4) as envfarm understands it.
+
+The models are the canonical form: strict types, unknown fields rejected, and every Harbor
+feature envfarm cannot honour yet rejected with "not supported by envfarm yet" instead of being
+dropped, because a silently ignored field would run a different task than its author wrote.
+``parse_task_config`` reads the raw TOML data: it first applies Harbor's backwards
+compatibility (root ``version`` -> ``schema_version``, ``allow_internet``, ``memory`` and
+``storage``) and strips unsupported keys whose value is empty, then validates.
+
+Network access is the one deliberate difference in meaning: Harbor's default is ``public``,
+envfarm's is no network, so ``agent_network``/``verifier_network`` are False unless the task
+asks for ``public``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
+
+SUPPORTED_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+NOT_YET = "not supported by envfarm yet"
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def _no_allowed_hosts(hosts: list[str]) -> list[str]:
+    if hosts:
+        raise ValueError(
+            f"allowed_hosts needs network_mode 'allowlist', which is {NOT_YET}; remove "
+            "allowed_hosts and set network_mode to 'public' or 'no-network'"
+        )
+    return hosts
+
+
+def _shell_names(env: dict[str, str]) -> dict[str, str]:
+    bad = [key for key in env if not _SHELL_NAME.fullmatch(key)]
+    if bad:
+        raise ValueError(
+            f"invalid variable name(s) {', '.join(map(repr, bad))}: names are letters, digits "
+            "and '_', not starting with a digit"
+        )
+    return env
+
+
+def _user_name(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"a UID is a non-negative integer, got {value}")
+        return str(value)
+    if value == "":
+        raise ValueError("expected a user name or UID, got an empty string")
+    return value
+
+
+def _absolute(path: str | None) -> str | None:
+    if path is not None and not path.startswith("/"):
+        raise ValueError(f"must be an absolute path inside the container, got {path!r}")
+    return path
+
+
+def _schema_version(version: str) -> str:
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise ValueError(
+            f"unsupported schema_version {version!r}; envfarm reads "
+            f"{', '.join(SUPPORTED_SCHEMA_VERSIONS)}"
+        )
+    return version
+
+
+def _task_name(name: str | None) -> str | None:
+    if name is not None and (not _TASK_NAME.fullmatch(name) or ".." in name):
+        raise ValueError(
+            f"expected 'name' or 'org/name' made of letters, digits, '.', '_' and '-', got {name!r}"
+        )
+    return name
+
+
+def _refuse(refused: str, message: str) -> BeforeValidator:
+    """A validator for a Harbor value envfarm cannot honour yet (not a plain literal error)."""
+
+    def check(value: Any) -> Any:
+        if value == refused:
+            raise ValueError(message)
+        return value
+
+    return BeforeValidator(check)
+
+
+def _no_gpus(gpus: int) -> int:
+    if gpus > 0:
+        raise ValueError(f"GPUs are {NOT_YET}; remove gpus or set it to 0")
+    return gpus
+
+
+NetworkMode = Annotated[
+    Literal["no-network", "public"] | None,
+    _refuse("allowlist", f"network_mode 'allowlist' is {NOT_YET}; use 'public' or 'no-network'"),
+]
+AllowedHosts = Annotated[list[str], AfterValidator(_no_allowed_hosts)]
+EnvVars = Annotated[dict[str, str], AfterValidator(_shell_names)]
+Seconds = Annotated[float, Field(gt=0)]
+UserName = Annotated[str | None, BeforeValidator(_user_name)]
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class HealthcheckConfig(_Table):
+    """Mirrors Docker HEALTHCHECK: ``retries`` consecutive passes before the agent starts."""
+
+    command: Annotated[str, Field(min_length=1)]
+    interval_sec: Seconds = 5
+    timeout_sec: Seconds = 30
+    start_period_sec: Annotated[float, Field(ge=0)] = 0
+    start_interval_sec: Seconds = 5
+    retries: Annotated[int, Field(ge=1)] = 3
+
+
+class AgentConfig(_Table):
+    timeout_sec: Seconds | None = None
+    user: UserName = None
+    network_mode: NetworkMode = None
+    allowed_hosts: AllowedHosts = Field(default_factory=list)
+
+
+class VerifierConfig(_Table):
+    timeout_sec: Seconds = 600
+    env: EnvVars = Field(default_factory=dict)
+    """Values keep ``${VAR}`` / ``${VAR:-default}`` templates; resolved when grading."""
+    user: UserName = None
+    environment_mode: Annotated[
+        Literal["shared"],
+        _refuse(
+            "separate",
+            f"environment_mode 'separate' is {NOT_YET}; remove it or set 'shared' (tests run "
+            "in the agent's container after the agent has finished)",
+        ),
+    ] = "shared"
+    network_mode: NetworkMode = None
+    allowed_hosts: AllowedHosts = Field(default_factory=list)
+
+
+class EnvironmentConfig(_Table):
+    build_timeout_sec: Seconds = 600
+    docker_image: Annotated[str, Field(min_length=1)] | None = None
+    os: Annotated[
+        Literal["linux"],
+        _refuse("windows", f"os 'windows' is {NOT_YET}; envfarm runs Linux containers"),
+    ] = "linux"
+    cpus: Annotated[float, Field(gt=0)] = 1
+    memory_mb: Annotated[int, Field(ge=64)] = 2048
+    storage_mb: Annotated[int, Field(ge=1)] = 10240
+    gpus: Annotated[int, Field(ge=0), AfterValidator(_no_gpus)] = 0
+    env: EnvVars = Field(default_factory=dict)
+    workdir: Annotated[str | None, AfterValidator(_absolute)] = None
+    network_mode: NetworkMode = None
+    allowed_hosts: AllowedHosts = Field(default_factory=list)
+    healthcheck: HealthcheckConfig | None = None
+
+
+class SolutionConfig(_Table):
+    env: EnvVars = Field(default_factory=dict)
+
+
+class Author(_Table):
+    name: str
+    email: str | None = None
+
+
+class TaskInfo(_Table):
+    name: Annotated[str | None, AfterValidator(_task_name)] = None
+    version: str | None = None
+    description: str | None = None
+    authors: list[Author] = Field(default_factory=list)
+    keywords: list[str] = Field(default_factory=list)
+
+
+class TaskConfig(_Table):
+    schema_version: Annotated[str, AfterValidator(_schema_version)] = "1.4"
+    source: str | None = None
+    task: TaskInfo = Field(default_factory=TaskInfo)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    solution: SolutionConfig = Field(default_factory=SolutionConfig)
+
+    def agent_network(self) -> bool:
+        """May the agent phase reach the network? Unset everywhere means no (Harbor: yes)."""
+        mode = self.agent.network_mode or self.environment.network_mode
+        return mode == "public"
+
+    def verifier_network(self) -> bool:
+        """May tests/test.sh reach the network? Unset everywhere means no (Harbor: yes)."""
+        mode = self.verifier.network_mode or self.environment.network_mode
+        return mode == "public"
+
+
+_UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
+    ("steps",): f"multi-step tasks are {NOT_YET}; split the steps into separate tasks",
+    ("multi_step_reward_strategy",): f"it applies to [[steps]], which are {NOT_YET}; remove it",
+    ("artifacts",): f"artifact collection is {NOT_YET}; remove it (the tests run in the "
+    "agent's container and can read its files directly)",
+    ("verifier", "environment"): f"a separate verifier environment is {NOT_YET}; remove it "
+    "(the tests run in the agent's container after the agent has finished)",
+    ("verifier", "collect"): f"collect hooks are {NOT_YET}; remove them and snapshot the state "
+    "from tests/test.sh instead",
+    ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
+    ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
+    ("environment", "mcp_servers"): f"MCP servers are {NOT_YET} (agents get the bash and "
+    "submit tools); remove it",
+    ("environment", "skills_dir"): f"agent skills are {NOT_YET}; remove it",
+}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)
+_MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+@dataclass
+class _Compat:
+    data: dict[str, Any]
+    issues: list[tuple[str, str]] = field(default_factory=list)
+    translated: dict[str, str] = field(default_factory=dict)
+    """New field -> the deprecated assignment it came from, quoted in later errors."""
+
+    def refuse(self, where: str, message: str) -> None:
+        self.issues.append((where, message))
+
+
+def _size_mb(value: Any) -> int | None:
+    match = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _MB_PER_UNIT[match.group(2).upper()])
+
+
+def _translate_size(env: dict[str, Any], old: str, new: str, out: _Compat) -> None:
+    value = env.pop(old)
+    mb = _size_mb(value)
+    if mb is None:
+        shown = f"{toml_type(value)} {value!r}"
+        out.refuse(f"environment.{old}", f"expected a size like '2G' or '512M', got {shown}")
+    elif env.setdefault(new, mb) != mb:
+        out.refuse(
+            f"environment.{old}",
+            f"deprecated {old} = {value!r} ({mb} MB) contradicts {new} = {env[new]!r}; "
+            f"keep only {new}",
+        )
+    else:
+        out.translated[f"environment.{new}"] = f"environment.{old} = {value!r}"
+
+
+def _translate_allow_internet(env: dict[str, Any], out: _Compat) -> None:
+    value = env.pop("allow_internet")
+    if not isinstance(value, bool):
+        shown = f"{toml_type(value)} {value!r}"
+        out.refuse("environment.allow_internet", f"expected true or false, got {shown}")
+        return
+    mode = "public" if value else "no-network"
+    if env.setdefault("network_mode", mode) != mode:
+        out.refuse(
+            "environment.allow_internet",
+            f"deprecated allow_internet = {str(value).lower()} contradicts network_mode = "
+            f"{env['network_mode']!r}; keep only network_mode",
+        )
+
+
+def _harbor_compat(raw: dict[str, Any]) -> _Compat:
+    """Translate deprecated Harbor fields; refuse unsupported ones unless their value is empty."""
+    out = _Compat(copy.deepcopy(raw))
+    for loc, advice in _UNSUPPORTED_KEYS.items():
+        table: Any = out.data
+        for part in loc[:-1]:
+            table = table.get(part) if isinstance(table, dict) else None
+        if isinstance(table, dict) and table.pop(loc[-1], []) not in ([], {}, ""):
+            out.refuse(".".join(loc), advice)
+    if "version" in out.data:
+        version = out.data.pop("version")
+        if out.data.setdefault("schema_version", version) != version:
+            out.refuse(
+                "version",
+                "old name of schema_version, with a different value; keep only schema_version",
+            )
+        out.translated["schema_version"] = f"version = {version!r}"
+    env = out.data.get("environment")
+    if isinstance(env, dict):
+        if "allow_internet" in env:
+            _translate_allow_internet(env, out)
+        for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            if old in env:
+                _translate_size(env, old, new, out)
+    return out
+
+
+def parse_task_config(data: dict[str, Any], path: str) -> TaskConfig:
+    """Validate the parsed TOML of ``path``; raise one TaskSpecError listing every problem."""
+    compat = _harbor_compat(data)
+    issues = [Issue(path, where, message) for where, message in compat.issues]
+    try:
+        config = TaskConfig.model_validate(compat.data)
+    except ValidationError as exc:
+        for issue in issues_from_validation(exc, path, TaskConfig):
+            origin = compat.translated.get(issue.field or "")
+            message = f"{issue.message} (from {origin})" if origin else issue.message
+            issues.append(Issue(issue.path, issue.field, message))
+    if issues:
+        raise spec_error(issues)
+    return config

@@ -1,0 +1,257 @@
+"""Load Harbor task directories into ``Task`` values, one directory or a whole tree at a time.
+
+A task directory is the one holding ``task.toml``; discovery never looks inside a task for
+more tasks. Every problem of one task (its ``task.toml`` and its files) is reported in a single
+``TaskSpecError``, and discovery keeps going past bad tasks, so a run can start the good ones
+and report the rest.
+
+``content_hash`` identifies exactly what was loaded: sha256 over the sorted relative paths of
+every file, each with its exec bit and the sha256 of its bytes (a symlink hashes its target
+text). ``__pycache__``, ``.git`` and ``*.pyc`` are skipped, as they change without the task
+changing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envfarm.errors import TaskSpecError
+from envfarm.spec.config import NOT_YET, TaskConfig, parse_task_config
+from envfarm.spec.errors_fmt import Issue, spec_error
+
+TASK_FILE = "task.toml"
+LEGACY_FILE = "task.yaml"
+_SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
+_SKIPPED_SUFFIXES = (".pyc",)
+_COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    """``[task].name`` when set, else the directory name."""
+    root: Path
+    config: TaskConfig
+    instruction: str
+    environment_dir: Path
+    dockerfile: Path | None
+    """``environment/Dockerfile``; None only when ``[environment].docker_image`` is set."""
+    tests_dir: Path
+    solution_dir: Path | None
+    """``solution/`` when ``solution/solve.sh`` exists."""
+    content_hash: str
+
+
+def _legacy_error(directory: Path) -> TaskSpecError:
+    return TaskSpecError(
+        path=str(directory / LEGACY_FILE),
+        message="this is a legacy Terminal-Bench task (task.yaml); envfarm reads the Harbor "
+        "format (task.toml, instruction.md, environment/, tests/test.sh): convert it, for "
+        "example with Harbor's Terminal-Bench mapper",
+    )
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[Issue]]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")), []
+    except tomllib.TOMLDecodeError as exc:
+        text = str(exc)
+        found = _TOML_POSITION.search(text)
+        if found is not None:
+            where = f"at line {found.group(1)}, column {found.group(2)}"
+            text = f"{where}: {_TOML_POSITION.sub('', text)}"
+        return None, [Issue(str(path), None, f"invalid TOML {text}")]
+    except UnicodeDecodeError as exc:
+        return None, [Issue(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")]
+    except OSError as exc:
+        return None, [Issue(str(path), None, f"cannot read: {exc.strerror or exc}")]
+
+
+def _read_instruction(path: Path) -> tuple[str, list[Issue]]:
+    where = str(path)
+    if not path.is_file():
+        return "", [Issue(where, None, "missing: instruction.md holds the prompt for the agent")]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return "", [Issue(where, None, "not UTF-8 text")]
+    except OSError as exc:
+        return "", [Issue(where, None, f"cannot read: {exc.strerror or exc}")]
+    if not text.strip():
+        return "", [Issue(where, None, "is empty: it must hold the prompt for the agent")]
+    return text, []
+
+
+def _check_layout(root: Path, config: TaskConfig | None) -> list[Issue]:
+    issues: list[Issue] = []
+
+    def problem(path: Path, message: str) -> None:
+        issues.append(Issue(str(path), None, message))
+
+    env_dir, tests, solution = root / "environment", root / "tests", root / "solution"
+    for compose in (env_dir / name for name in _COMPOSE_FILES):
+        if compose.is_file():
+            problem(
+                compose,
+                f"service containers (docker compose) are {NOT_YET}; build what the task needs "
+                "into environment/Dockerfile",
+            )
+    needs_dockerfile = config is not None and config.environment.docker_image is None
+    if needs_dockerfile and not (env_dir / "Dockerfile").is_file():
+        problem(
+            env_dir / "Dockerfile",
+            "missing: the task image is built from environment/Dockerfile (or set "
+            "[environment].docker_image to a prebuilt image)",
+        )
+    if (tests / "test.bat").is_file() and not (tests / "test.sh").is_file():
+        problem(tests / "test.bat", f"Windows tests (test.bat) are {NOT_YET}; write tests/test.sh")
+    elif not (tests / "test.sh").is_file():
+        problem(
+            tests / "test.sh",
+            "missing: tests/test.sh grades the episode by writing /logs/verifier/reward.json "
+            "or /logs/verifier/reward.txt",
+        )
+    if (solution / "solve.bat").is_file() and not (solution / "solve.sh").is_file():
+        problem(
+            solution / "solve.bat",
+            f"Windows solutions (solve.bat) are {NOT_YET}; write solution/solve.sh",
+        )
+    if (root / "trajectory.json").is_file():
+        problem(
+            root / "trajectory.json",
+            f"seeding the agent with a prior trajectory is {NOT_YET}; remove trajectory.json",
+        )
+    return issues
+
+
+def _hashed_files(root: Path) -> Iterator[str]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIPPED_DIRS]
+        linked_dirs = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        for name in [*filenames, *linked_dirs]:
+            if not name.endswith(_SKIPPED_SUFFIXES):
+                yield os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+
+
+def content_hash(root: Path) -> str:
+    """sha256 hex of the task's files; raises TaskSpecError when one cannot be read."""
+    digest = hashlib.sha256()
+    for relative in sorted(_hashed_files(root)):
+        path = root / relative
+        try:
+            if path.is_symlink():
+                kind, data = "l", hashlib.sha256(os.readlink(path).encode()).hexdigest()
+            else:
+                with path.open("rb") as handle:
+                    data = hashlib.file_digest(handle, "sha256").hexdigest()
+                kind = "x" if path.stat().st_mode & 0o111 else "-"
+        except OSError as exc:
+            raise TaskSpecError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+        digest.update(f"{kind} {data} {relative}\0".encode())
+    return digest.hexdigest()
+
+
+def load_task(path: Path) -> Task:
+    """Load the task directory ``path`` (or its ``task.toml``); raise TaskSpecError if unsound."""
+    root = path.parent if path.name == TASK_FILE and path.is_file() else path
+    if not root.is_dir():
+        problem = "does not exist" if not root.exists() else "is not a task directory"
+        raise TaskSpecError(str(path), problem)
+    toml_path = root / TASK_FILE
+    if not toml_path.is_file():
+        if (root / LEGACY_FILE).is_file():
+            raise _legacy_error(root)
+        raise TaskSpecError(str(root), f"not a task directory: it has no {TASK_FILE}")
+    data, issues = _read_toml(toml_path)
+    config = None
+    if data is not None:
+        try:
+            config = parse_task_config(data, str(toml_path))
+        except TaskSpecError as exc:
+            issues.append(Issue(exc.path, exc.field, exc.detail))
+    instruction, instruction_issues = _read_instruction(root / "instruction.md")
+    issues += instruction_issues + _check_layout(root, config)
+    if issues or config is None:
+        raise spec_error(issues)
+    resolved = root.resolve()
+    dockerfile = resolved / "environment" / "Dockerfile"
+    has_solution = (resolved / "solution" / "solve.sh").is_file()
+    return Task(
+        id=config.task.name or resolved.name,
+        root=resolved,
+        config=config,
+        instruction=instruction,
+        environment_dir=resolved / "environment",
+        dockerfile=dockerfile if dockerfile.is_file() else None,
+        tests_dir=resolved / "tests",
+        solution_dir=resolved / "solution" if has_solution else None,
+        content_hash=content_hash(resolved),
+    )
+
+
+def _task_dirs(path: Path) -> tuple[list[Path], list[TaskSpecError]]:
+    """Task directories at or below ``path``, plus an error for each place that is not one."""
+    if path.is_file() and path.name == TASK_FILE:
+        return [path.parent], []
+    if not path.is_dir():
+        problem = "does not exist" if not path.exists() else "is not a directory"
+        return [], [TaskSpecError(str(path), problem)]
+    found: list[Path] = []
+    errors: list[TaskSpecError] = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        here = Path(dirpath)
+        if TASK_FILE in filenames or LEGACY_FILE in filenames:
+            dirnames.clear()
+            if TASK_FILE in filenames:
+                found.append(here)
+            else:
+                errors.append(_legacy_error(here))
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+    if not found and not errors:
+        errors.append(TaskSpecError(str(path), f"no task found: no {TASK_FILE} here or below"))
+    return found, errors
+
+
+def discover_tasks(paths: Sequence[Path]) -> tuple[list[Task], list[TaskSpecError]]:
+    """Load every task at or below ``paths``; bad tasks become errors and never stop the rest.
+
+    A task id seen before (from another directory) is an error for the later directory.
+    """
+    tasks: list[Task] = []
+    errors: list[TaskSpecError] = []
+    owners: dict[str, Path] = {}
+    loaded_roots: set[Path] = set()
+    for path in paths:
+        roots, path_errors = _task_dirs(path)
+        errors += path_errors
+        for root in roots:
+            if root.resolve() in loaded_roots:
+                continue
+            loaded_roots.add(root.resolve())
+            try:
+                task = load_task(root)
+            except TaskSpecError as exc:
+                errors.append(exc)
+                continue
+            if task.id in owners:
+                errors.append(
+                    TaskSpecError(
+                        path=str(root / TASK_FILE),
+                        field="task.name" if task.config.task.name else None,
+                        message=f"duplicate task id {task.id!r}, already used by "
+                        f"{owners[task.id]}; give one of them a different [task].name",
+                    )
+                )
+                continue
+            owners[task.id] = task.root
+            tasks.append(task)
+    return tasks, errors
