@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 import envfarm
 from envfarm.cli.render import JobProgress, summary_table
@@ -123,7 +124,7 @@ def run(
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}
     for error in errors:
-        console.print(f"[yellow]bad task:[/] {error}")
+        console.print(f"[yellow]bad task:[/] {escape(str(error))}")
     if not tasks:
         console.print("[red]no runnable task found[/]")
         sys.exit(EXIT_BAD_INPUT)
@@ -153,7 +154,7 @@ def run(
         )
         sys.exit(130)
     except EnvfarmError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         sys.exit(EXIT_BAD_INPUT if not exc.infrastructure else 1)
     console.print(summary_table(summary))
     console.print(
@@ -236,9 +237,9 @@ def check(paths: tuple[Path, ...]) -> None:
     """Check task specs; exit 0 only when every task is sound."""
     tasks, errors = discover_tasks(list(paths))
     for task in tasks:
-        console.print(f"[green]ok[/]   {task.id}  ({task.root})")
+        console.print(f"[green]ok[/]   {escape(task.id)}  ({escape(str(task.root))})")
     for error in errors:
-        console.print(f"[red]bad[/]  {error}")
+        console.print(f"[red]bad[/]  {escape(str(error))}")
     sys.exit(EXIT_BAD_INPUT if errors or not tasks else 0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -52,12 +53,12 @@ class JobProgress:
     ) -> None:
         self.progress.advance(self.images)
         if error is not None:
-            self.console.print(f"[red]image for {task.id} failed:[/] {error}")
+            self.console.print(f"[red]image for {escape(task.id)} failed:[/] {escape(str(error))}")
         elif image is not None:
             how = "cached" if image.cached else f"built in {image.build_s:.1f}s"
             self.progress.update(self.images, note=f"{task.id}: {how}")
             for warning in image.warnings:
-                self.console.print(f"[yellow]warning[/] ({task.id}): {warning}")
+                self.console.print(f"[yellow]warning[/] ({escape(task.id)}): {escape(warning)}")
 
     def episode_done(self, trajectory: Trajectory) -> None:
         self.progress.advance(self.episodes)
@@ -67,7 +68,7 @@ class JobProgress:
         elif trajectory.error is not None:
             self.console.print(
                 f"[red]{trajectory.task_id}: {trajectory.error.phase} failed[/] "
-                f"({trajectory.error.type}): {trajectory.error.message[:500]}"
+                f"({trajectory.error.type}): {escape(trajectory.error.message[:500])}"
             )
         if self.rewards:
             mean = sum(self.rewards) / len(self.rewards)
@@ -91,7 +92,7 @@ def summary_table(summary: RunSummary) -> Table:
     for task_id, task in summary.tasks.items():
         style = "red" if task.infra_errors else None
         table.add_row(
-            task_id,
+            escape(task_id),
             str(task.episodes),
             str(task.completed),
             str(task.infra_errors),
@@ -99,8 +100,8 @@ def summary_table(summary: RunSummary) -> Table:
             style=style,
         )
     for name, reason in summary.bad_inputs.items():
-        table.add_row(name, "-", "-", "-", "bad input", style="yellow")
-        table.add_row(f"  {reason.splitlines()[0][:90]}", "", "", "", "", style="dim")
+        table.add_row(escape(name), "-", "-", "-", "bad input", style="yellow")
+        table.add_row(escape(f"  {reason.splitlines()[0][:90]}"), "", "", "", "", style="dim")
     table.add_section()
     table.add_row(
         "all",

@@ -19,7 +19,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 
@@ -201,6 +209,16 @@ class TaskConfig(_Table):
         """May tests/test.sh reach the network? Unset everywhere means no (Harbor: yes)."""
         mode = self.verifier.network_mode or self.environment.network_mode
         return mode == "public"
+
+    @model_validator(mode="after")
+    def _one_network_per_sandbox(self) -> TaskConfig:
+        if self.verifier_network() and not self.agent_network():
+            raise ValueError(
+                "verifier.network_mode: a public verifier after a no-network agent is "
+                f"{NOT_YET} (the tests run in the agent's container); install what the tests "
+                'need in the image, or set [agent] network_mode = "public" as well'
+            )
+        return self
 
 
 _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {

@@ -38,7 +38,7 @@ network_mode = "no-network"
 [verifier]
 timeout_sec = 600.0
 env = { JUDGE_MODEL = "${JUDGE_MODEL:-small}", TOKEN = "${TOKEN}" }
-network_mode = "public"
+network_mode = "no-network"
 
 [environment]
 build_timeout_sec = 600.0
@@ -147,7 +147,7 @@ def test_full_harbor_example_loads_every_field(tmp_path: Path) -> None:
     assert (healthcheck.interval_sec, healthcheck.timeout_sec) == (5, 30)
     assert (healthcheck.start_period_sec, healthcheck.start_interval_sec) == (0, 5)
     assert config.agent_network() is False
-    assert config.verifier_network() is True
+    assert config.verifier_network() is False
 
 
 def test_id_is_the_task_name_when_set_else_the_directory_name(tmp_path: Path) -> None:
@@ -175,11 +175,19 @@ def test_network_is_off_unless_the_task_asks() -> None:
     public_env = parse('[environment]\nnetwork_mode = "public"\n')
     assert public_env.agent_network() is True
     assert public_env.verifier_network() is True
-    agent_closed = parse(
+    verifier_only = parse(
+        '[verifier]\nnetwork_mode = "no-network"\n[agent]\nnetwork_mode = "public"\n'
+    )
+    assert verifier_only.agent_network() is True
+    assert verifier_only.verifier_network() is False
+
+
+def test_public_verifier_after_a_closed_agent_is_not_supported_yet() -> None:
+    error = config_error(
         '[agent]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n'
     )
-    assert agent_closed.agent_network() is False
-    assert agent_closed.verifier_network() is True
+    assert "verifier.network_mode" in str(error)
+    assert "not supported by envfarm yet" in str(error)
 
 
 def test_uid_user_is_stored_as_text() -> None:

@@ -136,6 +136,19 @@ def match_alias(reference: str, table: AliasTable | None = None) -> AliasMatch |
     return AliasMatch(reference=reference, name=name, recipe=found.recipe, warnings=warnings)
 
 
+def alias_table_markdown(table: AliasTable | None = None) -> str:
+    """The alias table as the Markdown table of docs/images.md (a test keeps them in sync)."""
+    table = table or load_alias_table()
+    rows = ["| Base in a Dockerfile | Local recipe | Note |", "|---|---|---|"]
+    for alias in table.aliases:
+        entries = [f"`{name}`" for name in alias.names]
+        entries += [f"pattern `{pattern}`" for pattern in alias.patterns]
+        for entry in entries:
+            note = (alias.warning or "").removeprefix("{name}: ").replace("|", "\\|")
+            rows.append(f"| {entry} | {alias.recipe} | {note} |")
+    return "\n".join(rows) + "\n"
+
+
 def unknown_base(reference: str, where: str, table: AliasTable | None = None) -> UnknownBaseImage:
     table = table or load_alias_table()
     known = sorted({name for alias in table.aliases for name in alias.names})
@@ -171,7 +184,7 @@ def _instructions(text: str) -> list[_Instruction]:
     found: list[_Instruction] = []
     index = 0
     while index < len(lines):
-        first, parts = index, []
+        first, parts = index, list[str]()
         while index < len(lines):
             line = lines[index]
             index += 1

@@ -16,26 +16,20 @@ Three kinds, each labelled ``io.envfarm.managed=true`` and ``io.envfarm.kind=...
 A base that already exists locally (another task's image, a user's own tag or a
 ``docker load``-ed public image) is used as is, before the alias table is consulted.
 
-Builds run the blocking SDK in a worker thread; a lock per tag (per event loop) makes
-concurrent callers build once. ``on_log`` receives build output lines on the event loop.
+Builds run the blocking SDK in a worker thread; a lock per tag (in the event loop and, through a
+file lock, across processes) makes concurrent callers build once. ``on_log`` gets output lines.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import tempfile
-import threading
 import time
-import weakref
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import docker.errors
-import requests
-import urllib3.exceptions
+from docker.models.images import Image
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import ImageError, TaskSpecError
@@ -49,8 +43,16 @@ from envfarm.sandbox.docker.aliases import (
     task_image_tag,
     unknown_base,
 )
+from envfarm.sandbox.docker.aptconfig import SUITE
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.hostconfig import SUITE, HostConfig, read_host_config
+from envfarm.sandbox.docker.dockerbuild import (
+    BuildSpec,
+    LogFn,
+    exclusive,
+    run_build,
+    threadsafe_log,
+)
+from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
 
 LABEL_MANAGED = "io.envfarm.managed"
 LABEL_KIND = "io.envfarm.kind"
@@ -58,9 +60,6 @@ LABEL_RECIPE = "io.envfarm.recipe"
 LABEL_TASK = "io.envfarm.task"
 LABEL_BASES = "io.envfarm.bases"
 BASE_TIMEOUT_S = 1800.0
-TAIL_LINES = 30
-
-LogFn = Callable[[str], None]
 
 
 class BuiltImage(BaseModel):
@@ -81,28 +80,6 @@ class _Base(BaseModel):
     recipe: str | None
     identity: str
     warnings: list[str] = []
-
-
-class _BuildSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    where: str
-    context: Path
-    dockerfile: Path
-    tag: str
-    labels: dict[str, str]
-    buildargs: dict[str, str]
-    timeout: float
-
-
-_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _lock(key: str) -> asyncio.Lock:
-    per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
-    return per_loop.setdefault(key, asyncio.Lock())
 
 
 def _digest(*parts: str) -> str:
@@ -132,8 +109,9 @@ def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
     """The tag the recipe's image has (or will have once built): cheap, builds nothing."""
     host = host or read_host_config()
     if recipe == "base":
-        parts = (_rootfs_tag(host), _read(images_dir() / "base/Dockerfile"), host.digest())
-        return f"envfarm/base:{SUITE}-{_digest(*parts)}"
+        files = sorted((images_dir() / "base").iterdir())
+        parts = [f"{path.name}\n{_read(path)}" for path in files if path.is_file()]
+        return f"envfarm/base:{SUITE}-{_digest(_rootfs_tag(host), host.digest(), *parts)}"
     spec = load_alias_table().recipes.get(recipe)
     if spec is None or spec.dockerfile is None or spec.parent is None:
         raise ImageError(f"images/aliases.toml: no recipe named {recipe!r}")
@@ -142,10 +120,10 @@ def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
     return f"envfarm/{recipe}:{_digest(_read(images_dir() / spec.dockerfile), args, parent)}"
 
 
-async def _inspect(reference: str) -> dict[str, Any] | None:
-    def call() -> dict[str, Any] | None:
+async def _local_image(reference: str) -> Image | None:
+    def call() -> Image | None:
         try:
-            return dict(docker_client().api.inspect_image(reference))
+            return docker_client().images.get(reference)
         except docker.errors.APIError as exc:
             if exc.is_client_error():
                 return None
@@ -155,34 +133,38 @@ async def _inspect(reference: str) -> dict[str, Any] | None:
 
 
 async def ensure_base_image(
-    *, on_log: LogFn | None = None, timeout: float = BASE_TIMEOUT_S
+    *,
+    on_log: LogFn | None = None,
+    timeout: float = BASE_TIMEOUT_S,
 ) -> BuiltImage:
     """Build the base image unless an image of the current recipe exists."""
     host = read_host_config()
     tag = recipe_image_tag("base", host)
-    async with _lock(tag):
-        if found := await _inspect(tag):
-            return BuiltImage(tag=tag, image_id=found["Id"], build_s=0.0, cached=True)
+    async with exclusive(tag):
+        if found := await _local_image(tag):
+            return BuiltImage(tag=tag, image_id=found.id, build_s=0.0, cached=True)
         start = time.monotonic()
         rootfs_tag = _rootfs_tag(host)
-        async with _lock(rootfs_tag):
-            if not await _inspect(rootfs_tag):
+        async with exclusive(rootfs_tag):
+            if not await _local_image(rootfs_tag):
                 recipe = rootfs.load_rootfs_recipe(images_dir() / "base/rootfs.toml")
                 labels = _labels("base", **{LABEL_RECIPE: "rootfs"})
-                log = _threadsafe(on_log)
+                log = threadsafe_log(on_log)
                 await asyncio.to_thread(
                     rootfs.build_rootfs_image,
                     *(recipe, SUITE, host.debian_mirror(), rootfs_tag, labels, log, timeout),
                 )
         with tempfile.TemporaryDirectory(prefix="envfarm-base-") as tmp:
             context = Path(tmp)
-            (context / "Dockerfile").write_text(_read(images_dir() / "base/Dockerfile"))
+            for recipe_file in (images_dir() / "base").iterdir():
+                if recipe_file.is_file():
+                    (context / recipe_file.name).write_bytes(recipe_file.read_bytes())
             for path, content in host.image_files().items():
                 target = context / "host" / path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
                 target.write_bytes(content)
                 target.chmod(0o644)
-            spec = _BuildSpec(
+            spec = BuildSpec(
                 where="base image",
                 context=context,
                 dockerfile=context / "Dockerfile",
@@ -191,12 +173,15 @@ async def ensure_base_image(
                 buildargs={"ROOTFS": rootfs_tag, **host.proxy_env},
                 timeout=timeout,
             )
-            image_id = await _build(spec, on_log)
+            image_id = await run_build(spec, on_log)
         return BuiltImage(tag=tag, image_id=image_id, build_s=_since(start), cached=False)
 
 
 async def ensure_recipe_image(
-    recipe: str, *, on_log: LogFn | None = None, timeout: float = BASE_TIMEOUT_S
+    recipe: str,
+    *,
+    on_log: LogFn | None = None,
+    timeout: float = BASE_TIMEOUT_S,
 ) -> BuiltImage:
     """Build an alias recipe's image (and its parents) unless it exists."""
     if recipe == "base":
@@ -204,14 +189,15 @@ async def ensure_recipe_image(
     host = read_host_config()
     tag = recipe_image_tag(recipe, host)
     spec = load_alias_table().recipes[recipe]
-    assert spec.parent is not None and spec.dockerfile is not None
-    async with _lock(tag):
-        if found := await _inspect(tag):
-            return BuiltImage(tag=tag, image_id=found["Id"], build_s=0.0, cached=True)
+    assert spec.parent is not None
+    assert spec.dockerfile is not None
+    async with exclusive(tag):
+        if found := await _local_image(tag):
+            return BuiltImage(tag=tag, image_id=found.id, build_s=0.0, cached=True)
         start = time.monotonic()
         parent = await ensure_recipe_image(spec.parent, on_log=on_log, timeout=timeout)
         dockerfile = images_dir() / spec.dockerfile
-        build = _BuildSpec(
+        build = BuildSpec(
             where=f"image recipe {recipe!r} ({spec.dockerfile})",
             context=dockerfile.parent,
             dockerfile=dockerfile,
@@ -220,28 +206,28 @@ async def ensure_recipe_image(
             buildargs={"BASE": parent.tag, **spec.args, **host.proxy_env},
             timeout=timeout,
         )
-        image_id = await _build(build, on_log)
+        image_id = await run_build(build, on_log)
         return BuiltImage(tag=tag, image_id=image_id, build_s=_since(start), cached=False)
 
 
 async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
-    if found := await _inspect(reference):
-        return _Base(reference=reference, target=reference, recipe=None, identity=found["Id"])
+    if found := await _local_image(reference):
+        return _Base(reference=reference, target=reference, recipe=None, identity=found.id)
     match = match_alias(reference)
     if match is None:
         raise unknown_base(reference, where)
     tag = recipe_image_tag(match.recipe, host)
     return _Base(
-        reference=reference,
-        target=tag,
-        recipe=match.recipe,
-        identity=tag,
-        warnings=match.warnings,
+        reference=reference, target=tag, recipe=match.recipe, identity=tag, warnings=match.warnings
     )
 
 
 async def prebuilt_image(
-    name: str, *, where: str, on_log: LogFn | None = None, timeout: float = BASE_TIMEOUT_S
+    name: str,
+    *,
+    where: str,
+    on_log: LogFn | None = None,
+    timeout: float = BASE_TIMEOUT_S,
 ) -> BuiltImage:
     """The image for task.toml's ``[environment].docker_image``: local image, else alias.
 
@@ -266,7 +252,7 @@ async def build_task_image(
 ) -> BuiltImage:
     """Build a task's environment image (``tag_hint`` is the task id)."""
     try:
-        text = dockerfile.read_text()
+        text = await asyncio.to_thread(dockerfile.read_text)
     except OSError as exc:
         raise TaskSpecError(str(dockerfile), f"cannot read the Dockerfile: {exc}") from exc
     where = str(dockerfile)
@@ -275,11 +261,11 @@ async def build_task_image(
     warnings = [warning for base in bases for warning in base.warnings]
     identity = " ".join(base.identity for base in bases)
     tag = task_image_tag(tag_hint, content_hash)
-    async with _lock(tag):
-        found = await _inspect(tag)
-        if found and (found["Config"].get("Labels") or {}).get(LABEL_BASES) == identity:
+    async with exclusive(tag):
+        found = await _local_image(tag)
+        if found and found.labels.get(LABEL_BASES) == identity:
             return BuiltImage(
-                tag=tag, image_id=found["Id"], build_s=0.0, cached=True, warnings=warnings
+                tag=tag, image_id=found.id, build_s=0.0, cached=True, warnings=warnings
             )
         start = time.monotonic()
         for recipe in dict.fromkeys(base.recipe for base in bases if base.recipe):
@@ -287,10 +273,13 @@ async def build_task_image(
         rewritten = rewrite_dockerfile(text, {b.reference: b.target for b in bases}, where)
         with tempfile.TemporaryDirectory(prefix="envfarm-dockerfile-") as tmp:
             (Path(tmp) / "Dockerfile").write_text(rewritten)
-            spec = _BuildSpec(
-                where=f"task {tag_hint} ({dockerfile.relative_to(task_root)})"
+            shown = (
+                dockerfile.relative_to(task_root)
                 if dockerfile.is_relative_to(task_root)
-                else f"task {tag_hint} ({dockerfile})",
+                else dockerfile
+            )
+            spec = BuildSpec(
+                where=f"task {tag_hint} ({shown})",
                 context=context_dir,
                 dockerfile=Path(tmp) / "Dockerfile",
                 tag=tag,
@@ -298,7 +287,7 @@ async def build_task_image(
                 buildargs=dict(host.proxy_env),
                 timeout=timeout,
             )
-            image_id = await _build(spec, on_log)
+            image_id = await run_build(spec, on_log)
         return BuiltImage(
             tag=tag, image_id=image_id, build_s=_since(start), cached=False, warnings=warnings
         )
@@ -306,76 +295,3 @@ async def build_task_image(
 
 def _since(start: float) -> float:
     return round(time.monotonic() - start, 3)
-
-
-def _threadsafe(on_log: LogFn | None) -> LogFn:
-    if on_log is None:
-        return lambda _line: None
-    loop = asyncio.get_running_loop()
-    callback = on_log
-    return lambda line: loop.call_soon_threadsafe(callback, line)
-
-
-async def _build(spec: _BuildSpec, on_log: LogFn | None) -> str:
-    """Run ``docker build`` in a thread; the build stops at the deadline (or on cancel)."""
-    cancelled = threading.Event()
-    log = _threadsafe(on_log)
-    try:
-        return await asyncio.wait_for(
-            asyncio.to_thread(_build_blocking, spec, log, cancelled), spec.timeout + 30
-        )
-    except TimeoutError:
-        raise ImageError(
-            f"{spec.where}: build did not finish within {spec.timeout:.0f} s"
-        ) from None
-    finally:
-        cancelled.set()
-
-
-def _build_blocking(spec: _BuildSpec, log: LogFn, cancelled: threading.Event) -> str:
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    deadline = time.monotonic() + spec.timeout
-    error: str | None = None
-    api = docker_client().api
-    stream = None
-    try:
-        stream = api.build(
-            path=str(spec.context),
-            dockerfile=str(spec.dockerfile),
-            tag=spec.tag,
-            labels=spec.labels,
-            buildargs=spec.buildargs,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-            timeout=int(spec.timeout) + 1,
-        )
-        for chunk in stream:
-            for line in str(chunk.get("stream", "")).splitlines():
-                tail.append(line)
-                log(line)
-            if "error" in chunk:
-                error = str(chunk["error"]).strip()
-            if cancelled.is_set() or time.monotonic() > deadline:
-                error = f"build did not finish within {spec.timeout:.0f} s"
-                break
-    except urllib3.exceptions.ReadTimeoutError:
-        error = f"build did not finish within {spec.timeout:.0f} s"
-    except (
-        docker.errors.DockerException,
-        requests.RequestException,
-        urllib3.exceptions.HTTPError,
-        OSError,
-    ) as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    finally:
-        if stream is not None:
-            stream.close()
-    if error is not None:
-        output = "\n".join(tail) or "(no output)"
-        raise ImageError(
-            f"{spec.where}: image build failed: {error}\n"
-            f"--- last {len(tail)} lines of build output ---\n{output}"
-        )
-    return str(api.inspect_image(spec.tag)["Id"])

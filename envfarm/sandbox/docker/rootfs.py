@@ -11,6 +11,7 @@ left in place rather than risk deleting through a mount.
 from __future__ import annotations
 
 import collections
+import fnmatch
 import json
 import os
 import shutil
@@ -43,6 +44,8 @@ class RootfsRecipe(BaseModel):
     variant: str
     components: list[str]
     include: list[str]
+    path_exclude: list[str] = []
+    path_include: list[str] = []
 
 
 def load_rootfs_recipe(path: Path) -> RootfsRecipe:
@@ -82,6 +85,7 @@ def build_rootfs_image(
         ]
         _run_logged(command, on_log, timeout, "debootstrap")
         _strip_host_leftovers(target)
+        _exclude_paths(target, recipe)
         return _import(target, tag, labels)
     finally:
         _remove(work)
@@ -119,6 +123,23 @@ def _strip_host_leftovers(target: Path) -> None:
             path.write_text("")
 
 
+def _exclude_paths(target: Path, recipe: RootfsRecipe) -> None:
+    """Write dpkg's path-exclude rules and delete what they exclude from the rootfs."""
+    rules = [f"path-exclude {p}" for p in recipe.path_exclude]
+    rules += [f"path-include {p}" for p in recipe.path_include]
+    (target / "etc/dpkg/dpkg.cfg.d/envfarm-slim").write_text("\n".join(rules) + "\n")
+    for pattern in recipe.path_exclude:
+        top = target / pattern.split("*", 1)[0].strip("/")
+        for path in list(top.rglob("*")) if top.is_dir() else []:
+            name = "/" + str(path.relative_to(target))
+            if path.is_dir() and not path.is_symlink():
+                continue
+            if fnmatch.fnmatchcase(name, pattern) and not any(
+                fnmatch.fnmatchcase(name, keep) for keep in recipe.path_include
+            ):
+                path.unlink()
+
+
 def _import(target: Path, tag: str, labels: dict[str, str]) -> str:
     repository, _, version = tag.rpartition(":")
     changes = [*IMAGE_CHANGES, *(f"LABEL {key}={value}" for key, value in labels.items())]
@@ -127,7 +148,8 @@ def _import(target: Path, tag: str, labels: dict[str, str]) -> str:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     ) as tar:
-        assert tar.stdout is not None and tar.stderr is not None
+        assert tar.stdout is not None
+        assert tar.stderr is not None
         stream = tar.stdout
 
         def chunks() -> Iterator[bytes]:
@@ -147,7 +169,7 @@ def _import(target: Path, tag: str, labels: dict[str, str]) -> str:
     last = json.loads(str(result).strip().splitlines()[-1])
     if "error" in last:
         raise ImageError(f"docker import of the base rootfs failed: {last['error']}")
-    return str(docker_client().api.inspect_image(tag)["Id"])
+    return str(docker_client().images.get(tag).id)
 
 
 def _mounts_under(path: Path) -> list[str]:

@@ -101,15 +101,15 @@ class DockerSandbox(Sandbox):
         _live[self.container_id] = self._container
 
     def _run_container(self) -> Container:
+        """Create then start: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
         kwargs: dict[str, Any] = {}
         if cfg.runtime:
             kwargs["runtime"] = cfg.runtime
-        return docker_client().containers.run(
+        container = docker_client().containers.create(
             cfg.image,
             command=["sleep", "infinity"],
             entrypoint=[],
-            detach=True,
             init=True,
             hostname="sandbox",
             working_dir=cfg.workdir,
@@ -131,6 +131,12 @@ class DockerSandbox(Sandbox):
             },
             **kwargs,
         )
+        try:
+            container.start()
+        except docker.errors.DockerException:
+            container.remove(force=True, v=True)
+            raise
+        return container
 
     async def exec(
         self,

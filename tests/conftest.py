@@ -1,0 +1,37 @@
+"""Shared fixtures. Tests that need Docker use the real engine and fail (not skip) without it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from envfarm.policy.scripted import ScriptedResponder
+from envfarm.policy.server import PolicyServer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "docker" in parts or "e2e" in parts:
+            item.add_marker(pytest.mark.docker)
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="session")
+async def base_image() -> str:
+    """The envfarm base image (debootstrap + docker import), built once and reused."""
+    from envfarm.sandbox.docker.images import ensure_base_image
+
+    return (await ensure_base_image()).tag
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def scripted_server() -> AsyncIterator[tuple[ScriptedResponder, PolicyServer]]:
+    """An OpenAI-compatible server on loopback replaying a script the test fills in."""
+    responder = ScriptedResponder([])
+    async with PolicyServer(responder) as server:
+        yield responder, server
