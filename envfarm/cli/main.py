@@ -26,7 +26,7 @@ from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task, discover_tasks
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 RUN_HELP = """Run agent sessions on tasks and grade them.
 

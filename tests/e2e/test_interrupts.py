@@ -1,0 +1,75 @@
+"""Leak-proof teardown when a run is interrupted (Ctrl-C) or killed outright (SIGKILL)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+
+from envfarm.sandbox.docker.reaper import reap_orphans
+from envfarm.sandbox.docker.sandbox import LABEL_KIND, LABEL_TASK
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def slow_task(root: Path, name: str) -> Path:
+    task = root / name
+    shutil.copytree(REPO / "tasks" / "fix-lru-cache", task)
+    (task / "task.toml").write_text(
+        f'[task]\nname = "test/{name}"\n[environment]\nworkdir = "/app"\n'
+    )
+    (task / "solution" / "solve.sh").write_text("sleep 120\n")
+    return task
+
+
+def start_run(task: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "envfarm", "run", str(task), "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def containers_of(task_id: str) -> list[str]:
+    client = docker.from_env()
+    labels = [f"{LABEL_TASK}={task_id}", f"{LABEL_KIND}=sandbox"]  # not build containers
+    found = client.containers.list(all=True, filters={"label": labels})
+    return [c.id for c in found]
+
+
+def wait_for_container(task_id: str, proc: subprocess.Popen[str]) -> list[str]:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if ids := containers_of(task_id):
+            time.sleep(1.0)  # let the oracle's command start
+            return ids
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    raise AssertionError("the sandbox never appeared")
+
+
+def test_ctrl_c_removes_the_sandboxes(tmp_path):
+    proc = start_run(slow_task(tmp_path, "interrupted"), tmp_path / "out")
+    wait_for_container("test/interrupted", proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    assert containers_of("test/interrupted") == []
+
+
+def test_sandboxes_of_a_killed_run_are_reaped(tmp_path):
+    proc = start_run(slow_task(tmp_path, "killed"), tmp_path / "out")
+    [orphan] = wait_for_container("test/killed", proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert containers_of("test/killed") == [orphan]  # SIGKILL leaves it behind...
+    assert orphan in reap_orphans()  # ...until the next run reaps it
+    assert containers_of("test/killed") == []
