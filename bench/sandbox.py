@@ -5,7 +5,7 @@ Measures, in one run and on the same base image:
   - one exec round trip (`true`) vs `docker exec CONTAINER true`;
   - a 1 MiB file write+read vs `docker cp` in and out.
 Prints absolute figures (median, p90) and ratios against the baseline. Noisy machines: read the
-ratios, and run it more than once. Usage: python bench/bench_sandbox.py [--n 30]
+ratios, and run it more than once. Usage: python bench/sandbox.py [--n 30]
 """
 
 from __future__ import annotations

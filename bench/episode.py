@@ -6,7 +6,7 @@ read the reward, remove the container. envfarm does the same through its policy 
 loop and grader. Both run each example task ``--rounds`` times, sequentially (concurrency 1),
 then envfarm runs the same episodes with ``--concurrency`` to show throughput.
 Prints per-episode medians, episodes per minute and the ratios. Usage:
-  python bench/bench_episode.py [--rounds 3] [--concurrency 4]
+  python bench/episode.py [--rounds 3] [--concurrency 4]
 """
 
 from __future__ import annotations
