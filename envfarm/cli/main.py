@@ -1,232 +1,29 @@
-"""The ``envfarm`` command: a thin shell that parses input, calls the controller, renders output."""
+"""The ``envfarm`` command: thin shells that parse input, call the controller, render output.
+
+Each command of substance lives in its own module; this one assembles the group.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 import envfarm
-from envfarm.cli.render import JobProgress, summary_table
-from envfarm.controller.episode import EpisodeRunner
-from envfarm.controller.job import Job, JobConfig, JobEvents
-from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.controller.summary import EXIT_BAD_INPUT, RunSummary, summarize
-from envfarm.errors import EnvfarmError
-from envfarm.grading.script import TestScriptGrader
-from envfarm.models.trajectory import Trajectory, trajectory_json_schema
-from envfarm.policy.base import SamplingParams
-from envfarm.sandbox.base import PreparedImage, SandboxBackend
-from envfarm.spec.task import Task, discover_tasks
-
-console = Console(stderr=True, soft_wrap=True)
-
-RUN_HELP = """Run agent sessions on tasks and grade them.
-
-TASK_OR_DIR is a task directory (with task.toml) or a directory searched for task directories.
-Each task's image is built locally, one sandbox per episode runs on the local Docker engine,
-the policy drives the tools, and tests/test.sh grades the result.
-
-Writes OUT/trajectories.jsonl (one line per episode, its final attempt) and OUT/summary.json.
-Exit status: 0 when every episode ended with a valid reward (whatever its value); 1 when some
-episode failed for an infrastructure reason after retries; 2 when some input was bad (the good
-tasks still run).
-"""
+from envfarm.cli.render import console
+from envfarm.cli.run import run
+from envfarm.controller.summary import EXIT_BAD_INPUT
+from envfarm.models.trajectory import trajectory_json_schema
+from envfarm.spec.task import discover_tasks
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(envfarm.__version__, prog_name="envfarm")
 def cli() -> None:
     """envfarm: sandboxed environments, agent sessions and graded trajectories for RL."""
-
-
-@cli.command(help=RUN_HELP)
-@click.argument(
-    "paths", metavar="TASK_OR_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
-)
-@click.option(
-    "--policy",
-    default="oracle",
-    show_default=True,
-    help="oracle (runs the task's solution), nop (submits at once), "
-    "or the base URL of an OpenAI-compatible endpoint, e.g. http://host:8000/v1.",
-)
-@click.option("--model", default=None, help="Model name sent to the endpoint.")
-@click.option(
-    "--api-key",
-    envvar="ENVFARM_API_KEY",
-    default=None,
-    help="API key for the endpoint (or ENVFARM_API_KEY). Never written to any output.",
-)
-@click.option(
-    "--group-size",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Episodes per task, graded as one GRPO group.",
-)
-@click.option(
-    "--concurrency",
-    default=4,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Episodes running at once.",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Output directory [default: runs/<timestamp>/].",
-)
-@click.option("--temperature", type=float, default=None, help="Sampling temperature.")
-@click.option("--top-p", type=float, default=None, help="Nucleus sampling top-p.")
-@click.option("--max-tokens", type=int, default=None, help="Max tokens per model turn.")
-@click.option(
-    "--seed", type=int, default=None, help="Sampling seed; episode i of a group gets seed + i."
-)
-@click.option(
-    "--max-turns",
-    default=50,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Model turns per episode before it is stopped and graded.",
-)
-@click.option(
-    "--retries",
-    default=2,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Extra attempts for an episode that failed for an infrastructure reason.",
-)
-def run(
-    paths: tuple[Path, ...],
-    policy: str,
-    model: str | None,
-    api_key: str | None,
-    group_size: int,
-    concurrency: int,
-    out_dir: Path | None,
-    temperature: float | None,
-    top_p: float | None,
-    max_tokens: int | None,
-    seed: int | None,
-    max_turns: int,
-    retries: int,
-) -> None:
-    tasks, errors = discover_tasks(list(paths))
-    bad_inputs = {error.path: str(error) for error in errors}
-    for error in errors:
-        console.print(f"[yellow]bad task:[/] {escape(str(error))}")
-    if not tasks:
-        console.print("[red]no runnable task found[/]")
-        sys.exit(EXIT_BAD_INPUT)
-    try:
-        spec = PolicySpec.model_validate({"target": policy, "model": model, "api_key": api_key})
-        sampling = SamplingParams(
-            temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
-        )
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-    if spec.builtin:
-        console.print(
-            f"[cyan]notice:[/] the built-in [bold]{policy}[/] policy is driving the agent: "
-            "no model is being trained or evaluated."
-        )
-    out = out_dir or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    config = JobConfig(
-        group_size=group_size, concurrency=concurrency, max_retries=retries, seed=seed
-    )
-    try:
-        summary = asyncio.run(_run_job(tasks, spec, sampling, config, max_turns, out, bad_inputs))
-    except KeyboardInterrupt:
-        console.print(
-            "[red]interrupted[/]: sandboxes were removed; partial results are in "
-            f"{out}/trajectories.jsonl"
-        )
-        sys.exit(130)
-    except EnvfarmError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        sys.exit(EXIT_BAD_INPUT if not exc.infrastructure else 1)
-    console.print(summary_table(summary))
-    console.print(
-        f"trajectories: {out / 'trajectories.jsonl'}\nsummary:      {out / 'summary.json'}"
-    )
-    sys.exit(summary.exit_code)
-
-
-def _docker_backend() -> SandboxBackend:
-    from envfarm.sandbox.docker.backend import DockerBackend
-
-    return DockerBackend()
-
-
-async def _run_job(
-    tasks: list[Task],
-    spec: PolicySpec,
-    sampling: SamplingParams,
-    config: JobConfig,
-    max_turns: int,
-    out: Path,
-    bad_inputs: dict[str, str],
-) -> RunSummary:
-    started = time.monotonic()
-    backend = _docker_backend()
-    lines = (out / "trajectories.jsonl").open("w", encoding="utf-8")
-    async with open_policy(spec) as policy:
-        runner = EpisodeRunner(
-            backend=backend,
-            policy=policy,
-            grader=TestScriptGrader(),
-            run_id=out.name,
-            sampling=sampling,
-            max_turns=max_turns,
-        )
-        with lines, JobProgress(console, len(tasks), len(tasks) * config.group_size) as progress:
-
-            def write_group(group: list[Trajectory]) -> None:
-                for trajectory in group:
-                    lines.write(trajectory.to_json() + "\n")
-                lines.flush()
-
-            def image_done(
-                task: Task, image: PreparedImage | None, error: EnvfarmError | None
-            ) -> None:
-                progress.image_done(task, image, error)
-                if error is not None and not error.infrastructure:
-                    progress.skip_episodes(config.group_size)
-
-            job = Job(
-                tasks,
-                runner,
-                config,
-                JobEvents(
-                    on_image=image_done,
-                    on_episode=progress.episode_done,
-                    on_group=write_group,
-                ),
-            )
-            result = await job.run()
-    for task_id, error in result.bad_tasks.items():
-        bad_inputs[task_id] = str(error)
-    summary = summarize(
-        result.trajectories,
-        job_id=job.id,
-        policy=spec.target,
-        model=policy.model,
-        bad_inputs=bad_inputs,
-        duration_s=time.monotonic() - started,
-    )
-    (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    return summary
 
 
 @cli.command()
@@ -258,6 +55,9 @@ def schema(out_file: Path | None) -> None:
         click.echo(text, nl=False)
     else:
         out_file.write_text(text, encoding="utf-8")
+
+
+cli.add_command(run)
 
 
 def main() -> None:

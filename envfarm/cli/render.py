@@ -21,6 +21,9 @@ from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task
 
+console = Console(stderr=True, soft_wrap=True)
+"""Everything the CLI says goes to standard error; standard output is for data."""
+
 
 class JobProgress:
     """Two bars: images prepared and episodes finished, with a line per notable event."""
