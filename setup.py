@@ -1,9 +1,17 @@
 """Packaging shim: ``images/`` ships as the package ``envfarm.images``.
 
-setuptools' package discovery never finds a package that exists only through a ``package-dir``
-mapping, so it is listed here; everything else lives in pyproject.toml.
+setuptools' discovery never finds a package that exists only through a ``package-dir``
+mapping, so the recipe folders are listed here (data folders count as namespace packages);
+everything else lives in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from pathlib import Path
 
-setup(packages=[*find_packages(include=["envfarm*"]), "envfarm.images"])
+from setuptools import find_namespace_packages, setup
+
+recipes = [
+    "envfarm.images" + "".join(f".{part}" for part in path.relative_to("images").parts)
+    for path in [Path("images"), *sorted(p for p in Path("images").rglob("*") if p.is_dir())]
+    if "__pycache__" not in path.parts
+]
+setup(packages=[*find_namespace_packages(include=["envfarm", "envfarm.*"]), *recipes])
