@@ -1,0 +1,98 @@
+"""An in-memory sandbox for load simulation, dry runs and tests of the layers above sandboxes.
+
+Nothing runs: files live in a dict, and ``exec`` answers from a handler (by default, a
+successful empty result after an optional simulated latency). It lets the controller and the
+agent loop be driven at thousands of concurrent sessions on one machine, which is what the
+loop-overhead benchmark measures. Never use it to grade real work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+
+from envfarm.errors import SandboxGone
+from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox, SandboxBackend
+from envfarm.spec.task import Task
+
+ExecHandler = Callable[[str], Awaitable[ExecResult] | ExecResult]
+
+
+def ok(stdout: str = "") -> ExecResult:
+    return ExecResult(exit_code=0, stdout=stdout, stderr="")
+
+
+class FakeSandbox(Sandbox):
+    _ids = itertools.count()
+
+    def __init__(self, handler: ExecHandler | None = None, *, latency_s: float = 0.0) -> None:
+        self.id = f"fake-{next(self._ids)}"
+        self.files: dict[str, bytes] = {}
+        self.commands: list[str] = []
+        self.handler = handler
+        self.latency_s = latency_s
+        self.running = False
+
+    async def start(self) -> None:
+        self.running = True
+
+    def _check(self) -> None:
+        if not self.running:
+            raise SandboxGone(f"fake sandbox {self.id} is not running")
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        self._check()
+        self.commands.append(command)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self.handler is None:
+            return ok()
+        result = self.handler(command)
+        return await result if isinstance(result, Awaitable) else result
+
+    async def read_file(self, path: str) -> bytes:
+        self._check()
+        if path in self.files:
+            return self.files[path]
+        if any(name.startswith(path.rstrip("/") + "/") for name in self.files):
+            raise IsADirectoryError(path)
+        raise FileNotFoundError(path)
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._check()
+        if not path.startswith("/"):
+            raise OSError(f"sandbox paths must be absolute, got {path!r}")
+        self.files[path] = data
+
+    async def _teardown(self) -> None:
+        self.running = False
+
+
+class FakeBackend(SandboxBackend):
+    """Hands out ``FakeSandbox``es; ``created`` keeps them for inspection."""
+
+    name = "fake"
+
+    def __init__(self, handler: ExecHandler | None = None, *, latency_s: float = 0.0) -> None:
+        self.handler, self.latency_s = handler, latency_s
+        self.created: list[FakeSandbox] = []
+
+    async def prepare(self, task: Task) -> PreparedImage:
+        return PreparedImage(tag=f"fake/{task.id}", image_id=f"fake:{task.content_hash[:12]}")
+
+    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
+        sandbox = FakeSandbox(self.handler, latency_s=self.latency_s)
+        self.created.append(sandbox)
+        return sandbox
+
+    async def reap(self) -> list[str]:
+        return []

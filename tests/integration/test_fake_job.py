@@ -1,0 +1,81 @@
+"""The controller end to end over the fake backend: no engine, real policy HTTP on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.job import Job, JobConfig, JobEvents
+from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.grading.script import TestScriptGrader
+from envfarm.sandbox.base import ExecResult
+from envfarm.sandbox.fake import FakeBackend, FakeSandbox, ok
+from envfarm.spec.task import load_task
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def make_task(root: Path):
+    (root / "environment").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "solution").mkdir()
+    (root / "task.toml").write_text('[environment]\nworkdir = "/app"\n')
+    (root / "instruction.md").write_text("do it\n")
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (root / "tests" / "test.sh").write_text("true\n")
+    (root / "solution" / "solve.sh").write_text("true\n")
+    return load_task(root)
+
+
+def grading_handler(backend_box: list[FakeSandbox], reward: bytes):
+    def handler(command: str) -> ExecResult:
+        if "/tests/test.sh" in command:
+            sandbox = backend_box[-1]
+            sandbox.files["/logs/verifier/reward.txt"] = reward
+        return ok()
+
+    return handler
+
+
+async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path):
+    task = make_task(tmp_path / "t")
+    backend = FakeBackend()
+    backend.handler = grading_handler(backend.created, b"1\n")
+    seen: list[list[str]] = []
+    async with open_policy(PolicySpec(target="oracle")) as policy:
+        runner = EpisodeRunner(
+            backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
+        )
+        job = Job(
+            [task],
+            runner,
+            JobConfig(group_size=3, concurrency=1),
+            JobEvents(on_group=lambda g: seen.append([t.episode_id for t in g])),
+        )
+        result = await job.run()
+    assert len(result.trajectories) == 3
+    assert [len(g) for g in seen] == [3]
+    assert all(t.reward.value == 1.0 and t.reward.valid for t in result.trajectories)
+    assert all(t.advantage == 0.0 and t.group_zero_variance for t in result.trajectories)
+    commands = backend.created[0].commands
+    assert any("/solution" in c for c in commands)  # the oracle's solution was uploaded
+    assert "bash /solution/solve.sh" in commands
+    assert all(not s.running for s in backend.created)  # every sandbox was stopped
+
+
+async def test_missing_reward_is_invalid_and_not_retried(tmp_path):
+    task = make_task(tmp_path / "t")
+    backend = FakeBackend()
+    async with open_policy(PolicySpec(target="nop")) as policy:
+        runner = EpisodeRunner(
+            backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
+        )
+        result = await Job([task], runner, JobConfig(max_retries=2)).run()
+    [trajectory] = result.trajectories
+    assert trajectory.reward.valid is False
+    assert trajectory.attempt == 0
+    assert len(backend.created) == 1
+    assert trajectory.error is not None
+    assert trajectory.error.phase == "grading"
