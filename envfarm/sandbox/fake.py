@@ -12,7 +12,7 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
 
-from envfarm.errors import SandboxGone
+from envfarm.errors import EnvfarmError, SandboxGone
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox, SandboxBackend
 from envfarm.spec.task import Task
 
@@ -26,8 +26,15 @@ def ok(stdout: str = "") -> ExecResult:
 class FakeSandbox(Sandbox):
     _ids = itertools.count()
 
-    def __init__(self, handler: ExecHandler | None = None, *, latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        handler: ExecHandler | None = None,
+        *,
+        latency_s: float = 0.0,
+        start_error: EnvfarmError | None = None,
+    ) -> None:
         self.id = f"fake-{next(self._ids)}"
+        self.start_error = start_error
         self.files: dict[str, bytes] = {}
         self.commands: list[str] = []
         self.handler = handler
@@ -35,6 +42,8 @@ class FakeSandbox(Sandbox):
         self.running = False
 
     async def start(self) -> None:
+        if self.start_error is not None:
+            raise self.start_error
         self.running = True
 
     def _check(self) -> None:
@@ -84,13 +93,15 @@ class FakeBackend(SandboxBackend):
 
     def __init__(self, handler: ExecHandler | None = None, *, latency_s: float = 0.0) -> None:
         self.handler, self.latency_s = handler, latency_s
+        self.start_error: EnvfarmError | None = None
+        """When set, every sandbox created from now on fails to start with it."""
         self.created: list[FakeSandbox] = []
 
     async def prepare(self, task: Task) -> PreparedImage:
         return PreparedImage(tag=f"fake/{task.id}", image_id=f"fake:{task.content_hash[:12]}")
 
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        sandbox = FakeSandbox(self.handler, latency_s=self.latency_s)
+        sandbox = FakeSandbox(self.handler, latency_s=self.latency_s, start_error=self.start_error)
         self.created.append(sandbox)
         return sandbox
 

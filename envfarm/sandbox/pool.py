@@ -1,0 +1,112 @@
+"""Warm pools: started sandboxes kept ready, so an episode acquires one in milliseconds.
+
+One pool per environment key (the task's prepared image plus its content hash, which covers its
+services). ``acquire`` hands out a ready sandbox when there is one, else starts a new one
+(a cold start, counted); either way a refill is scheduled in the background so the pool goes
+back to ``size``. A sandbox is handed out once and never returned: after its episode it is
+stopped by its user, so no state leaks from one episode into the next. ``close`` stops
+everything still waiting in the pool, and a refill that fails is logged in ``errors`` and
+retried on the next acquire, never raised into an unrelated episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from envfarm.errors import EnvfarmError
+from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.spec.task import Task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PoolStats:
+    warm_hits: int = 0
+    cold_starts: int = 0
+    refills: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Pool:
+    task: Task
+    image: PreparedImage
+    ready: asyncio.Queue[Sandbox] = field(default_factory=asyncio.Queue)
+    starting: int = 0
+
+
+class WarmPools:
+    """Keeps ``size`` started sandboxes per environment of ``backend``."""
+
+    def __init__(self, backend: SandboxBackend, *, size: int, run_id: str) -> None:
+        self.backend, self.size, self.run_id = backend, size, run_id
+        self.stats = PoolStats()
+        self._pools: dict[str, _Pool] = {}
+        self._refills: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @staticmethod
+    def key(task: Task, image: PreparedImage) -> str:
+        return f"{image.image_id or image.tag}:{task.content_hash}"
+
+    def warm(self, task: Task, image: PreparedImage) -> None:
+        """Start filling the pool of this environment (call once its image is built)."""
+        pool = self._pools.setdefault(self.key(task, image), _Pool(task, image))
+        self._schedule_refill(pool)
+
+    async def acquire(self, task: Task, image: PreparedImage) -> Sandbox:
+        """A started sandbox of this environment, for one episode; the caller stops it."""
+        pool = self._pools.setdefault(self.key(task, image), _Pool(task, image))
+        try:
+            sandbox = pool.ready.get_nowait()
+            self.stats.warm_hits += 1
+        except asyncio.QueueEmpty:
+            sandbox = await self._start(pool)
+            self.stats.cold_starts += 1
+        self._schedule_refill(pool)
+        return sandbox
+
+    async def _start(self, pool: _Pool) -> Sandbox:
+        sandbox = self.backend.create(pool.task, pool.image, run_id=self.run_id)
+        try:
+            await sandbox.start()
+        except BaseException:
+            await sandbox.stop()
+            raise
+        return sandbox
+
+    def _schedule_refill(self, pool: _Pool) -> None:
+        missing = self.size - pool.ready.qsize() - pool.starting
+        for _ in range(max(0, missing) if not self._closed else 0):
+            pool.starting += 1
+            refill = asyncio.create_task(self._refill(pool))
+            self._refills.add(refill)
+            refill.add_done_callback(self._refills.discard)
+
+    async def _refill(self, pool: _Pool) -> None:
+        try:
+            sandbox = await self._start(pool)
+        except EnvfarmError as exc:
+            self.stats.errors.append(str(exc))
+            log.warning("warm pool refill for %s failed: %s", pool.task.id, exc)
+            return
+        finally:
+            pool.starting -= 1
+        if self._closed:
+            await sandbox.stop()
+            return
+        self.stats.refills += 1
+        pool.ready.put_nowait(sandbox)
+
+    async def close(self) -> None:
+        self._closed = True
+        refills = list(self._refills)
+        for refill in refills:
+            refill.cancel()
+        await asyncio.gather(*refills, return_exceptions=True)
+        for pool in self._pools.values():
+            while not pool.ready.empty():
+                await pool.ready.get_nowait().stop()

@@ -1,0 +1,102 @@
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from envfarm.controller.admission import Admission
+from envfarm.errors import SandboxStartError
+from envfarm.sandbox.fake import FakeBackend, FakeSandbox
+from envfarm.sandbox.pool import WarmPools
+from envfarm.spec.task import load_task
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def make_task(root: Path):
+    (root / "environment").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "task.toml").write_text("")
+    (root / "instruction.md").write_text("x\n")
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (root / "tests" / "test.sh").write_text("true\n")
+    return load_task(root)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path):
+    task = make_task(tmp_path / "t")
+    backend = FakeBackend()
+    image = await backend.prepare(task)
+    pools = WarmPools(backend, size=2, run_id="r")
+    pools.warm(task, image)
+    await settle()
+    assert len(backend.created) == 2
+    first = await pools.acquire(task, image)
+    second = await pools.acquire(task, image)
+    assert isinstance(first, FakeSandbox)
+    assert first.running
+    assert first is not second
+    assert pools.stats.warm_hits == 2
+    assert pools.stats.cold_starts == 0
+    await settle()
+    assert len(backend.created) == 4  # refilled back to size, never reusing a handed-out one
+    third = await pools.acquire(task, image)
+    assert third not in (first, second)
+    await pools.close()
+    await settle()
+    waiting = [s for s in backend.created if s not in (first, second, third)]
+    assert waiting
+    assert all(not s.running for s in waiting)
+    assert first.running  # handed out: its episode owns it
+
+
+async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path):
+    task = make_task(tmp_path / "t")
+
+    backend = FakeBackend()
+    image = await backend.prepare(task)
+    pools = WarmPools(backend, size=1, run_id="r")
+    sandbox = await pools.acquire(task, image)
+    assert sandbox.running
+    assert pools.stats.cold_starts == 1
+    await settle()
+    backend.start_error = SandboxStartError("engine said no")
+    await pools.acquire(task, image)  # the warm one; the refill after it fails
+    await settle()
+    assert pools.stats.errors == ["engine said no"]
+    with pytest.raises(SandboxStartError):
+        await pools.acquire(task, image)
+    await pools.close()
+
+
+async def test_admission_waits_for_capacity_and_overcommits_cpu():
+    admission = Admission(cpus=2, memory_mb=1000, cpu_overcommit=2.0)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def episode(name: str, cpus: float, memory: int) -> None:
+        async with admission.admit(cpus, memory):
+            order.append(f"start {name}")
+            await release.wait()
+        order.append(f"end {name}")
+
+    tasks = [asyncio.create_task(episode(n, 1, 400)) for n in "ab"]
+    await settle()
+    late = asyncio.create_task(episode("c", 1, 400))  # memory 1200 > 1000: must wait
+    await settle()
+    assert order == ["start a", "start b"]
+    assert admission.used_cpus == 2
+    release.set()
+    await asyncio.gather(*tasks, late)
+    assert order.index("start c") > order.index("end a")
+    assert admission.used_cpus == 0
+
+
+async def test_admission_admits_an_oversized_task_alone():
+    admission = Admission(cpus=1, memory_mb=100, cpu_overcommit=1.0)
+    async with admission.admit(8, 10_000):
+        assert admission.used_memory_mb == 10_000
