@@ -1,19 +1,25 @@
 """Sandbox latency on this machine: envfarm's Docker backend against the docker CLI.
 
-Measures, in one run and on the same base image:
-  - start+stop of one sandbox vs `docker run -d` + `docker rm -f` (the CLI baseline);
-  - one exec round trip (`true`) vs `docker exec CONTAINER true`;
-  - a 1 MiB file write+read vs `docker cp` in and out.
-Prints absolute figures (median, p90) and ratios against the baseline. Noisy machines: read the
-ratios, and run it more than once. Usage: python bench/sandbox.py [--n 30]
+Measures, in one run on the same base image, alternating blocks of envfarm and baseline
+samples so that load on the machine weighs on both alike:
+  - exec of `true` in a running sandbox (the command channel) vs `docker exec CONTAINER true`;
+  - cold start, from creating a sandbox to its first exec done, vs `docker run --rm IMAGE true`
+    (and, for reference, the same with `--network none`, which envfarm's sandboxes use);
+  - a 1 MiB and a 20 MiB file written and read back vs `docker cp` in and out.
+Prints a table (p50, p99, ratio = baseline p50 / envfarm p50, so above 1 means envfarm is
+faster), then, as its last line, one JSON object with the headline figures.
+
+Usage: python bench/sandbox.py [--n-exec 200] [--n-start 20] [--n-files 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
+import math
 import os
-import statistics
 import subprocess
 import tempfile
 import time
@@ -22,85 +28,163 @@ from pathlib import Path
 
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.docker.sandboxd import ensure_helper
+
+BENCH_LABEL = "io.envfarm.bench=sandbox"
+
+Op = Callable[[], Awaitable[object]]
 
 
-def stats(samples: list[float]) -> tuple[float, float]:
+def percentile(samples: list[float], q: float) -> float:
+    """Nearest-rank percentile, in milliseconds."""
     ordered = sorted(samples)
-    return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] * 1000
 
 
-async def timed(n: int, op: Callable[[], Awaitable[object]]) -> list[float]:
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await op()
-        samples.append(time.perf_counter() - start)
-    return samples
+async def alternate(
+    n: int, ours: Op, baseline: Op, after: Op | None = None
+) -> tuple[list[float], list[float]]:
+    """Time ``n`` runs of each, in alternating blocks of a tenth of ``n`` (so that one side's
+    aftermath, like the engine cleaning up an exec, rarely lands in the other's samples);
+    ``after`` runs untimed after each of ours."""
+    times: tuple[list[float], list[float]] = ([], [])
+    block = max(1, n // 10)
+    while len(times[1]) < n:
+        for op, samples in ((ours, times[0]), (baseline, times[1])):
+            for _ in range(min(block, n - len(samples))):
+                start = time.perf_counter()
+                await op()
+                samples.append(time.perf_counter() - start)
+                if after is not None and op is ours:
+                    await after()
+    return times
 
 
-def cli(*args: str) -> None:
+def docker_cli(*args: str) -> None:
     subprocess.run(["docker", *args], check=True, capture_output=True)
 
 
-async def main(n: int) -> None:
-    image = (await ensure_base_image()).tag
-    rows: list[tuple[str, list[float], list[float]]] = []
+async def cli(*args: str) -> None:
+    await asyncio.to_thread(docker_cli, *args)
 
-    async def envfarm_lifecycle() -> None:
-        sandbox = DockerSandbox(DockerSandboxConfig(image=image, run_id="bench"))
-        await sandbox.start()
-        await sandbox.stop()
 
-    async def cli_lifecycle() -> None:
-        name = f"bench-{os.urandom(4).hex()}"
-        await asyncio.to_thread(
-            cli, "run", "-d", "--name", name, "--network", "none", image, "sleep", "infinity"
-        )
-        await asyncio.to_thread(cli, "rm", "-f", name)
+def _config(image: str) -> DockerSandboxConfig:
+    return DockerSandboxConfig(image=image, run_id="bench")
 
-    rows.append(("start+stop", await timed(n, envfarm_lifecycle), await timed(n, cli_lifecycle)))
 
-    sandbox = DockerSandbox(DockerSandboxConfig(image=image, run_id="bench"))
-    async with sandbox:
+async def bench_exec(image: str, n: int) -> tuple[list[float], list[float]]:
+    async with DockerSandbox(_config(image)) as sandbox:
+        assert isinstance(sandbox, DockerSandbox)
         cid = sandbox.container_id
-        rows.append(
-            (
-                "exec `true`",
-                await timed(n, lambda: sandbox.exec("true")),
-                await timed(n, lambda: asyncio.to_thread(cli, "exec", cid, "true")),
-            )
-        )
-        payload = os.urandom(1024 * 1024)
+        for _ in range(10):  # warm both paths up
+            await sandbox.exec("true")
+            await cli("exec", cid, "true")
+        return await alternate(n, lambda: sandbox.exec("true"), lambda: cli("exec", cid, "true"))
+
+
+async def bench_start(image: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
+    started: list[DockerSandbox] = []
+
+    async def cold_start() -> None:
+        sandbox = DockerSandbox(_config(image))
+        started.append(sandbox)
+        await sandbox.start()
+        result = await sandbox.exec("true")
+        assert result.exit_code == 0
+
+    async def stop() -> None:
+        await started.pop().stop()
+
+    run = ("run", "--rm", "--label", BENCH_LABEL)
+    return {
+        "bare": await alternate(n, cold_start, lambda: cli(*run, image, "true"), stop),
+        "offline": await alternate(
+            n, cold_start, lambda: cli(*run, "--network", "none", image, "true"), stop
+        ),
+    }
+
+
+async def bench_files(image: str, n: int, size: int) -> tuple[list[float], list[float]]:
+    payload = os.urandom(size)
+    digest = hashlib.sha256(payload).digest()
+    async with DockerSandbox(_config(image)) as sandbox:
+        assert isinstance(sandbox, DockerSandbox)
+        cid = sandbox.container_id
         with tempfile.TemporaryDirectory() as tmp:
-            local = os.path.join(tmp, "blob")
-            Path(local).write_bytes(payload)
+            local = Path(tmp) / "blob"
+            local.write_bytes(payload)
 
-            async def envfarm_files() -> None:
+            async def ours() -> None:
                 await sandbox.write_file("/tmp/blob", payload)
-                assert await sandbox.read_file("/tmp/blob") == payload
+                assert hashlib.sha256(await sandbox.read_file("/tmp/blob")).digest() == digest
 
-            async def cli_files() -> None:
-                await asyncio.to_thread(cli, "cp", local, f"{cid}:/tmp/blob2")
-                await asyncio.to_thread(cli, "cp", f"{cid}:/tmp/blob2", local + ".back")
+            async def docker_cp() -> None:
+                await cli("cp", str(local), f"{cid}:/tmp/blob2")
+                await cli("cp", f"{cid}:/tmp/blob2", str(local) + ".back")
 
-            rows.append(
-                ("1 MiB write+read", await timed(n, envfarm_files), await timed(n, cli_files))
-            )
+            return await alternate(n, ours, docker_cp)
 
-    print(f"sandbox benchmark, n={n}, image {image}")
-    print(
-        f"{'operation':<18} {'envfarm p50':>12} {'p90':>9} {'docker CLI p50':>15} {'p90':>9}"
-        f" {'ratio p50':>10}"
+
+def row(name: str, ours: list[float], base: list[float], base_name: str) -> str:
+    o50, o99, b50, b99 = (
+        percentile(ours, 50),
+        percentile(ours, 99),
+        percentile(base, 50),
+        percentile(base, 99),
     )
-    for name, ours, base in rows:
-        (o50, o90), (b50, b90) = stats(ours), stats(base)
-        print(
-            f"{name:<18} {o50 * 1000:>10.1f}ms {o90 * 1000:>7.1f}ms {b50 * 1000:>13.1f}ms "
-            f"{b90 * 1000:>7.1f}ms {o50 / b50:>9.2f}x"
-        )
+    return (
+        f"| {name} | {o50:.2f} ms | {o99:.2f} ms | {base_name} | {b50:.2f} ms | {b99:.2f} ms "
+        f"| {b50 / o50:.2f}x |"
+    )
+
+
+async def main(n_exec: int, n_start: int, n_files: int) -> None:
+    image = (await ensure_base_image()).tag
+    await ensure_helper()
+    exec_times = await bench_exec(image, n_exec)
+    starts = await bench_start(image, n_start)
+    files = {
+        "1 MiB": await bench_files(image, n_files, 1 << 20),
+        "20 MiB": await bench_files(image, n_files, 20 << 20),
+    }
+    print(f"sandbox benchmark: image {image}, n exec={n_exec} start={n_start} files={n_files}")
+    print("| operation | envfarm p50 | p99 | baseline | p50 | p99 | ratio |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
+    print(row("exec `true`", *exec_times, "`docker exec C true`"))
+    print(row("cold start to first exec", *starts["bare"], "`docker run --rm IMAGE true`"))
+    print(row("cold start to first exec", *starts["offline"], "same, `--network none`"))
+    for label, (ours, base) in files.items():
+        print(row(f"{label} write+read", ours, base, "`docker cp` in + out"))
+    cold = starts["bare"][0] + starts["offline"][0]
+    figures = {
+        "exec_p50_ms": percentile(exec_times[0], 50),
+        "exec_p99_ms": percentile(exec_times[0], 99),
+        "docker_exec_p50_ms": percentile(exec_times[1], 50),
+        "docker_exec_p99_ms": percentile(exec_times[1], 99),
+        "cold_start_p50_ms": percentile(cold, 50),
+        "cold_start_p99_ms": percentile(cold, 99),
+        "docker_run_p50_ms": percentile(starts["bare"][1], 50),
+        "docker_run_network_none_p50_ms": percentile(starts["offline"][1], 50),
+        "warm_acquire_p50_ms": None,
+        "file_1mib_p50_ms": percentile(files["1 MiB"][0], 50),
+        "docker_cp_1mib_p50_ms": percentile(files["1 MiB"][1], 50),
+        "file_20mib_p50_ms": percentile(files["20 MiB"][0], 50),
+        "docker_cp_20mib_p50_ms": percentile(files["20 MiB"][1], 50),
+    }
+    exec_p50, cold_p50 = figures["exec_p50_ms"] or 1.0, figures["cold_start_p50_ms"] or 1.0
+    figures["exec_speedup"] = (figures["docker_exec_p50_ms"] or 0.0) / exec_p50
+    figures["cold_start_vs_docker_run"] = cold_p50 / (figures["docker_run_p50_ms"] or 1.0)
+    print(json.dumps({key: _rounded(value) for key, value in figures.items()}))
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=30)
-    asyncio.run(main(parser.parse_args().n))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--n-exec", type=int, default=200)
+    parser.add_argument("--n-start", type=int, default=20)
+    parser.add_argument("--n-files", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(main(args.n_exec, args.n_start, args.n_files))

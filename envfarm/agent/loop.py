@@ -15,8 +15,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.agent.tools import SUBMIT, ToolContext, parse_arguments, run_tool, tool_schemas
+from envfarm.models.samples import PromptCompactor
 from envfarm.models.trajectory import AgentOutcome, StopReason, Turn, Usage
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams
+from envfarm.policy.tokens import TokenData
 from envfarm.sandbox.base import Sandbox
 
 SYSTEM_PROMPT = """\
@@ -66,6 +68,8 @@ class Agent:
         self.messages: list[dict[str, Any]] = []
         self.turns: list[Turn] = []
         self.malformed = 0
+        self.prompts = PromptCompactor()
+        """Keeps recorded prompts compact: storage stays linear in the number of turns."""
 
     async def run(self, instruction: str) -> AgentRun:
         workdir = self.tools.workdir or "/"
@@ -122,6 +126,7 @@ class Agent:
             usage = Usage.model_validate(
                 {k: v for k, v in completion.usage.items() if k in Usage.model_fields}
             )
+        tokens = completion.tokens or TokenData()
         turn = Turn(
             index=len(self.turns),
             finish_reason=completion.finish_reason,
@@ -129,6 +134,8 @@ class Agent:
             latency_s=completion.latency_s,
             usage=usage,
             endpoint=completion.endpoint,
+            **tokens.turn_fields(),
         )
+        self.prompts.add(turn)
         self.turns.append(turn)
         return turn

@@ -6,38 +6,21 @@ Each command of substance lives in its own module; this one assembles the group.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 import envfarm
-from envfarm.cli.render import console
+from envfarm.cli.check import check
+from envfarm.cli.regrade import regrade
 from envfarm.cli.run import run
-from envfarm.controller.summary import EXIT_BAD_INPUT
 from envfarm.models.trajectory import trajectory_json_schema
-from envfarm.spec.task import discover_tasks
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(envfarm.__version__, prog_name="envfarm")
 def cli() -> None:
     """envfarm: sandboxed environments, agent sessions and graded trajectories for RL."""
-
-
-@cli.command()
-@click.argument(
-    "paths", metavar="TASK_OR_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
-)
-def check(paths: tuple[Path, ...]) -> None:
-    """Check task specs; exit 0 only when every task is sound."""
-    tasks, errors = discover_tasks(list(paths))
-    for task in tasks:
-        console.print(f"[green]ok[/]   {escape(task.id)}  ({escape(str(task.root))})")
-    for error in errors:
-        console.print(f"[red]bad[/]  {escape(str(error))}")
-    sys.exit(EXIT_BAD_INPUT if errors or not tasks else 0)
 
 
 @cli.command()
@@ -58,6 +41,8 @@ def schema(out_file: Path | None) -> None:
 
 
 cli.add_command(run)
+cli.add_command(check)
+cli.add_command(regrade)
 
 
 def main() -> None:

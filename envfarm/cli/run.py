@@ -14,12 +14,20 @@ from rich.markup import escape
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, JobConfig, JobEvents
-from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.policies import (
+    JudgeSpec,
+    PolicySpec,
+    open_judge,
+    open_policy,
+    policy_fields,
+)
 from envfarm.controller.summary import EXIT_BAD_INPUT, RunSummary, summarize
 from envfarm.errors import EnvfarmError
+from envfarm.grading.judges import RubricGrading
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.base import SamplingParams
+from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task, discover_tasks
 
@@ -29,7 +37,8 @@ TASK_OR_DIR is a task directory (with task.toml) or a directory searched for tas
 Each task's image is built locally, one sandbox per episode runs on the local Docker engine,
 the policy drives the tools, and tests/test.sh grades the result.
 
-Writes OUT/trajectories.jsonl (one line per episode, its final attempt) and OUT/summary.json.
+Writes OUT/trajectories.jsonl (one line per episode, its final attempt) and OUT/summary.json,
+and each episode's grading artifacts to OUT/artifacts/<episode_id>/ (see `envfarm regrade`).
 Exit status: 0 when every episode ended with a valid reward (whatever its value); 1 when some
 episode failed for an infrastructure reason after retries; 2 when some input was bad (the good
 tasks still run).
@@ -42,17 +51,22 @@ tasks still run).
 )
 @click.option(
     "--policy",
-    default="oracle",
+    "policies",
+    multiple=True,
+    default=("oracle",),
     show_default=True,
     help="oracle (runs the task's solution), nop (submits at once), "
-    "or the base URL of an OpenAI-compatible endpoint, e.g. http://host:8000/v1.",
+    "or the base URL of an OpenAI-compatible endpoint, e.g. http://host:8000/v1. "
+    "Repeat it to spread episodes over several endpoints, each URL optionally followed by "
+    "=WEIGHT (its share of the load; default 1): --policy http://a:8000/v1 "
+    "--policy http://b:8000/v1=2.",
 )
 @click.option("--model", default=None, help="Model name sent to the endpoint.")
 @click.option(
     "--api-key",
     envvar="ENVFARM_API_KEY",
     default=None,
-    help="API key for the endpoint (or ENVFARM_API_KEY). Never written to any output.",
+    help="API key for the endpoints (or ENVFARM_API_KEY). Never written to any output.",
 )
 @click.option(
     "--group-size",
@@ -95,9 +109,54 @@ tasks still run).
     type=click.IntRange(min=0),
     help="Extra attempts for an episode that failed for an infrastructure reason.",
 )
+@click.option(
+    "--server-profile",
+    type=click.Choice(SERVER_PROFILES),
+    default="auto",
+    show_default=True,
+    help="How token ids, logprobs and versions are requested and read: vllm, sglang, openai "
+    "(text only), or auto (detected from the first answer). See docs/policies.md.",
+)
+@click.option(
+    "--routed-experts",
+    is_flag=True,
+    help="Ask the server for MoE routed experts (SGLang; vLLM returns them when started with "
+    "--enable-return-routed-experts).",
+)
+@click.option(
+    "--samples",
+    is_flag=True,
+    help="Add merged training samples (token_ids, loss_mask, logprobs) to each trajectory.",
+)
+@click.option(
+    "--compact-tokens",
+    is_flag=True,
+    help="Write each turn's prompt as the ids it adds to the previous context "
+    "(prompt_suffix_ids) instead of in full.",
+)
+@click.option(
+    "--judge",
+    default=None,
+    metavar="URL",
+    help="Base URL of an OpenAI-compatible endpoint that judges the tasks' rubric items "
+    "(docs/rubrics.md); may be another server than the policy.",
+)
+@click.option("--judge-model", default="default", show_default=True, help="Judge model name.")
+@click.option(
+    "--judge-api-key",
+    envvar="ENVFARM_JUDGE_API_KEY",
+    default=None,
+    help="API key for the judge (or ENVFARM_JUDGE_API_KEY). Never written to any output.",
+)
+@click.option(
+    "--allow-unjudged",
+    is_flag=True,
+    help="Without --judge, grade rubric tasks by their tests alone (flagged rubric:unjudged) "
+    "instead of refusing them. Implied by the built-in oracle and nop policies.",
+)
 def run(
     paths: tuple[Path, ...],
-    policy: str,
+    policies: tuple[str, ...],
     model: str | None,
     api_key: str | None,
     group_size: int,
@@ -109,6 +168,14 @@ def run(
     seed: int | None,
     max_turns: int,
     retries: int,
+    server_profile: str,
+    routed_experts: bool,
+    samples: bool,
+    compact_tokens: bool,
+    judge: str | None,
+    judge_model: str,
+    judge_api_key: str | None,
+    allow_unjudged: bool,
 ) -> None:
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}
@@ -118,15 +185,29 @@ def run(
         console.print("[red]no runnable task found[/]")
         sys.exit(EXIT_BAD_INPUT)
     try:
-        spec = PolicySpec.model_validate({"target": policy, "model": model, "api_key": api_key})
+        fields = policy_fields(policies)
+        spec = PolicySpec.model_validate(
+            {
+                **fields,
+                "model": model,
+                "api_key": api_key,
+                "server_profile": server_profile,
+                "routed_experts": routed_experts,
+            }
+        )
         sampling = SamplingParams(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
         )
+        judge_spec = (
+            JudgeSpec(base_url=judge, model=judge_model, api_key=judge_api_key) if judge else None
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+    allow_unjudged = allow_unjudged or spec.builtin
+    tasks = _triage_rubric_tasks(tasks, judge_spec, allow_unjudged, bad_inputs)
     if spec.builtin:
         console.print(
-            f"[cyan]notice:[/] the built-in [bold]{policy}[/] policy is driving the agent: "
+            f"[cyan]notice:[/] the built-in [bold]{spec.target}[/] policy is driving the agent: "
             "no model is being trained or evaluated."
         )
     out = out_dir or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -135,7 +216,20 @@ def run(
         group_size=group_size, concurrency=concurrency, max_retries=retries, seed=seed
     )
     try:
-        summary = asyncio.run(_run_job(tasks, spec, sampling, config, max_turns, out, bad_inputs))
+        output = {"samples": samples, "compact_tokens": compact_tokens}
+        summary = asyncio.run(
+            _run_job(
+                tasks,
+                spec,
+                sampling,
+                config,
+                max_turns,
+                out,
+                bad_inputs,
+                output,
+                rubrics=(judge_spec, allow_unjudged),
+            )
+        )
     except KeyboardInterrupt:
         console.print(
             "[red]interrupted[/]: sandboxes were removed; partial results are in "
@@ -152,6 +246,33 @@ def run(
     sys.exit(summary.exit_code)
 
 
+def _triage_rubric_tasks(
+    tasks: list[Task], judge: JudgeSpec | None, allow_unjudged: bool, bad_inputs: dict[str, str]
+) -> list[Task]:
+    """Without a judge, rubric tasks run by their tests alone when allowed, else are refused."""
+    unjudged = [task for task in tasks if task.config.verifier.rubrics] if judge is None else []
+    if not unjudged:
+        return tasks
+    names = ", ".join(task.id for task in unjudged)
+    if allow_unjudged:
+        console.print(
+            f"[cyan]notice:[/] no --judge: the rubric items of {names} are not judged; these "
+            "tasks are graded by their tests alone and flagged rubric:unjudged."
+        )
+        return tasks
+    for task in unjudged:
+        bad_inputs[task.id] = (
+            "the task has rubric items and no --judge was given: pass --judge URL, or "
+            "--allow-unjudged to grade it by its tests alone"
+        )
+        console.print(f"[yellow]not run:[/] {escape(task.id)}: {escape(bad_inputs[task.id])}")
+    runnable = [task for task in tasks if not task.config.verifier.rubrics]
+    if not runnable:
+        console.print("[red]no runnable task found[/]")
+        sys.exit(EXIT_BAD_INPUT)
+    return runnable
+
+
 def _docker_backend() -> SandboxBackend:
     from envfarm.sandbox.docker.backend import DockerBackend
 
@@ -166,11 +287,14 @@ async def _run_job(
     max_turns: int,
     out: Path,
     bad_inputs: dict[str, str],
+    output: dict[str, bool],
+    rubrics: tuple[JudgeSpec | None, bool] = (None, False),
 ) -> RunSummary:
     started = time.monotonic()
     backend = _docker_backend()
     lines = (out / "trajectories.jsonl").open("w", encoding="utf-8")
-    async with open_policy(spec) as policy:
+    judge_spec, allow_unjudged = rubrics
+    async with open_policy(spec) as policy, open_judge(judge_spec) as judge:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,
@@ -178,12 +302,14 @@ async def _run_job(
             run_id=out.name,
             sampling=sampling,
             max_turns=max_turns,
+            rubrics=RubricGrading(judge, allow_unjudged=allow_unjudged),
+            artifacts_dir=out / "artifacts",
         )
         with lines, JobProgress(console, len(tasks), len(tasks) * config.group_size) as progress:
 
             def write_group(group: list[Trajectory]) -> None:
                 for trajectory in group:
-                    lines.write(trajectory.to_json() + "\n")
+                    lines.write(trajectory.to_json(**output) + "\n")
                 lines.flush()
 
             def image_done(
@@ -209,7 +335,7 @@ async def _run_job(
     summary = summarize(
         result.trajectories,
         job_id=job.id,
-        policy=spec.target,
+        policy=spec.label,
         model=policy.model,
         bad_inputs=bad_inputs,
         duration_s=time.monotonic() - started,

@@ -11,14 +11,18 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import envfarm
 from envfarm.agent.loop import Agent, AgentLimits
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.policies import ResolvedPolicy
+from envfarm.controller.training_data import settle_training_data
 from envfarm.errors import EnvfarmError
 from envfarm.grading.base import Grader
+from envfarm.grading.judges import RubricGrading
+from envfarm.grading.session import EpisodeGrading
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
@@ -52,6 +56,13 @@ class EpisodeRunner:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_turns: int = 50
     command_timeout_s: float = 120.0
+    rubrics: RubricGrading = field(default_factory=RubricGrading)
+    """Rubric judges (docs/rubrics.md); without a judge, rubric tasks get invalid rewards."""
+    artifacts_dir: Path | None = None
+    """When set, each episode's grading artifacts go to ``artifacts_dir/<episode_id>/``
+    (docs/grading.md); ``trajectory.artifacts`` names the directory."""
+    tamper_checks: bool = True
+    """Snapshot the sandbox before and after the agent to flag tampering (docs/grading.md)."""
 
     async def run(self, request: EpisodeRequest) -> Trajectory:
         started = time.monotonic()
@@ -65,6 +76,7 @@ class EpisodeRunner:
         sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
         try:
             await self._phases(request, sandbox, trajectory)
+            settle_training_data(trajectory, self.policy.versions)
         finally:
             with _phase(trajectory, "teardown"):
                 await sandbox.stop()
@@ -73,25 +85,43 @@ class EpisodeRunner:
 
     async def _phases(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
         task = request.task
+        grading = EpisodeGrading(
+            task,
+            sandbox,
+            self.grader,
+            allow_solution=self.policy.needs_solution,
+            keep_artifacts=self.artifacts_dir is not None,
+            inspect=self.tamper_checks,
+        )
         with _phase(traj, "provision"):
             await sandbox.start()
             if self.policy.needs_solution and task.solution_dir is not None:
                 await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
+            await grading.before_agent()
         if traj.error:
             return
         with _phase(traj, "agent"):
-            run = await self._agent(task, sandbox, request.seed).run(task.instruction)
+            agent = self._agent(task, sandbox, request.seed, request.episode_id)
+            run = await agent.run(task.instruction)
             traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
         if traj.error:
             return
         with _phase(traj, "grading"):
-            traj.reward = await self.grader.grade(sandbox, task)
+            await grading.after_agent(traj.turns)
+            evidence = await self.rubrics.evidence(sandbox, task, traj)
+            traj.reward = await grading.grade()
+            traj.reward = await self.rubrics.grade(traj.reward, task, traj, evidence)
+        traj.reward = grading.finish(traj.reward)
+        if self.artifacts_dir is not None:
+            root = self.artifacts_dir / request.episode_id
+            if await grading.save(root, traj, request.image.build_log if request.image else None):
+                traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
 
-    def _agent(self, task: Task, sandbox: Sandbox, seed: int | None) -> Agent:
+    def _agent(self, task: Task, sandbox: Sandbox, seed: int | None, episode: str) -> Agent:
         config = task.config
         env = dict(config.solution.env) if self.policy.needs_solution else {}
         return Agent(
-            self.policy.client,
+            self.policy.client.session(episode),  # one endpoint per episode: prefix-cache hits
             sandbox,
             limits=AgentLimits(
                 max_turns=self.max_turns,

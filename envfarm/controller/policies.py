@@ -2,30 +2,82 @@
 
 The built-in policies (``oracle``, ``nop``) are served by envfarm itself over real HTTP on
 loopback and reached through the same OpenAI-compatible client as a real model, so the whole
-path (request, tool-call parsing, retries) is exercised even with no model at hand.
+path (request, tool-call parsing, retries) is exercised even with no model at hand. Endpoint
+URLs, one or several, are served through an ``EndpointPool``: even a single endpoint needs its
+weight-swap pause handling and breaker.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from envfarm.controller.versions import PolicyVersionBoard
+from envfarm.grading.judges import RubricJudge
 from envfarm.policy.base import PolicyClient
 from envfarm.policy.builtin import BUILTIN_POLICIES, builtin_responder
+from envfarm.policy.endpoints import EndpointSpec, PoolSettings
 from envfarm.policy.openai import OpenAIPolicy
+from envfarm.policy.pool import EndpointPool
+from envfarm.policy.profiles import DEFAULT_VERSION_HEADER, CaptureOptions, ServerProfile
 from envfarm.policy.server import PolicyServer
 
 
 class PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    target: str
-    """``oracle``, ``nop`` or the base URL of an OpenAI-compatible endpoint."""
+    target: str = ""
+    """``oracle``, ``nop`` or the base URL of an OpenAI-compatible endpoint; empty when
+    ``endpoints`` lists the endpoints."""
     model: str | None = None
     api_key: SecretStr | None = None
+    """Sent to every endpoint that has no ``api_key`` of its own."""
+    endpoints: list[EndpointSpec] = Field(default_factory=list)
+    """Several endpoints (inference sites) with weights, served as one pool."""
+    pool: PoolSettings = Field(default_factory=PoolSettings)
+    """Retries, circuit breaker and pause budgets of the endpoint pool (URLs only)."""
+    server_profile: ServerProfile = "auto"
+    """Token capture dialect of the endpoint (``envfarm.policy.profiles``)."""
+    routed_experts: bool = False
+    """Ask the server for MoE routed experts (SGLang needs the request field)."""
+    version_header: str | None = DEFAULT_VERSION_HEADER
+    """Response header that carries the policy version; None to ignore headers."""
+
+    def capture(self) -> CaptureOptions:
+        """Token capture options for this policy's endpoint clients."""
+        return CaptureOptions(
+            profile=self.server_profile,
+            routed_experts=self.routed_experts,
+            version_header=self.version_header,
+        )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> PolicySpec:
+        if bool(self.target) == bool(self.endpoints):
+            raise ValueError(
+                "a policy needs either `target` (oracle, nop or an endpoint URL) or `endpoints` "
+                "(a list of {url, weight, api_key}), not both"
+            )
+        for endpoint in self.endpoints:
+            if endpoint.url in BUILTIN_POLICIES:
+                raise ValueError(
+                    f"the built-in policy {endpoint.url!r} cannot be part of an endpoint pool; "
+                    "pool endpoints are URLs"
+                )
+        return self
+
+    @property
+    def label(self) -> str:
+        """``target``, or the pool's URLs joined by commas."""
+        return self.target or ", ".join(e.url for e in self.endpoints)
+
+    @property
+    def pool_endpoints(self) -> list[EndpointSpec]:
+        return self.endpoints or [EndpointSpec(url=self.target)]
 
     @property
     def builtin(self) -> bool:
@@ -36,6 +88,35 @@ class PolicySpec(BaseModel):
         return self.model or (self.target if self.builtin else "default")
 
 
+def policy_fields(values: Sequence[str]) -> dict[str, Any]:
+    """``PolicySpec`` fields from repeated ``--policy`` values: ``oracle``, ``nop``, or URLs,
+    each optionally followed by ``=WEIGHT`` (``http://a:8000/v1 http://b:8000/v1=2``)."""
+    if len(values) == 1 and "=" not in values[0]:
+        return {"target": values[0]}
+    endpoints: list[dict[str, Any]] = []
+    for value in values:
+        if value in BUILTIN_POLICIES:
+            raise ValueError(
+                f"--policy {value} cannot be combined with other --policy values: "
+                "several --policy values make a pool of endpoint URLs"
+            )
+        url, sep, weight = value.rpartition("=")
+        if not sep:
+            endpoints.append({"url": value})
+            continue
+        try:
+            parsed = float(weight)
+        except ValueError:
+            parsed = 0.0
+        if not url or not 0 < parsed < float("inf"):
+            raise ValueError(
+                f"--policy {value!r}: expected URL or URL=WEIGHT with a positive weight, "
+                "e.g. http://host:8000/v1=2"
+            )
+        endpoints.append({"url": url, "weight": parsed})
+    return {"endpoints": endpoints}
+
+
 @dataclass
 class ResolvedPolicy:
     client: PolicyClient
@@ -43,10 +124,14 @@ class ResolvedPolicy:
     model: str
     needs_solution: bool
     """True for the oracle: the task's solution is uploaded to /solution before the agent runs."""
+    versions: PolicyVersionBoard | None = None
+    """The versions the trainer published (None in CLI runs): orders ``policy_versions``."""
 
 
 @asynccontextmanager
-async def open_policy(spec: PolicySpec) -> AsyncIterator[ResolvedPolicy]:
+async def open_policy(
+    spec: PolicySpec, versions: PolicyVersionBoard | None = None
+) -> AsyncIterator[ResolvedPolicy]:
     if spec.builtin:
         async with PolicyServer(builtin_responder(spec.target), model_names=[spec.target]) as srv:
             client = OpenAIPolicy(srv.base_url, spec.target)
@@ -56,8 +141,51 @@ async def open_policy(spec: PolicySpec) -> AsyncIterator[ResolvedPolicy]:
                 await client.aclose()
         return
     key = spec.api_key.get_secret_value() if spec.api_key else None
-    client = OpenAIPolicy(spec.target, spec.model_name, api_key=key)
+    pool = EndpointPool(
+        spec.pool_endpoints,
+        spec.model_name,
+        api_key=key,
+        settings=spec.pool,
+        capture=spec.capture(),
+        version_source=versions.latest if versions else None,
+    )
     try:
-        yield ResolvedPolicy(client, spec.target, spec.model_name, needs_solution=False)
+        yield ResolvedPolicy(
+            pool, spec.label, spec.model_name, needs_solution=False, versions=versions
+        )
+    finally:
+        await pool.aclose()
+
+
+class JudgeSpec(BaseModel):
+    """The rubric judge endpoint (``--judge``); may be another server and model than the policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    model: str = "default"
+    api_key: SecretStr | None = None
+    verdict_retries: int = Field(default=2, ge=0)
+    """Corrective retries after a reply that is not a readable verdict."""
+    concurrency: int = Field(default=16, ge=1)
+    """Judge requests in flight at once, across every episode."""
+
+
+@asynccontextmanager
+async def open_judge(spec: JudgeSpec | None) -> AsyncIterator[RubricJudge | None]:
+    """A ``RubricJudge`` on ``spec``'s endpoint (None without a spec); closed on exit."""
+    if spec is None:
+        yield None
+        return
+    key = spec.api_key.get_secret_value() if spec.api_key else None
+    client = OpenAIPolicy(spec.base_url, spec.model, api_key=key)
+    try:
+        yield RubricJudge(
+            client,
+            endpoint=client.base_url,
+            model=spec.model,
+            verdict_retries=spec.verdict_retries,
+            concurrency=spec.concurrency,
+        )
     finally:
         await client.aclose()

@@ -2,18 +2,28 @@
 
 The tests are uploaded only now, after the agent has stopped, over anything the agent put at
 ``/tests``. ``/logs/verifier`` is wiped first, so a reward file the agent planted is never read.
-A verifier that times out or writes no reward raises ``GradingError``: the reward is invalid,
-with the reason and the tail of the verifier's output, never a 0.
+``run_verifier`` runs ``test.sh`` and brings back what it left in ``/logs/verifier`` (the reward
+file, test reports, ``test-stdout.txt``); ``verdict.score`` turns that into the reward. A verifier
+that times out or writes no reward raises ``GradingError``: the reward is invalid, with the
+reason and the tail of the verifier's output, never a 0.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 
-from envfarm.errors import GradingError
 from envfarm.grading.base import Grader
-from envfarm.grading.reward import parse_reward_json, parse_reward_txt
+from envfarm.grading.report_checks import EXIT_CODE_FILE
+from envfarm.grading.reports import CONVENTIONAL_REPORTS
+from envfarm.grading.verdict import (
+    REWARD_FILES,
+    STDOUT_FILE,
+    VerifierOutput,
+    expected_reports,
+    score,
+)
 from envfarm.models.trajectory import Reward
 from envfarm.sandbox.base import Sandbox
 from envfarm.sandbox.files import upload_dir
@@ -21,7 +31,11 @@ from envfarm.spec.task import Task
 
 VERIFIER_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
+MAX_FILE_BYTES = 8 * 1024 * 1024
+MAX_FILES = 200
+STDOUT_TAIL_BYTES = 2 * 1024 * 1024
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+_LISTED = re.compile(r"^(\d+) (.+)$")
 
 
 def expand_env(values: dict[str, str], host_env: dict[str, str]) -> dict[str, str]:
@@ -37,45 +51,75 @@ def expand_env(values: dict[str, str], host_env: dict[str, str]) -> dict[str, st
 class TestScriptGrader(Grader):
     __test__ = False  # not a pytest class
 
-    def __init__(self, output_tail_lines: int = 30) -> None:
-        self.output_tail_lines = output_tail_lines
-
     async def grade(self, sandbox: Sandbox, task: Task) -> Reward:
+        output = await self.run_verifier(sandbox, task)
+        return score(output, task.config.verifier, expected_reports(task))
+
+    async def run_verifier(self, sandbox: Sandbox, task: Task) -> VerifierOutput:
+        """Run ``tests/test.sh``; raise only when the sandbox itself fails."""
         verifier = task.config.verifier
         await sandbox.exec(f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}", user="root")
         await upload_dir(sandbox, task.tests_dir, TESTS_DIR)
         env = {**task.config.environment.env, **expand_env(verifier.env, dict(os.environ))}
         result = await sandbox.exec(
-            f"bash {TESTS_DIR}/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+            f"bash {TESTS_DIR}/test.sh > {VERIFIER_DIR}/{STDOUT_FILE} 2>&1",
             timeout=verifier.timeout_sec,
             workdir=task.config.environment.workdir,
             env=env,
             user=verifier.user or "root",
         )
-        output = await self._read_text(sandbox, f"{VERIFIER_DIR}/test-stdout.txt")
-        if result.timed_out:
-            raise GradingError(
-                f"the verifier timed out after {verifier.timeout_sec:g}s{self._tail(output)}"
-            )
-        for name, parse in (("reward.json", parse_reward_json), ("reward.txt", parse_reward_txt)):
-            try:
-                text = (await sandbox.read_file(f"{VERIFIER_DIR}/{name}")).decode()
-            except FileNotFoundError:
-                continue
-            except UnicodeDecodeError as exc:
-                raise GradingError(f"{name} is not UTF-8 text") from exc
-            return parse(text)
-        raise GradingError(
-            f"tests/test.sh wrote no reward file (exit code {result.exit_code}); "
-            f"it must write {VERIFIER_DIR}/reward.json or reward.txt{self._tail(output)}"
+        output = VerifierOutput(
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            timeout_sec=verifier.timeout_sec,
+            duration_s=result.duration_s,
         )
+        await collect_verifier_files(sandbox, output, expected_reports(task))
+        return output
 
-    async def _read_text(self, sandbox: Sandbox, path: str) -> str:
+
+async def collect_verifier_files(
+    sandbox: Sandbox, output: VerifierOutput, expected: list[str]
+) -> None:
+    """Bring ``/logs/verifier`` back into ``output.files`` (capped; big logs as their tail).
+
+    The files a verdict reads are also asked for by name, in case the listing missed them."""
+    listing = await sandbox.exec(
+        f"cd {VERIFIER_DIR} 2>/dev/null && find . -type f -exec stat -c '%s %n' {{}} +",
+        user="root",
+        timeout=60,
+    )
+    entries = []
+    for line in listing.stdout.splitlines():
+        match = _LISTED.match(line)
+        if match:
+            entries.append((int(match.group(1)), match.group(2).removeprefix("./")))
+    entries.sort(key=lambda entry: (entry[1] != STDOUT_FILE, entry[1]))
+    for size, name in entries[:MAX_FILES]:
+        path = f"{VERIFIER_DIR}/{name}"
+        if size > MAX_FILE_BYTES:
+            if name == STDOUT_FILE:
+                tail = await sandbox.exec(
+                    f"tail -c {STDOUT_TAIL_BYTES} {shlex.quote(path)}", user="root", timeout=60
+                )
+                output.files[name] = tail.stdout.encode()
+                output.omitted[name] = f"{size} bytes, only the last {STDOUT_TAIL_BYTES} kept"
+            else:
+                output.omitted[name] = f"{size} bytes, over the {MAX_FILE_BYTES}-byte limit"
+            continue
         try:
-            return (await sandbox.read_file(path)).decode(errors="replace")
-        except OSError:
-            return ""
-
-    def _tail(self, output: str) -> str:
-        lines = output.rstrip().splitlines()[-self.output_tail_lines :]
-        return ("; verifier output ends with:\n" + "\n".join(lines)) if lines else ""
+            output.files[name] = await sandbox.read_file(path)
+        except OSError as exc:
+            output.omitted[name] = f"could not be read: {exc}"
+    for _, name in entries[MAX_FILES:]:
+        output.omitted[name] = f"more than {MAX_FILES} files in {VERIFIER_DIR}"
+    wanted = (STDOUT_FILE, *REWARD_FILES, EXIT_CODE_FILE, *CONVENTIONAL_REPORTS, *expected)
+    for name in dict.fromkeys(wanted):
+        if name in output.files or name in output.omitted:
+            continue
+        try:
+            output.files[name] = await sandbox.read_file(f"{VERIFIER_DIR}/{name}")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        except OSError as exc:
+            output.omitted[name] = f"could not be read: {exc}"

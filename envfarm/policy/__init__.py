@@ -9,7 +9,10 @@ from envfarm.policy.base import (
     parse_completion,
 )
 from envfarm.policy.builtin import BUILTIN_POLICIES, ORACLE_COMMAND, builtin_responder
+from envfarm.policy.endpoints import EndpointSpec, EndpointStatus, PoolSettings
 from envfarm.policy.openai import OpenAIPolicy, normalize_base_url
+from envfarm.policy.pool import EndpointPool, PoolSession
+from envfarm.policy.profiles import CaptureOptions, ServerProfile, TokenCapture
 from envfarm.policy.scripted import (
     ScriptedCompletion,
     ScriptedResponder,
@@ -18,14 +21,21 @@ from envfarm.policy.scripted import (
     tool_call,
 )
 from envfarm.policy.server import PolicyServer, Reply, Responder, completion_reply, error_reply
+from envfarm.policy.tokens import TokenData, read_tokens
 
 __all__ = [
     "BUILTIN_POLICIES",
     "ORACLE_COMMAND",
+    "CaptureOptions",
     "Completion",
+    "EndpointPool",
+    "EndpointSpec",
+    "EndpointStatus",
     "OpenAIPolicy",
     "PolicyClient",
     "PolicyServer",
+    "PoolSession",
+    "PoolSettings",
     "Reply",
     "Responder",
     "RetryRecord",
@@ -33,6 +43,9 @@ __all__ = [
     "ScriptedCompletion",
     "ScriptedResponder",
     "ScriptedToolCall",
+    "ServerProfile",
+    "TokenCapture",
+    "TokenData",
     "ToolCallRaw",
     "builtin_responder",
     "completion",
@@ -40,5 +53,6 @@ __all__ = [
     "error_reply",
     "normalize_base_url",
     "parse_completion",
+    "read_tokens",
     "tool_call",
 ]

@@ -14,11 +14,12 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import PolicyResponseError
+from envfarm.policy.tokens import TokenData
 
 EXCERPT_CHARS = 300
 """How much of a bad response body error messages quote."""
@@ -46,6 +47,9 @@ class ToolCallRaw(BaseModel):
     """The arguments string exactly as received (may be invalid JSON)."""
 
 
+RetryKind = Literal["error", "pause", "abort", "unavailable"]
+
+
 class RetryRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -53,6 +57,14 @@ class RetryRecord(BaseModel):
     """Why the attempt failed (HTTP status and body excerpt, or the connection error)."""
     delay_s: float
     """How long the client waited before the next attempt."""
+    kind: RetryKind = "error"
+    """``error``: a failed attempt (connection error, 5xx); ``pause``: the endpoint said 503/429
+    (a weight swap or no capacity); ``abort``: the server aborted the generation, which was
+    discarded and sent again; ``unavailable``: every endpoint was down, nothing was sent."""
+    endpoint: str | None = None
+    """Base URL of the endpoint that failed (None when nothing was sent)."""
+    elapsed_s: float = 0.0
+    """Duration of the failed attempt itself (for an abort: the generation time lost)."""
 
 
 class Completion(BaseModel):
@@ -74,10 +86,14 @@ class Completion(BaseModel):
     """The sampling parameters actually sent."""
     attempts: int = 1
     retries: list[RetryRecord] = Field(default_factory=list)
+    paused_s: float = 0.0
+    """Time this call lost to weight-swap pauses: waits after 503/429 and aborted generations."""
     warnings: list[str] = Field(default_factory=list)
     """Repairs made to an imperfect response (e.g. a tool call without an id got one)."""
     raw: dict[str, Any] = Field(default_factory=dict)
     """The full response body as received."""
+    tokens: TokenData | None = None
+    """Exact token data and policy version read from the response (``policy.profiles``)."""
 
 
 class PolicyClient(ABC):
@@ -91,6 +107,15 @@ class PolicyClient(ABC):
         sampling: SamplingParams,
     ) -> Completion:
         """Raise only ``envfarm.errors.PolicyError`` and its subclasses."""
+
+    def session(self, key: str) -> PolicyClient:
+        """The client one agent session (one episode, ``key``) should use for all its turns.
+
+        An endpoint pool keeps a session's requests on one endpoint while it is healthy, so the
+        server's prefix cache is reused; a single endpoint returns itself. The result shares
+        this client's connections: close this client, not the session.
+        """
+        return self
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections; the client may not be used afterwards."""

@@ -10,6 +10,8 @@ Failures fall in three classes, decided once here:
 - unusable answers (other 4xx, a 200 that is not a completion): ``PolicyResponseError``.
 
 The API key is sent as a bearer token and scrubbed from every message this module produces.
+``attempt`` (one request, transient failures returned rather than retried) and ``probe`` are
+the building blocks of ``EndpointPool``, which adds its own routing, breaker and pause policy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import logging
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,15 +41,35 @@ from envfarm.policy.base import (
     SamplingParams,
     parse_completion,
 )
+from envfarm.policy.profiles import CaptureOptions, TokenCapture
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+PAUSE_STATUSES = frozenset({429, 503})
+"""Statuses of a server that is alive but not taking work now (a weight swap, no capacity)."""
 _JSON = {"Content-Type": "application/json"}
 _MODEL_MISSING = re.compile(
     r"model.*(does not exist|doesn't exist|not found|not exist)|(unknown|no such|invalid) model",
     re.IGNORECASE | re.DOTALL,
 )
+
+
+@dataclass(frozen=True)
+class AttemptFailure:
+    """A transient failure of one request attempt; the caller decides whether to retry."""
+
+    cause: str
+    """HTTP status and body excerpt, or the connection error (API key scrubbed)."""
+    status: int | None = None
+    """None when no answer came at all (connection refused or reset, timeout)."""
+    retry_after: float | None = None
+    error: BaseException | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self.status in PAUSE_STATUSES
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -84,8 +107,10 @@ def parse_retry_after(value: str | None) -> float | None:
 class OpenAIPolicy(PolicyClient):
     """``POST {base_url}/chat/completions``; one shared aiohttp session, created lazily.
 
-    ``extra_body`` is merged into every request (server extensions such as vLLM's
-    ``return_token_ids`` or ``logprobs``); the whole response is kept in ``Completion.raw``.
+    ``capture`` (its server profile, ``policy.profiles``) decides the token-capture fields each
+    request carries and how the answer's token ids, logprobs and policy version are read into
+    ``Completion.tokens``; ``extra_body`` is merged into every request after them. The whole
+    response is kept in ``Completion.raw``.
     """
 
     def __init__(
@@ -99,6 +124,8 @@ class OpenAIPolicy(PolicyClient):
         backoff_max_s: float = 30.0,
         request_timeout_s: float = 600.0,
         extra_body: Mapping[str, Any] | None = None,
+        capture: CaptureOptions | None = None,
+        version_source: Callable[[], str | None] | None = None,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.url = f"{self.base_url}/chat/completions"
@@ -114,6 +141,8 @@ class OpenAIPolicy(PolicyClient):
         self.backoff_max_s = backoff_max_s
         self.request_timeout_s = request_timeout_s
         self.extra_body = dict(extra_body or {})
+        self.tokens = TokenCapture(capture, version_source)
+        """Token capture for this endpoint: request fields, profile detection, versions."""
         self._api_key = api_key or None
         self._session: aiohttp.ClientSession | None = None
         self._random = random.Random()
@@ -127,55 +156,96 @@ class OpenAIPolicy(PolicyClient):
         tools: list[dict[str, Any]],
         sampling: SamplingParams,
     ) -> Completion:
+        encoded, sent = self.encode(messages, tools, sampling)
+        retries: list[RetryRecord] = []
+        attempt = 0
+        while True:
+            result = await self.attempt(encoded, sent)
+            if isinstance(result, Completion):
+                result.attempts, result.retries = attempt + 1, retries
+                return result
+            if attempt == self.max_retries:
+                raise PolicyError(
+                    f"policy endpoint {self.url} failed after {attempt + 1} attempts; "
+                    f"last error: {result.cause}"
+                ) from result.error
+            delay = self._delay(attempt, result.retry_after)
+            retries.append(
+                RetryRecord(
+                    cause=result.cause,
+                    delay_s=delay,
+                    endpoint=self.base_url,
+                    elapsed_s=result.elapsed_s,
+                )
+            )
+            log.warning(
+                "policy request to %s failed (%s); retrying in %.2fs", self.url, result.cause, delay
+            )
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    def encode(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        sampling: SamplingParams,
+    ) -> tuple[bytes, dict[str, Any]]:
+        """The request body, and the sampling parameters it sends."""
         sent = sampling.to_request()
         payload: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             payload["tools"] = [_as_openai_tool(t) for t in tools]
+        payload.update(self.tokens.request_fields())
         payload.update(self.extra_body)
         payload.update(sent)
-        encoded = json.dumps(payload).encode()
-        retries: list[RetryRecord] = []
-        attempt = 0
-        while True:
-            started = time.monotonic()
-            failure: BaseException | None = None
-            try:
-                status, headers, body = await self._post(encoded)
-            except aiohttp.ClientSSLError as exc:
-                raise PolicyConfigError(f"TLS failed for {self.url}: {exc}") from exc
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                failure = exc
-                cause = _describe(exc, self.request_timeout_s)
-                retry_after = None
-            else:
-                if status == 200:
-                    return parse_completion(
-                        body,
-                        url=self.url,
-                        endpoint=self.base_url,
-                        model=self.model,
-                        sampling=sent,
-                        latency_s=time.monotonic() - started,
-                        attempts=attempt + 1,
-                        retries=retries,
-                        scrub=self._scrub,
-                    )
-                if status not in RETRYABLE_STATUSES:
-                    raise self._rejected(status, body)
-                cause = f"HTTP {status}: {self._excerpt(body)}"
-                retry_after = parse_retry_after(headers.get("Retry-After"))
-            if attempt == self.max_retries:
-                raise PolicyError(
-                    f"policy endpoint {self.url} failed after {attempt + 1} attempts; "
-                    f"last error: {cause}"
-                ) from failure
-            delay = self._delay(attempt, retry_after)
-            retries.append(RetryRecord(cause=cause, delay_s=delay))
-            log.warning(
-                "policy request to %s failed (%s); retrying in %.2fs", self.url, cause, delay
+        return json.dumps(payload).encode(), sent
+
+    async def attempt(self, encoded: bytes, sent: dict[str, Any]) -> Completion | AttemptFailure:
+        """One POST of an ``encode``d body: the completion, or the transient failure to retry.
+
+        Failures retrying cannot fix are raised (PolicyConfigError, PolicyResponseError).
+        """
+        started = time.monotonic()
+        try:
+            status, headers, body = await self._post(encoded)
+            if self.tokens.refused(status, body):  # auto profile, server rejects extensions
+                status, headers, body = await self._post(self.tokens.without_fields(encoded))
+        except aiohttp.ClientSSLError as exc:
+            raise PolicyConfigError(f"TLS failed for {self.url}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            cause = self._scrub(_describe(exc, self.request_timeout_s))
+            return AttemptFailure(cause, error=exc, elapsed_s=time.monotonic() - started)
+        if status == 200:
+            completion = parse_completion(
+                body,
+                url=self.url,
+                endpoint=self.base_url,
+                model=self.model,
+                sampling=sent,
+                latency_s=time.monotonic() - started,
+                scrub=self._scrub,
             )
-            await asyncio.sleep(delay)
-            attempt += 1
+            completion.tokens = self.tokens.read(completion.raw, headers)
+            return completion
+        if status not in RETRYABLE_STATUSES:
+            raise self._rejected(status, body)
+        return AttemptFailure(
+            f"HTTP {status}: {self._excerpt(body)}",
+            status=status,
+            retry_after=parse_retry_after(headers.get("Retry-After")),
+            elapsed_s=time.monotonic() - started,
+        )
+
+    async def probe(self, timeout_s: float) -> str | None:
+        """``GET {base_url}/models``: None when it answers 200, else what went wrong."""
+        try:
+            async with self._get_session().get(
+                f"{self.base_url}/models", timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                await response.read()
+                return None if response.status == 200 else f"HTTP {response.status}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return self._scrub(_describe(exc, timeout_s))
 
     async def aclose(self) -> None:
         if self._session is not None:

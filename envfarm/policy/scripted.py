@@ -5,7 +5,7 @@ the agent loop, a whole run) over real HTTP. A step is a ``ScriptedCompletion`` 
 tool calls), a bare ``ScriptedToolCall`` or string as shorthand for a completion holding just
 that, or a raw ``Reply`` to inject faults (503, garbage bodies, headers such as Retry-After).
 Every request is recorded in ``.requests``; a request after the script ends gets a 500 whose
-body says so.
+body says so. ``FaultyResponder`` puts such faults in front of any other responder.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.policy.base import ToolCallRaw
-from envfarm.policy.server import Reply, completion_reply, error_reply
+from envfarm.policy.server import Reply, Responder, completion_reply, error_reply
 
 
 class ScriptedToolCall(BaseModel):
@@ -98,6 +98,22 @@ class ScriptedResponder:
             choice_extra=step.choice_extra,
             response_extra=step.response_extra,
         )
+
+
+class FaultyResponder:
+    """Wraps any responder: the first requests get ``faults`` in order (a 503 storm, aborted
+    completions, garbage), then ``inner`` answers. ``requests`` records every request."""
+
+    def __init__(self, inner: Responder, faults: Iterable[Step] = ()) -> None:
+        self.inner = inner
+        self.faults = ScriptedResponder(faults)
+        self.requests: list[dict[str, Any]] = []
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        self.requests.append(request)
+        if self.faults.remaining:
+            return await self.faults(request)
+        return await self.inner(request)
 
 
 def _normalize(step: Step) -> ScriptedCompletion | Reply:

@@ -95,7 +95,8 @@ class PolicyServer:
 
     ``model_names`` empty (the default) accepts any model; otherwise an unknown model gets
     OpenAI's 404 ``model_not_found``. With ``api_key`` set, requests must carry it as a bearer
-    token (as ``vllm serve --api-key`` does).
+    token (as ``vllm serve --api-key`` does). ``port`` 0 picks a free port;
+    ``start()`` after ``close()`` serves again on the same port (an endpoint that came back).
     """
 
     def __init__(
@@ -105,11 +106,13 @@ class PolicyServer:
         model_names: Sequence[str] = (),
         api_key: str | None = None,
         host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.responder = responder
         self.model_names = tuple(model_names)
         self._api_key = api_key
         self._host = host
+        self._port = port
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
 
@@ -126,10 +129,11 @@ class PolicyServer:
         app.router.add_get("/v1/models", self._models)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self._host, 0)
+        site = web.TCPSite(runner, self._host, self._port)
         await site.start()
         self._runner = runner
         host, port = runner.addresses[0][:2]
+        self._port = port  # a restart after close() comes back at the same URL
         self._base_url = f"http://{host}:{port}/v1"
 
     async def close(self) -> None:

@@ -90,6 +90,8 @@ class PreparedImage(BaseModel):
     build_s: float = 0.0
     cached: bool = False
     warnings: list[str] = []
+    build_log: str | None = None
+    """The build's output when it was built now (not cached), its tail if long."""
 
 
 class SandboxBackend(ABC):

@@ -1,9 +1,9 @@
 """Load Harbor task directories into ``Task`` values, one directory or a whole tree at a time.
 
-A task directory is the one holding ``task.toml``; discovery never looks inside a task for
-more tasks. Every problem of one task (its ``task.toml`` and its files) is reported in a single
-``TaskSpecError``, and discovery keeps going past bad tasks, so a run can start the good ones
-and report the rest.
+A task directory is the one holding ``task.toml`` (or a legacy Terminal-Bench ``task.yaml``,
+read by ``spec.legacy``); discovery never looks inside a task for more tasks. Every problem
+of one task (its ``task.toml`` and its files) is reported in a single ``TaskSpecError``, and
+discovery keeps going past bad tasks, so a run can start the good ones and report the rest.
 
 ``content_hash`` identifies exactly what was loaded: sha256 over the sorted relative paths of
 every file, each with its exec bit and the sha256 of its bytes (a symlink hashes its target
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.errors import TaskSpecError
+from envfarm.spec.compose import ComposeSpec
+from envfarm.spec.compose_load import compose_for_task
 from envfarm.spec.config import NOT_YET, TaskConfig, parse_task_config
 from envfarm.spec.errors_fmt import Issue, spec_error
 
@@ -30,7 +32,6 @@ TASK_FILE = "task.toml"
 LEGACY_FILE = "task.yaml"
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
 _SKIPPED_SUFFIXES = (".pyc",)
-_COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
 
@@ -43,20 +44,15 @@ class Task:
     instruction: str
     environment_dir: Path
     dockerfile: Path | None
-    """``environment/Dockerfile``; None only when ``[environment].docker_image`` is set."""
+    """The main image's Dockerfile: ``environment/Dockerfile``, or the one the compose file's
+    ``main`` service builds; None when the main image is a named one (``docker_image``, or
+    ``image:`` of the ``main`` service)."""
     tests_dir: Path
     solution_dir: Path | None
     """``solution/`` when ``solution/solve.sh`` exists."""
     content_hash: str
-
-
-def _legacy_error(directory: Path) -> TaskSpecError:
-    return TaskSpecError(
-        path=str(directory / LEGACY_FILE),
-        message="this is a legacy Terminal-Bench task (task.yaml); envfarm reads the Harbor "
-        "format (task.toml, instruction.md, environment/, tests/test.sh): convert it, for "
-        "example with Harbor's Terminal-Bench mapper",
-    )
+    compose: ComposeSpec | None = None
+    """``environment/docker-compose.yaml`` (main container plus sidecars), when present."""
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[Issue]]:
@@ -90,21 +86,21 @@ def _read_instruction(path: Path) -> tuple[str, list[Issue]]:
     return text, []
 
 
-def _check_layout(root: Path, config: TaskConfig | None) -> list[Issue]:
+def _check_layout(
+    root: Path, config: TaskConfig | None, compose: ComposeSpec | None
+) -> list[Issue]:
     issues: list[Issue] = []
 
     def problem(path: Path, message: str) -> None:
         issues.append(Issue(str(path), None, message))
 
     env_dir, tests, solution = root / "environment", root / "tests", root / "solution"
-    for compose in (env_dir / name for name in _COMPOSE_FILES):
-        if compose.is_file():
-            problem(
-                compose,
-                f"service containers (docker compose) are {NOT_YET}; build what the task needs "
-                "into environment/Dockerfile",
-            )
-    needs_dockerfile = config is not None and config.environment.docker_image is None
+    names_main_image = compose is not None and (
+        compose.main.image is not None or compose.main.build_context is not None
+    )
+    needs_dockerfile = (
+        config is not None and config.environment.docker_image is None and not names_main_image
+    )
     if needs_dockerfile and not (env_dir / "Dockerfile").is_file():
         problem(
             env_dir / "Dockerfile",
@@ -161,14 +157,16 @@ def content_hash(root: Path) -> str:
 
 def load_task(path: Path) -> Task:
     """Load the task directory ``path`` (or its ``task.toml``); raise TaskSpecError if unsound."""
-    root = path.parent if path.name == TASK_FILE and path.is_file() else path
+    root = path.parent if path.name in (TASK_FILE, LEGACY_FILE) and path.is_file() else path
     if not root.is_dir():
         problem = "does not exist" if not root.exists() else "is not a task directory"
         raise TaskSpecError(str(path), problem)
     toml_path = root / TASK_FILE
     if not toml_path.is_file():
         if (root / LEGACY_FILE).is_file():
-            raise _legacy_error(root)
+            from envfarm.spec.legacy import load_legacy_task  # it builds on this module
+
+            return load_legacy_task(root)
         raise TaskSpecError(str(root), f"not a task directory: it has no {TASK_FILE}")
     data, issues = _read_toml(toml_path)
     config = None
@@ -178,11 +176,18 @@ def load_task(path: Path) -> Task:
         except TaskSpecError as exc:
             issues.append(Issue(exc.path, exc.field, exc.detail))
     instruction, instruction_issues = _read_instruction(root / "instruction.md")
-    issues += instruction_issues + _check_layout(root, config)
+    compose, compose_issues = (
+        compose_for_task(root / "environment", config) if config is not None else (None, [])
+    )
+    issues += instruction_issues + compose_issues + _check_layout(root, config, compose)
     if issues or config is None:
         raise spec_error(issues)
     resolved = root.resolve()
-    dockerfile = resolved / "environment" / "Dockerfile"
+    dockerfile: Path | None = resolved / "environment" / "Dockerfile"
+    if compose is not None and compose.main.build_dockerfile is not None:
+        dockerfile = resolved / "environment" / compose.main.build_dockerfile
+    elif compose is not None and compose.main.image is not None:
+        dockerfile = None
     has_solution = (resolved / "solution" / "solve.sh").is_file()
     return Task(
         id=config.task.name or resolved.name,
@@ -190,16 +195,17 @@ def load_task(path: Path) -> Task:
         config=config,
         instruction=instruction,
         environment_dir=resolved / "environment",
-        dockerfile=dockerfile if dockerfile.is_file() else None,
+        dockerfile=dockerfile if dockerfile is not None and dockerfile.is_file() else None,
         tests_dir=resolved / "tests",
         solution_dir=resolved / "solution" if has_solution else None,
         content_hash=content_hash(resolved),
+        compose=compose,
     )
 
 
 def _task_dirs(path: Path) -> tuple[list[Path], list[TaskSpecError]]:
     """Task directories at or below ``path``, plus an error for each place that is not one."""
-    if path.is_file() and path.name == TASK_FILE:
+    if path.is_file() and path.name in (TASK_FILE, LEGACY_FILE):
         return [path.parent], []
     if not path.is_dir():
         problem = "does not exist" if not path.exists() else "is not a directory"
@@ -210,10 +216,7 @@ def _task_dirs(path: Path) -> tuple[list[Path], list[TaskSpecError]]:
         here = Path(dirpath)
         if TASK_FILE in filenames or LEGACY_FILE in filenames:
             dirnames.clear()
-            if TASK_FILE in filenames:
-                found.append(here)
-            else:
-                errors.append(_legacy_error(here))
+            found.append(here)
             continue
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
     if not found and not errors:

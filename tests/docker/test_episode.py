@@ -104,6 +104,7 @@ async def test_malformed_calls_are_observations_and_tests_stay_hidden(backend, t
     assert trajectory.reward.valid
     assert trajectory.reward.value == 1.0
     assert trajectory.reward.components == {"reward": 1.0, "answer_ok": 1.0}
+    assert trajectory.reward.flags == ["read:hidden_path"]
     assert trajectory.outcome is not None
     assert trajectory.outcome.stop_reason == "submitted"
     assert trajectory.outcome.malformed_tool_calls == 3
@@ -154,6 +155,9 @@ async def test_planted_reward_file_is_never_read(backend, tmp_path):
     assert trajectory.error.phase == "grading"
     assert "wrote no reward file" in trajectory.error.message
     assert not trajectory.error.retryable
+    assert {"tamper:reward_file_planted", "tamper:hidden_path_planted"} <= set(
+        trajectory.reward.flags
+    )
 
 
 async def test_verifier_timeout_is_invalid_not_zero(backend, tmp_path):

@@ -205,3 +205,31 @@ def test_task_image_tag_is_a_valid_docker_reference() -> None:
 def test_docs_show_the_current_alias_table() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs" / "images.md"
     assert alias_table_markdown() in docs.read_text()
+
+
+@pytest.mark.parametrize(
+    ("reference", "recipe", "warns"),
+    [
+        ("postgres:15", "postgres", False),
+        ("postgres:15-bookworm", "postgres", False),
+        ("postgres:15.6", "postgres", True),
+        ("postgres:15-alpine", "postgres", True),
+        ("postgres:16", "postgres", True),
+        ("postgres:16.2-alpine3.19", "postgres", True),
+        ("postgres", "postgres", True),
+        ("docker.io/library/postgres:15", "postgres", False),
+        ("redis:7.0", "redis", False),
+        ("redis:7", "redis", True),
+        ("redis:7-alpine", "redis", True),
+        ("redis:7.2.4", "redis", True),
+        ("redis", "redis", True),
+    ],
+)
+def test_service_images_map_to_the_debian_recipes(reference: str, recipe: str, warns: bool) -> None:
+    match = match_alias(reference)
+    assert match is not None
+    assert match.recipe == recipe
+    assert bool(match.warnings) == warns
+    if warns:
+        assert reference in match.warnings[0]
+        assert ("PostgreSQL 15" if recipe == "postgres" else "Redis 7.0") in match.warnings[0]

@@ -243,10 +243,13 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
     [
         ('[[steps]]\nname = "one"\n', "steps"),
         ('multi_step_reward_strategy = "mean"\n', "multi_step_reward_strategy"),
-        ('artifacts = ["/app/out.json"]\n', "artifacts"),
+        ('artifacts = [{source = "/app/out.json", service = "db"}]\n', "artifacts[0].service"),
         ('[verifier]\nenvironment_mode = "separate"\n', "verifier.environment_mode"),
         ("[verifier.environment]\ncpus = 2\n", "verifier.environment"),
-        ('[[verifier.collect]]\ncommand = "pg_dump"\n', "verifier.collect"),
+        (
+            '[[verifier.collect]]\ncommand = "pg_dump"\nservice = "db"\n',
+            "verifier.collect[0].service",
+        ),
         ('[agent]\nnetwork_mode = "allowlist"\n', "agent.network_mode"),
         ('[verifier]\nnetwork_mode = "allowlist"\n', "verifier.network_mode"),
         ('[environment]\nnetwork_mode = "allowlist"\n', "environment.network_mode"),
@@ -273,7 +276,6 @@ def test_empty_unsupported_values_are_harmless() -> None:
 @pytest.mark.parametrize(
     ("extra", "drop_test_sh", "bad_file"),
     [
-        ({"environment/docker-compose.yaml": "services: {}\n"}, False, "docker-compose.yaml"),
         ({"tests/test.bat": "exit 0\n"}, True, "test.bat"),
         ({"solution/solve.bat": "exit 0\n"}, False, "solve.bat"),
         ({"trajectory.json": "{}\n"}, False, "trajectory.json"),

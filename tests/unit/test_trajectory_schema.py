@@ -102,7 +102,10 @@ def test_every_field_is_present_in_json_even_when_unset():
         "components": {},
         "flags": [],
         "reason": None,
+        "flag_details": {},
+        "tests": [],
     }
+    assert data["artifacts"] is None
     assert data["advantage"] is None
     assert data["provenance"]["envfarm_version"] == "0"
 

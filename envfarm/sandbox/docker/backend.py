@@ -1,13 +1,21 @@
-"""The local Docker engine as a ``SandboxBackend``: task images built here, one container each."""
+"""The local Docker engine as a ``SandboxBackend``: task images built here, one container each,
+plus sidecars on an internal network for a task with a compose file (``environment.py``).
+
+``prepare`` builds every image of the environment (the main one and each sidecar's) before any
+episode is admitted; the sidecars' image ids are remembered per task content hash, so ``create``
+hands them to each episode's environment without another lookup.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
-from envfarm.sandbox.docker.images import BuiltImage, build_task_image, prebuilt_image
+from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.spec.task import Task
 
 
@@ -16,47 +24,33 @@ class DockerBackend(SandboxBackend):
 
     def __init__(self, runtime: str | None = None) -> None:
         self.runtime = runtime
+        self._service_images: dict[tuple[str, str], dict[str, str]] = {}
 
     async def prepare(self, task: Task) -> PreparedImage:
-        env = task.config.environment
-        built: BuiltImage
-        if task.dockerfile is None:
-            assert env.docker_image is not None  # the spec guarantees one or the other
-            built = await prebuilt_image(
-                env.docker_image, where=str(task.root / "task.toml"), timeout=env.build_timeout_sec
-            )
-        else:
-            built = await build_task_image(
-                task.root,
-                task.dockerfile,
-                task.environment_dir,
-                task.id,
-                task.content_hash,
-                timeout=env.build_timeout_sec,
-            )
-        return PreparedImage(
-            tag=built.tag,
-            image_id=built.image_id,
-            build_s=built.build_s,
-            cached=built.cached,
-            warnings=built.warnings,
-        )
+        images = await build_environment_images(task)
+        if task.compose is not None:
+            self._service_images[(str(task.root), task.content_hash)] = images.service_image_ids()
+            if not task.config.agent_network():
+                await ensure_base_image()  # its perl removes the main container's route
+        return images.prepared()
 
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         env = task.config.environment
-        return DockerSandbox(
-            DockerSandboxConfig(
-                image=image.image_id or image.tag,
-                network=task.config.agent_network(),
-                cpus=env.cpus,
-                memory_mb=env.memory_mb,
-                workdir=env.workdir,
-                env=env.env,
-                runtime=self.runtime,
-                run_id=run_id,
-                task_id=task.id,
-            )
+        config = DockerSandboxConfig(
+            image=image.image_id or image.tag,
+            network=task.config.agent_network(),
+            cpus=env.cpus,
+            memory_mb=env.memory_mb,
+            workdir=env.workdir,
+            env=env.env,
+            runtime=self.runtime,
+            run_id=run_id,
+            task_id=task.id,
         )
+        if task.compose is None and env.healthcheck is None:
+            return DockerSandbox(config)
+        known = self._service_images.get((str(task.root), task.content_hash))
+        return DockerEnvironment(config, task, service_images=known)
 
     async def reap(self) -> list[str]:
         return await asyncio.to_thread(reap_orphans)

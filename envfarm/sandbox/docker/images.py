@@ -117,7 +117,13 @@ def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
         raise ImageError(f"images/aliases.toml: no recipe named {recipe!r}")
     parent = recipe_image_tag(spec.parent, host)
     args = " ".join(f"{key}={value}" for key, value in sorted(spec.args.items()))
-    return f"envfarm/{recipe}:{_digest(_read(images_dir() / spec.dockerfile), args, parent)}"
+    dockerfile = images_dir() / spec.dockerfile
+    context = [  # the files a recipe COPYs (entry points): changing one rebuilds the image
+        f"{path.name}\n{_read(path)}"
+        for path in sorted(dockerfile.parent.iterdir())
+        if path.is_file() and path.name != dockerfile.name
+    ]
+    return f"envfarm/{recipe}:{_digest(_read(dockerfile), args, parent, *context)}"
 
 
 async def _local_image(reference: str) -> Image | None:
@@ -249,8 +255,10 @@ async def build_task_image(
     *,
     timeout: float,
     on_log: LogFn | None = None,
+    buildargs: dict[str, str] | None = None,
 ) -> BuiltImage:
-    """Build a task's environment image (``tag_hint`` is the task id)."""
+    """Build a task's environment image (``tag_hint`` is the task id; a compose service's image
+    uses ``<task id>-<service>``). ``buildargs`` come from the compose file (``build.args``)."""
     try:
         text = await asyncio.to_thread(dockerfile.read_text)
     except OSError as exc:
@@ -284,7 +292,7 @@ async def build_task_image(
                 dockerfile=Path(tmp) / "Dockerfile",
                 tag=tag,
                 labels=_labels("task", **{LABEL_TASK: tag_hint, LABEL_BASES: identity}),
-                buildargs=dict(host.proxy_env),
+                buildargs={**host.proxy_env, **(buildargs or {})},
                 timeout=timeout,
             )
             image_id = await run_build(spec, on_log)

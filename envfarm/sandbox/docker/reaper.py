@@ -1,20 +1,27 @@
-"""Leak-proof teardown across crashes: remove sandboxes whose owning process is gone.
+"""Leak-proof teardown across crashes: remove what processes that are gone left behind.
 
-Every sandbox container is labelled with its owner as ``host:pid``. A run that was SIGKILLed
-cannot clean up after itself, so each new run first removes the containers that this host's
-dead processes left behind. Containers owned by live processes, or by other hosts sharing the
-engine, are left alone.
+Every container (sandboxes, sidecars, helpers), environment network and episode volume is
+labelled with its owner as ``host:pid``. A run that was SIGKILLed cannot clean up after itself,
+so each new run first removes what this host's dead processes left behind: containers first,
+then networks (which cannot go while a container is attached), then volumes (likewise).
+Resources owned by live processes, or by other hosts sharing the engine, are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Mapping
 
 import docker.errors
 
+from envfarm.errors import SandboxError
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.sandbox import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER
+from envfarm.sandbox.docker.networks import remove_network
+from envfarm.sandbox.docker.sandbox import LABEL_MANAGED, LABEL_OWNER
+
+MANAGED: dict[str, str | list[str] | bool] = {"label": [f"{LABEL_MANAGED}=true"]}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -27,20 +34,35 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _orphaned(labels: Mapping[str, str] | None, host: str) -> bool:
+    owner_host, _, pid = (labels or {}).get(LABEL_OWNER, "").rpartition(":")
+    return owner_host == host and pid.isdigit() and not _pid_alive(int(pid))
+
+
 def reap_orphans() -> list[str]:
-    """Remove this host's envfarm sandboxes whose owner process has exited; return their ids."""
+    """Remove this host's envfarm containers, networks and volumes whose owner has exited;
+    return their ids (volume names for volumes)."""
     host = socket.gethostname()
+    client = docker_client()
     removed: list[str] = []
-    containers = docker_client().containers.list(
-        all=True, filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_KIND}=sandbox"]}
-    )
-    for container in containers:
-        owner_host, _, pid = container.labels.get(LABEL_OWNER, "").rpartition(":")
-        if owner_host != host or not pid.isdigit() or _pid_alive(int(pid)):
+    for container in client.api.containers(all=True, filters=MANAGED):  # summaries: no race
+        if not _orphaned(container.get("Labels"), host):
             continue
         try:
-            container.remove(force=True, v=True)
+            client.api.remove_container(container["Id"], force=True, v=True)
         except docker.errors.NotFound:
             continue
-        removed.append(str(container.id))
+        removed.append(str(container["Id"]))
+    for network in client.api.networks(filters=MANAGED):
+        if _orphaned(network.get("Labels"), host):
+            with contextlib.suppress(SandboxError):
+                remove_network(network["Id"])
+                removed.append(str(network["Id"]))
+    for volume in client.api.volumes(filters=MANAGED).get("Volumes") or []:
+        if _orphaned(volume.get("Labels"), host):
+            try:
+                client.api.remove_volume(volume["Name"], force=True)
+            except docker.errors.APIError:
+                continue  # gone already, or still used by a container a live process owns
+            removed.append(str(volume["Name"]))
     return removed

@@ -6,9 +6,13 @@ limits, ``--init`` to reap zombies. Every container carries envfarm's labels and
 the owner's host and pid, so ``reap_orphans`` can remove what a killed run left behind; live
 containers are also tracked in-process and force-removed at interpreter exit.
 
-Exec wraps the command in coreutils ``timeout`` so the whole process group is signalled on
-timeout (TERM, then KILL a second later), and streams output so a chatty command cannot exhaust
-memory: past ``output_cap`` bytes per stream the rest is drained and dropped.
+Commands and files go through a persistent channel, not a ``docker exec`` per call: the main
+process (under docker-init) is the static helper ``sandboxd`` (``sandboxd.py`` builds and
+provides it, ``channel.py`` speaks its protocol; docs/sandbox.md), running as root, its stdin
+and stdout attached before the container starts: a tool call is one round trip on an open
+stream. Its stdout is protocol frames, so the log driver is ``none``. When the helper ends, the
+container ends with it and every later call raises ``SandboxGone``. ``channel=False`` keeps
+the engine path (``dockerexec.py``) for engines reached over TLS or ssh.
 """
 
 from __future__ import annotations
@@ -16,22 +20,30 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import io
 import os
 import socket
-import tarfile
 import time
-from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import docker
 import docker.errors
 from docker.models.containers import Container
+from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
 from envfarm.sandbox.base import ExecResult, Sandbox
+from envfarm.sandbox.docker import dockerexec
+from envfarm.sandbox.docker.channel import Channel
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.networks import join_default_bridge, network_options
+from envfarm.sandbox.docker.sandboxd import (
+    HELPER_PATH,
+    attach_helper,
+    ensure_helper,
+    helper_mounts,
+)
 
 LABEL_MANAGED = "io.envfarm.managed"
 LABEL_KIND = "io.envfarm.kind"
@@ -39,8 +51,7 @@ LABEL_RUN = "io.envfarm.run"
 LABEL_OWNER = "io.envfarm.owner"
 LABEL_TASK = "io.envfarm.task"
 
-TIMEOUT_EXIT = 124
-KILLED_EXIT = 137
+GONE_SETTLE_S = 2.0
 DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
 
 
@@ -57,10 +68,19 @@ class DockerSandboxConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     cap_add: list[str] = Field(default_factory=lambda: list(DEFAULT_CAPS))
     runtime: str | None = None
+    network_name: str | None = None
+    """Join this (environment) network, with ``network_aliases``; ``network`` True then adds the
+    default bridge too. None: ``network`` alone decides (``--network none`` or the bridge)."""
+    network_aliases: list[str] = Field(default_factory=list)
+    volumes: list[str] = Field(default_factory=list)
+    """``volume:/path[:ro]`` mounts (per-episode volumes of a compose environment)."""
     run_id: str = "adhoc"
     task_id: str = ""
     output_cap: int = 4 * 1024 * 1024
     """Bytes kept per stream of one exec; the rest is dropped."""
+    channel: bool = True
+    """Run commands and file transfers through the in-sandbox helper (milliseconds per call).
+    False: one ``docker exec`` per command and archives for files (tens of milliseconds)."""
 
 
 def owner_label() -> str:
@@ -84,6 +104,12 @@ class DockerSandbox(Sandbox):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None
+        self._helper: Path | None = None
+        self._helper_socket: socket.socket | None = None
+        self._helper_mounts: list[Mount] = []
+        self._channel: Channel | None = None
+        self._default_user = ""
+        self._set_home = True
 
     @property
     def container_id(self) -> str:
@@ -91,14 +117,43 @@ class DockerSandbox(Sandbox):
             raise SandboxError("sandbox is not started")
         return str(self._container.id)
 
+    @property
+    def channel(self) -> Channel | None:
+        """The command channel once started (None on the ``channel=False`` path)."""
+        return self._channel
+
     async def start(self) -> None:
+        if self.config.channel:
+            self._helper = await ensure_helper()
         try:
+            if self._helper is not None:
+                self._helper_mounts = await asyncio.to_thread(
+                    helper_mounts, self._helper, self.config.image
+                )
             self._container = await asyncio.to_thread(self._run_container)
         except docker.errors.ImageNotFound as exc:
+            self._close_helper_socket()
             raise SandboxStartError(f"image {self.config.image!r} does not exist") from exc
-        except docker.errors.DockerException as exc:
+        except (docker.errors.DockerException, SandboxError) as exc:
+            self._close_helper_socket()
             raise SandboxStartError(f"could not start a container: {exc}") from exc
         _live[self.container_id] = self._container
+        if self._helper_socket is not None:
+            await self._connect_channel(self._helper_socket)
+
+    async def _connect_channel(self, sock: socket.socket) -> None:
+        self._helper_socket = None
+        try:
+            self._channel = await Channel.connect(sock, name=self.container_id[:12])
+            await self._channel.ping()
+        except (OSError, SandboxError) as exc:
+            sock.close()
+            raise SandboxStartError(f"the sandbox helper did not answer: {exc}") from exc
+
+    def _close_helper_socket(self) -> None:
+        if self._helper_socket is not None:
+            self._helper_socket.close()
+            self._helper_socket = None
 
     def _run_container(self) -> Container:
         """Create then start: ``containers.run`` would try to pull a missing image."""
@@ -106,15 +161,19 @@ class DockerSandbox(Sandbox):
         kwargs: dict[str, Any] = {}
         if cfg.runtime:
             kwargs["runtime"] = cfg.runtime
+        if cfg.channel:
+            kwargs.update(stdin_open=True, user="0:0", log_config=LogConfig(type="none"))
+            kwargs["mounts"] = self._helper_mounts
         container = docker_client().containers.create(
             cfg.image,
-            command=["sleep", "infinity"],
+            command=[HELPER_PATH] if cfg.channel else ["sleep", "infinity"],
             entrypoint=[],
             init=True,
             hostname="sandbox",
             working_dir=cfg.workdir,
             environment=cfg.env,
-            network_mode="bridge" if cfg.network else "none",
+            volumes=cfg.volumes,
+            **network_options(cfg.network, cfg.network_name, cfg.network_aliases),
             cap_drop=["ALL"],
             cap_add=cfg.cap_add,
             security_opt=["no-new-privileges"],
@@ -132,8 +191,13 @@ class DockerSandbox(Sandbox):
             **kwargs,
         )
         try:
+            if cfg.network_name is not None and cfg.network:
+                join_default_bridge(container.id or "")
+            if self._helper is not None:
+                attached = attach_helper(container, self._helper, upload=not self._helper_mounts)
+                self._helper_socket, self._default_user, self._set_home = attached
             container.start()
-        except docker.errors.DockerException:
+        except (docker.errors.DockerException, SandboxError):
             container.remove(force=True, v=True)
             raise
         return container
@@ -147,51 +211,40 @@ class DockerSandbox(Sandbox):
         env: dict[str, str] | None = None,
         user: str | None = None,
     ) -> ExecResult:
-        argv = ["bash", "-c", command]
-        if timeout is not None:
-            argv = ["timeout", "--kill-after=1", f"{max(timeout, 0.01):.3f}", *argv]
+        if self._channel is None:
+            return await self._engine().exec(command, timeout, workdir, env or {}, user or "")
         started = time.monotonic()
         try:
-            exit_code, out, err = await asyncio.to_thread(
-                self._exec_blocking, argv, workdir, env or {}, user or ""
+            outcome = await self._channel.exec(
+                command,
+                cwd=workdir,
+                env=env,
+                user=user or self._default_user,
+                set_home=self._set_home,
+                timeout=timeout,
+                output_cap=self.config.output_cap,
             )
-        except docker.errors.NotFound as exc:
-            raise SandboxGone(f"the sandbox container vanished: {exc}") from exc
-        except docker.errors.APIError as exc:
-            await self._raise_if_gone(exc)
-            raise SandboxError(f"exec failed: {exc}") from exc
-        timed_out = (
-            timeout is not None
-            and exit_code in (TIMEOUT_EXIT, KILLED_EXIT)
-            and time.monotonic() - started >= timeout
-        )
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
         return ExecResult(
-            exit_code=None if timed_out else exit_code,
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
-            timed_out=timed_out,
+            exit_code=outcome.docker_exit_code(),
+            stdout=outcome.stdout.decode(errors="replace"),
+            stderr=outcome.stderr.decode(errors="replace"),
+            timed_out=outcome.timed_out,
             duration_s=time.monotonic() - started,
         )
 
-    def _exec_blocking(
-        self, argv: list[str], workdir: str | None, env: dict[str, str], user: str
-    ) -> tuple[int, bytes, bytes]:
-        api = docker_client().api
-        exec_id = api.exec_create(
-            self.container_id, argv, workdir=workdir, environment=env, user=user
-        )["Id"]
-        chunks: Iterator[tuple[bytes | None, bytes | None]] = api.exec_start(
-            exec_id, stream=True, demux=True
-        )
-        out, err = bytearray(), bytearray()
-        cap = self.config.output_cap
-        for stdout_chunk, stderr_chunk in chunks:
-            if stdout_chunk and len(out) < cap:
-                out += stdout_chunk[: cap - len(out)]
-            if stderr_chunk and len(err) < cap:
-                err += stderr_chunk[: cap - len(err)]
-        code = api.exec_inspect(exec_id)["ExitCode"]
-        return (-1 if code is None else int(code)), bytes(out), bytes(err)
+    def _engine(self) -> dockerexec.EnginePath:
+        assert self._container is not None
+        return dockerexec.EnginePath(self._container, self.config.output_cap, self._raise_if_gone)
+
+    async def _explain_gone(self, exc: SandboxGone) -> NoReturn:
+        """The channel ended: say why, from the container's state once the engine knows it."""
+        deadline = time.monotonic() + GONE_SETTLE_S
+        while time.monotonic() < deadline:
+            await self._raise_if_gone(exc)
+            await asyncio.sleep(0.05)
+        raise exc
 
     async def _raise_if_gone(self, exc: Exception) -> None:
         try:
@@ -200,60 +253,44 @@ class DockerSandbox(Sandbox):
             raise SandboxGone("the sandbox container vanished") from gone
         if not state.get("Running", False):
             why = "killed by the kernel's OOM killer" if state.get("OOMKilled") else "exited"
-            raise SandboxGone(
-                f"the sandbox container {why} (exit code {state.get('ExitCode')})"
-            ) from exc
+            code = state.get("ExitCode")
+            helper = f"; its command helper {HELPER_PATH} ended" if self._channel else ""
+            raise SandboxGone(f"the sandbox container {why} (exit code {code}{helper})") from exc
 
     def _state(self) -> dict[str, Any]:
         assert self._container is not None
         self._container.reload()
         return dict(self._container.attrs["State"])
 
-    async def read_file(self, path: str) -> bytes:
-        try:
-            return await asyncio.to_thread(self._read_blocking, path)
-        except docker.errors.NotFound as exc:
-            await self._raise_if_gone(exc)
-            raise FileNotFoundError(path) from exc
-        except docker.errors.APIError as exc:
-            await self._raise_if_gone(exc)
-            raise OSError(f"could not read {path}: {exc.explanation}") from exc
+    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
+        """``user``: read with that user's permissions (the channel only; default root)."""
+        if self._channel is not None:
+            try:
+                return await self._channel.read_file(path, user=user)
+            except SandboxGone as exc:
+                await self._explain_gone(exc)
+        return await self._engine().read_file(path)
 
-    def _read_blocking(self, path: str) -> bytes:
-        assert self._container is not None
-        stream, _ = self._container.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            member = archive.next()
-            if member is None or member.isdir():
-                raise IsADirectoryError(path)
-            extracted = archive.extractfile(member)
-            if extracted is None:
-                raise SandboxError(f"{path} is not a regular file")
-            return extracted.read()
-
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+    async def write_file(
+        self, path: str, data: bytes, mode: int = 0o644, *, user: str | None = None
+    ) -> None:
+        """Atomic through the channel (temporary file + rename); ``user`` as for read_file."""
         if not path.startswith("/"):
             raise ValueError(f"sandbox paths must be absolute, got {path!r}")
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as archive:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            archive.addfile(info, io.BytesIO(data))
+        if self._channel is None:
+            await self._engine().write_file(path, data, mode)
+            return
         try:
-            await asyncio.to_thread(self._put_archive, buffer.getvalue())
-        except docker.errors.APIError as exc:
-            await self._raise_if_gone(exc)
-            raise OSError(f"could not write {path}: {exc.explanation}") from exc
-
-    def _put_archive(self, tar_bytes: bytes) -> None:
-        assert self._container is not None
-        if not self._container.put_archive("/", tar_bytes):
-            raise SandboxError("the engine refused the file upload")
+            await self._channel.write_file(path, data, mode=mode, user=user)
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
 
     async def _teardown(self) -> None:
         if self._container is None:
             return
         container, self._container = self._container, None
+        if self._channel is not None:
+            self._channel.close()
         try:
             await asyncio.to_thread(container.remove, force=True, v=True)
         except docker.errors.NotFound:

@@ -1,0 +1,172 @@
+"""``envfarm check``: lint, build and run each task's oracle and nop; a table of verdicts."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from envfarm.cli.render import console
+from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
+from envfarm.controller.policies import JudgeSpec
+from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
+from envfarm.controller.verdicts import TaskCheck
+from envfarm.errors import EnvfarmError
+from envfarm.grading.script import TestScriptGrader
+from envfarm.sandbox.base import SandboxBackend
+from envfarm.spec.task import discover_tasks
+
+CHECK_HELP = """Check that tasks are sound; exit 0 only when every one is.
+
+For each task (TASK_OR_DIR is a task directory or a directory searched for them): lint the spec
+(tests or solution leaking into the image, a broken tests/test.sh, network use), build the image,
+look inside it for the tests, the solution or its output (also in git history), run the oracle
+--runs times (every run must reach the maximum reward, and all must agree: a grader whose
+rewards differ is flaky) and nop once (it must stay below the maximum).
+
+--no-run does the static lint only. Exit status: 0 every task is sound; 2 some task is unsound
+or unreadable; 1 an infrastructure error (image build, sandbox, judge) kept a task from being
+checked.
+"""
+
+_STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "green"}
+
+
+@click.command(help=CHECK_HELP)
+@click.argument(
+    "paths", metavar="TASK_OR_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
+@click.option(
+    "--runs",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Oracle runs per task; their rewards must all agree.",
+)
+@click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
+@click.option(
+    "--concurrency",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Episodes (and image inspections) running at once.",
+)
+@click.option(
+    "--judge",
+    default=None,
+    metavar="URL",
+    help="Judge endpoint for rubric tasks; without it their rubric part is reported unchecked.",
+)
+@click.option("--judge-model", default="default", show_default=True, help="Judge model name.")
+@click.option(
+    "--judge-api-key",
+    envvar="ENVFARM_JUDGE_API_KEY",
+    default=None,
+    help="API key for the judge (or ENVFARM_JUDGE_API_KEY). Never written to any output.",
+)
+def check(
+    paths: tuple[Path, ...],
+    runs: int,
+    no_run: bool,
+    concurrency: int,
+    judge: str | None,
+    judge_model: str,
+    judge_api_key: str | None,
+) -> None:
+    tasks, errors = discover_tasks(list(paths))
+    try:
+        judge_spec = (
+            JudgeSpec(base_url=judge, model=judge_model, api_key=judge_api_key) if judge else None
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    config = CheckConfig(runs=runs, concurrency=concurrency, run=not no_run, judge=judge_spec)
+    backend = None if no_run or not tasks else _docker_backend()
+    try:
+        with console.status("checking") as status:
+
+            def progress(stage: str, done: int, total: int) -> None:
+                status.update(f"checking: {stage} {done}/{total}")
+
+            report = asyncio.run(
+                check_tasks(
+                    tasks, errors, backend, TestScriptGrader(), config, CheckEvents(progress)
+                )
+            )
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]: sandboxes were removed")
+        sys.exit(130)
+    except EnvfarmError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        sys.exit(EXIT_INFRA if exc.infrastructure else EXIT_BAD_INPUT)
+    _render(report)
+    sys.exit(report.exit_code)
+
+
+def _docker_backend() -> SandboxBackend:
+    from envfarm.sandbox.docker.backend import DockerBackend
+
+    return DockerBackend()
+
+
+def _rewards(check: TaskCheck) -> str:
+    if not check.ran:
+        return "-"
+    if not check.oracle_rewards:
+        return "-"
+    return " ".join("none" if r is None else f"{r:.3g}" for r in check.oracle_rewards)
+
+
+def _table(report: CheckReport) -> Table:
+    table = Table(title="envfarm check")
+    for name in ("task", "lint", "build", "oracle", "nop", "flaky", "judge", "verdict"):
+        table.add_column(name, justify="right" if name in ("oracle", "nop") else "left")
+    for check in report.checks:
+        errors, warnings = check.lint_errors, sum(1 for f in check.findings) - check.lint_errors
+        lint = f"{errors} error{'s' * (errors != 1)}" if errors else "ok"
+        if warnings:
+            lint += f" ({warnings} warning{'s' * (warnings != 1)})"
+        flaky = "-" if check.flaky is None else ("yes" if check.flaky else "no")
+        nop = "-" if check.nop_reward is None else f"{check.nop_reward:.3g}"
+        verdict = check.verdict
+        reason = next(iter((check.problems or check.infra or [""])[0].splitlines()), "")
+        shown = verdict if not reason else f"{verdict}: {reason[:70]}"
+        table.add_row(
+            escape(check.task_id),
+            lint,
+            check.build,
+            _rewards(check),
+            nop,
+            flaky,
+            escape(check.judge),
+            f"[{_STYLE[verdict]}]{escape(shown)}[/]",
+        )
+    for error in report.bad_inputs:
+        table.add_row(
+            escape(error.path), "unreadable", "-", "-", "-", "-", "-", "[red]bad input[/]"
+        )
+    return table
+
+
+def _render(report: CheckReport) -> None:
+    console.print(_table(report))
+    for check in report.checks:
+        lines = [
+            *(f"[red]problem[/] {escape(p)}" for p in check.problems),
+            *(f"[yellow]infra[/]   {escape(p)}" for p in check.infra),
+            *(f"[dim]warning {escape(w)}[/]" for w in check.warnings),
+        ]
+        if lines:
+            console.print(f"[bold]{escape(check.task_id)}[/] ({escape(check.path)})")
+            for line in lines:
+                console.print(f"  {line}")
+    for error in report.bad_inputs:
+        console.print(f"[red]bad input[/] {escape(str(error))}")
+    if not report.checks and not report.bad_inputs:
+        console.print("[red]no task found[/]")
+    sound = sum(1 for c in report.checks if c.verdict in ("sound", "lint-only"))
+    console.print(f"{sound} of {len(report.checks) + len(report.bad_inputs)} tasks sound")

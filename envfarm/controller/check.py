@@ -1,0 +1,218 @@
+"""``envfarm check``: prove that each task is sound before anyone trains on it.
+
+Per task: static lint (``spec.lint``), build, a look inside the image (``controller.leaks``), the
+oracle ``runs`` times and nop once, both through the same ``Job``/``EpisodeRunner`` machinery
+as ``envfarm run``. A task is *sound* when lint finds no error, the image holds neither tests
+nor answer, every oracle run reaches the maximum reward (``[metadata].max_reward``, else 1.0),
+all oracle runs agree (else the grader is flaky, and the spread is shown), and nop stays below
+the maximum.
+
+What counts against the task and what against the machine: a verifier that writes no reward
+is the task's fault; a sandbox that dies, an image build that fails, a judge that is down are
+infrastructure. Rubric tasks: with a judge, the oracle's *test* reward must reach the maximum and
+every item must be judged; without one, the rubric part is reported as unchecked (and a nop
+whose tests alone reach the maximum is then no failure, since the rubric would decide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.job import Job, JobConfig, JobEvents
+from envfarm.controller.leaks import inspect_image
+from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
+from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
+from envfarm.controller.verdicts import TaskCheck, judge_nop, judge_oracle
+from envfarm.errors import EnvfarmError, TaskSpecError
+from envfarm.grading.base import Grader
+from envfarm.grading.judges import RubricGrading
+from envfarm.models.trajectory import Trajectory
+from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.spec.lint import lint_task, max_reward
+from envfarm.spec.task import Task
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    runs: int = 3
+    """Oracle runs per task; all must agree."""
+    concurrency: int = 4
+    build_concurrency: int = 2
+    run: bool = True
+    """False: lint only (no build, no episodes)."""
+    judge: JudgeSpec | None = None
+    max_retries: int = 2
+
+
+@dataclass
+class CheckEvents:
+    """Progress callbacks for a shell: ``on_progress(stage, done, total)``."""
+
+    on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None
+
+
+@dataclass
+class CheckReport:
+    checks: list[TaskCheck] = field(default_factory=list)
+    bad_inputs: list[TaskSpecError] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 all sound; 2 some task unsound or unreadable; else 1 (infrastructure)."""
+        if self.bad_inputs or not self.checks or any(c.problems for c in self.checks):
+            return EXIT_BAD_INPUT
+        return EXIT_INFRA if any(c.infra for c in self.checks) else EXIT_OK
+
+
+class _Counter:
+    def __init__(self, events: CheckEvents, stage: str, total: int) -> None:
+        self.events, self.stage, self.total, self.done = events, stage, total, 0
+        events.on_progress(stage, 0, total)
+
+    def tick(self, *_: object) -> None:
+        self.done += 1
+        self.events.on_progress(self.stage, self.done, self.total)
+
+
+async def check_tasks(
+    tasks: Sequence[Task],
+    bad_inputs: Sequence[TaskSpecError],
+    backend: SandboxBackend | None,
+    grader: Grader,
+    config: CheckConfig,
+    events: CheckEvents | None = None,
+) -> CheckReport:
+    """Check every task; ``backend`` may be None only when ``config.run`` is False."""
+    events = events or CheckEvents()
+    report = CheckReport(bad_inputs=list(bad_inputs))
+    checks = {task.id: _static(task, config) for task in tasks}
+    report.checks = list(checks.values())
+    if not config.run or not tasks:
+        return report
+    if backend is None:
+        raise ValueError("check_tasks needs a backend to build and run tasks")
+    run_id = f"check-{uuid.uuid4().hex[:8]}"
+    images = await _build_all(tasks, backend, config, checks, events)
+    built = [task for task in tasks if task.id in images]
+    await _inspect_all(built, images, backend, config, checks, events, run_id)
+    oracle = await _episodes("oracle", built, backend, grader, config, events, run_id)
+    nop = await _episodes("nop", built, backend, grader, config, events, run_id)
+    for task in built:
+        check = checks[task.id]
+        judged = config.judge is not None
+        judge_oracle(check, [t for t in oracle if t.task_id == task.id], judged)
+        judge_nop(check, [t for t in nop if t.task_id == task.id], judged)
+    return report
+
+
+def _static(task: Task, config: CheckConfig) -> TaskCheck:
+    rubrics = list(getattr(task.config.verifier, "rubrics", []))
+    check = TaskCheck(
+        task_id=task.id,
+        path=str(task.root),
+        max_reward=max_reward(task),
+        rubric_items=[item.name for item in rubrics],
+        judge="-" if not rubrics else ("judged" if config.judge else "unchecked"),
+        ran=config.run,
+    )
+    check.add_findings(lint_task(task))
+    return check
+
+
+async def _build_all(
+    tasks: Sequence[Task],
+    backend: SandboxBackend,
+    config: CheckConfig,
+    checks: dict[str, TaskCheck],
+    events: CheckEvents,
+) -> dict[str, PreparedImage]:
+    slots = asyncio.Semaphore(config.build_concurrency)
+    counter = _Counter(events, "build", len(tasks))
+    images: dict[str, PreparedImage] = {}
+
+    async def build(task: Task) -> None:
+        check = checks[task.id]
+        async with slots:
+            try:
+                image = await backend.prepare(task)
+            except EnvfarmError as exc:
+                check.build = "failed"
+                target = check.infra if exc.infrastructure else check.problems
+                target.append(f"build: {_first_lines(str(exc))}")
+                return
+            finally:
+                counter.tick()
+        images[task.id] = image
+        check.build = "cached" if image.cached else f"{image.build_s:.0f}s"
+        check.warnings += [f"build: {warning}" for warning in image.warnings]
+
+    await asyncio.gather(*(build(task) for task in tasks))
+    return images
+
+
+async def _inspect_all(
+    tasks: Sequence[Task],
+    images: dict[str, PreparedImage],
+    backend: SandboxBackend,
+    config: CheckConfig,
+    checks: dict[str, TaskCheck],
+    events: CheckEvents,
+    run_id: str,
+) -> None:
+    slots = asyncio.Semaphore(config.concurrency)
+    counter = _Counter(events, "image", len(tasks))
+
+    async def inspect(task: Task) -> None:
+        check = checks[task.id]
+        async with slots:
+            try:
+                check.add_findings(
+                    await inspect_image(backend, task, images[task.id], run_id=run_id)
+                )
+            except EnvfarmError as exc:
+                check.infra.append(f"image inspection: {_first_lines(str(exc))}")
+            finally:
+                counter.tick()
+
+    await asyncio.gather(*(inspect(task) for task in tasks))
+
+
+async def _episodes(
+    policy: str,
+    tasks: Sequence[Task],
+    backend: SandboxBackend,
+    grader: Grader,
+    config: CheckConfig,
+    events: CheckEvents,
+    run_id: str,
+) -> list[Trajectory]:
+    if not tasks:
+        return []
+    runs = config.runs if policy == "oracle" else 1
+    counter = _Counter(events, policy, len(tasks) * runs)
+    async with (
+        open_policy(PolicySpec(target=policy)) as resolved,
+        open_judge(config.judge) as judge,
+    ):
+        runner = EpisodeRunner(
+            backend=backend,
+            policy=resolved,
+            grader=grader,
+            run_id=run_id,
+            rubrics=RubricGrading(judge, allow_unjudged=True),
+        )
+        job_config = JobConfig(
+            group_size=runs, concurrency=config.concurrency, max_retries=config.max_retries
+        )
+        job = Job(tasks, runner, job_config, JobEvents(on_episode=counter.tick))
+        result = await job.run()
+    return result.trajectories
+
+
+def _first_lines(text: str, count: int = 12) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:count]) + ("\n..." if len(lines) > count else "")

@@ -1,0 +1,278 @@
+"""Looking inside a built task image for what the agent must never find there.
+
+Two throwaway sandboxes of the task's image, one after the other:
+
+* **solved**: snapshot the working directory (path, size, sha256), run ``solution/solve.sh`` as
+  the oracle would, snapshot again. The files the solution created or changed are its
+  *outputs*; their git blob ids are computed there.
+* **pristine**: search the whole filesystem for files identical (size, then sha256) to a hidden
+  test or solution file, or to a solution output: the grader or the answer ships in the image.
+  Then ask every git repository in or above the working directory whether it already holds an
+  output's blob (in any commit, stash, or as a dangling object): the answer can be mined from
+  history. The pristine sandbox is the state the agent starts from, so what the solution itself
+  committed or wrote never counts.
+
+Files under ``MIN_COMPARED_BYTES`` are not compared: tiny files match by chance. Findings use the
+rules ``tests-in-image``, ``solution-in-image`` and ``solution-in-git``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from envfarm.errors import SandboxError
+from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.files import upload_dir
+from envfarm.spec.findings import Finding, Severity
+from envfarm.spec.lint_leaks import (
+    MIN_COMPARED_BYTES,
+    hidden_file_hashes,
+    is_test_code,
+)
+from envfarm.spec.task import Task
+
+SOLUTION_DIR = "/solution"
+MAX_FILES = 20_000
+MAX_SIZES = 400
+MAX_HITS_PER_FILE = 3
+EXEC_TIMEOUT_S = 300.0
+DEFAULT_SOLVE_TIMEOUT_S = 600.0
+_PRUNED = "-name .git -o -name __pycache__ -o -name node_modules -o -name .pytest_cache"
+_GIT = "git -c safe.directory='*'"
+T = TypeVar("T")
+
+_SNAPSHOT = f"""
+echo "W $(pwd)"
+list=$(mktemp)
+find . -xdev \\( {_PRUNED} \\) -prune -o -type f -size -20M -print0 2>/dev/null \\
+  | head -z -n {MAX_FILES} > "$list"
+xargs -0 -r stat -c 'S %s %n' < "$list"
+xargs -0 -r sha256sum < "$list" | sed 's/^/H /'
+rm -f "$list"
+"""
+
+_REPOS = f"""
+repos=$({{ {_GIT} rev-parse --show-toplevel 2>/dev/null
+  find . -xdev -maxdepth 4 -name .git -prune -printf '%h\\n' 2>/dev/null; }} \\
+  | while read -r dir; do (cd "$dir" && pwd -P); done | sort -u)
+"""
+
+
+@dataclass
+class _Snapshot:
+    workdir: str = "/"
+    sizes: dict[str, int] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Solved:
+    outputs: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Absolute path -> (size, sha256) of each file the solution created or changed."""
+    blob_ids: dict[str, str] = field(default_factory=dict)
+    """Git blob id -> the output path it is the content of."""
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _finding(rule: str, message: str, severity: Severity = "error") -> Finding:
+    return Finding(severity=severity, rule=rule, message=message)
+
+
+async def inspect_image(
+    backend: SandboxBackend, task: Task, image: PreparedImage, *, run_id: str
+) -> list[Finding]:
+    """What the task's image holds that it must not; raises SandboxError on infrastructure."""
+    solved = await _in_sandbox(backend, task, image, run_id, lambda box: _solve(box, task))
+    found = await _in_sandbox(backend, task, image, run_id, lambda box: _search(box, task, solved))
+    return [*solved.findings, *found]
+
+
+async def _in_sandbox(
+    backend: SandboxBackend,
+    task: Task,
+    image: PreparedImage,
+    run_id: str,
+    body: Callable[[Sandbox], Awaitable[T]],
+) -> T:
+    sandbox = backend.create(task, image, run_id=run_id)
+    try:
+        await sandbox.start()
+        return await body(sandbox)
+    finally:
+        await sandbox.stop()
+
+
+async def _exec(sandbox: Sandbox, task: Task, script: str) -> str:
+    result = await sandbox.exec(
+        script, timeout=EXEC_TIMEOUT_S, workdir=task.config.environment.workdir, user="root"
+    )
+    if result.exit_code is None:
+        raise SandboxError(f"inspecting the image timed out after {EXEC_TIMEOUT_S:g}s")
+    return result.stdout
+
+
+def _parse_snapshot(text: str) -> _Snapshot:
+    snapshot = _Snapshot()
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "W":
+            snapshot.workdir = rest
+        elif kind == "S":
+            size, _, name = rest.partition(" ")
+            if size.isdigit():
+                snapshot.sizes[_absolute(snapshot.workdir, name)] = int(size)
+        elif kind == "H" and not rest.startswith("\\"):
+            digest, _, name = rest.partition("  ")
+            snapshot.hashes[_absolute(snapshot.workdir, name)] = digest
+    return snapshot
+
+
+def _absolute(workdir: str, name: str) -> str:
+    return str(Path(workdir) / name.removeprefix("./")) if not name.startswith("/") else name
+
+
+async def _solve(sandbox: Sandbox, task: Task) -> _Solved:
+    solved = _Solved()
+    if task.solution_dir is None:
+        return solved
+    before = _parse_snapshot(await _exec(sandbox, task, _SNAPSHOT))
+    await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
+    result = await sandbox.exec(
+        f"bash {SOLUTION_DIR}/solve.sh",
+        timeout=task.config.agent.timeout_sec or DEFAULT_SOLVE_TIMEOUT_S,
+        workdir=task.config.environment.workdir,
+        env=dict(task.config.solution.env),
+        user=task.config.agent.user,
+    )
+    if result.exit_code != 0:
+        solved.findings.append(
+            _finding(
+                "solution-in-image",
+                f"solution/solve.sh exited {result.exit_code} in the inspection sandbox, so "
+                "its outputs may be incomplete for the leak search",
+                "warning",
+            )
+        )
+    after = _parse_snapshot(await _exec(sandbox, task, _SNAPSHOT))
+    for path, digest in after.hashes.items():
+        size = after.sizes.get(path, 0)
+        changed = before.hashes.get(path) != digest
+        if changed and size >= MIN_COMPARED_BYTES and not path.startswith(SOLUTION_DIR + "/"):
+            solved.outputs[path] = (size, digest)
+    if solved.outputs:
+        solved.blob_ids = await _blob_ids(sandbox, task, sorted(solved.outputs))
+    return solved
+
+
+async def _blob_ids(sandbox: Sandbox, task: Task, paths: list[str]) -> dict[str, str]:
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    text = await _exec(
+        sandbox, task, f"command -v git >/dev/null && git hash-object --no-filters -- {quoted}"
+    )
+    ids = text.split()
+    return dict(zip(ids, paths, strict=False)) if len(ids) == len(paths) else {}
+
+
+async def _search(sandbox: Sandbox, task: Task, solved: _Solved) -> list[Finding]:
+    return [
+        *await _identical_files(sandbox, task, solved),
+        *await _git_history(sandbox, task, solved),
+    ]
+
+
+async def _identical_files(sandbox: Sandbox, task: Task, solved: _Solved) -> list[Finding]:
+    wanted: dict[str, tuple[str, str]] = {}
+    sizes: set[int] = set()
+    for digest, (path, serious) in hidden_file_hashes(task).items():
+        if serious:
+            relative = path.relative_to(task.root) if path.is_relative_to(task.root) else path
+            rule = "tests-in-image" if is_test_code(path) else "solution-in-image"
+            wanted[digest] = (rule, f"identical to the hidden {relative}")
+            sizes.add(path.stat().st_size)
+    for output, (size, digest) in solved.outputs.items():
+        wanted.setdefault(
+            digest, ("solution-in-image", f"identical to what solution/solve.sh writes to {output}")
+        )
+        sizes.add(size)
+    if not wanted:
+        return []
+    size_test = " -o ".join(f"-size {size}c" for size in sorted(sizes)[:MAX_SIZES])
+    text = await _exec(
+        sandbox,
+        task,
+        f"find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f "
+        f"\\( {size_test} \\) -print0 2>/dev/null | xargs -0 -r sha256sum",
+    )
+    hits: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        digest, _, found_at = line.partition("  ")
+        if digest in wanted and not line.startswith("\\"):
+            hits.setdefault(digest, []).append(found_at)
+    found = []
+    for digest, paths in sorted(hits.items()):
+        rule, what = wanted[digest]
+        shown = ", ".join(sorted(paths)[:MAX_HITS_PER_FILE])
+        more = (
+            f" (and {len(paths) - MAX_HITS_PER_FILE} more)"
+            if len(paths) > MAX_HITS_PER_FILE
+            else ""
+        )
+        found.append(_finding(rule, f"the image holds {shown}{more}, {what}"))
+    return found
+
+
+async def _git_history(sandbox: Sandbox, task: Task, solved: _Solved) -> list[Finding]:
+    if not solved.blob_ids:
+        return await _git_unreadable(sandbox, task)
+    ids = " ".join(sorted(solved.blob_ids))
+    text = await _exec(
+        sandbox,
+        task,
+        _REPOS
+        + f"""
+for repo in $repos; do
+  for id in {ids}; do
+    if {_GIT} -C "$repo" cat-file -e "$id" 2>/dev/null; then
+      echo "M $id $repo $({_GIT} -C "$repo" log --all --format='%h %s' \\
+          --find-object="$id" 2>/dev/null | tail -n 1)"
+    fi
+  done
+done
+""",
+    )
+    found = []
+    for line in text.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) < 3 or parts[0] != "M" or parts[1] not in solved.blob_ids:
+            continue
+        where = f"commit {parts[3]}" if len(parts) == 4 and parts[3] else "an unreachable object"
+        found.append(
+            _finding(
+                "solution-in-git",
+                f"what solution/solve.sh writes to {solved.blob_ids[parts[1]]} is already in the "
+                f"git repository {parts[2]} ({where}): the agent can recover the answer from "
+                "its history",
+            )
+        )
+    return found
+
+
+async def _git_unreadable(sandbox: Sandbox, task: Task) -> list[Finding]:
+    """A repository in an image without git cannot be checked: say so."""
+    text = await _exec(
+        sandbox, task, _REPOS + '[ -n "$repos" ] && ! command -v git >/dev/null && echo NOGIT; true'
+    )
+    if "NOGIT" not in text:
+        return []
+    return [
+        _finding(
+            "solution-in-git",
+            "the working directory holds a git repository but the image has no git, so its "
+            "history could not be searched for the solution",
+            "warning",
+        )
+    ]

@@ -1,0 +1,160 @@
+"""What ``envfarm check`` concludes about one task, and the rules that read episodes into it.
+
+``problems`` make a task unsound (exit 2), ``infra`` are the machine's faults (exit 1), warnings
+are advice. The rules are pure functions of the trajectories, so they are tested without Docker.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.grading.rubric import COMPONENT_PREFIX, COMPONENT_TESTS
+from envfarm.models.trajectory import Trajectory
+from envfarm.spec.findings import Finding
+
+EPSILON = 1e-9
+Verdict = Literal["sound", "unsound", "error", "lint-only"]
+
+
+class TaskCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    path: str
+    max_reward: float = 1.0
+    ran: bool = True
+    """False with ``--no-run``: lint only."""
+    rubric_items: list[str] = Field(default_factory=list)
+    judge: str = "-"
+    """``-`` (no rubric), ``unchecked`` (rubric, no judge) or ``judged``."""
+    findings: list[Finding] = Field(default_factory=list)
+    build: str = "-"
+    oracle_rewards: list[float | None] = Field(default_factory=list)
+    """The oracle's reward per run (None: no valid reward)."""
+    oracle_tests: list[float] = Field(default_factory=list)
+    """The part that must reach the maximum: the test reward of a judged rubric task, else the
+    reward itself."""
+    nop_reward: float | None = None
+    flaky: bool | None = None
+    problems: list[str] = Field(default_factory=list)
+    infra: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    def add_findings(self, findings: list[Finding]) -> None:
+        self.findings += findings
+        for finding in findings:
+            text = f"{finding.rule}: {finding.message}"
+            (self.problems if finding.severity == "error" else self.warnings).append(text)
+
+    @property
+    def lint_errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == "error")
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.problems:
+            return "unsound"
+        if self.infra:
+            return "error"
+        return "sound" if self.ran else "lint-only"
+
+
+def _solve_note(trajectory: Trajectory) -> str:
+    """What solve.sh said, when it failed: its exit code and the end of its output."""
+    for turn in trajectory.turns:
+        for result in turn.tool_results:
+            if result.name == "bash" and result.exit_code not in (0, None):
+                tail = " | ".join(result.output.strip().splitlines()[-3:])[:300]
+                return f" (solve.sh exited {result.exit_code}: {tail})" if tail else ""
+    return ""
+
+
+def _no_reward(check: TaskCheck, who: str, trajectory: Trajectory) -> None:
+    """File a trajectory without a valid reward under problems or infra."""
+    error = trajectory.error
+    reason = trajectory.reward.reason or "no reason given"
+    if error is None:
+        check.problems.append(f"{who}: no valid reward: {reason}")
+        return
+    verifier_fault = error.phase == "grading" and error.type == "GradingError"
+    judge_down = verifier_fault and "rubric judging failed" in error.message
+    if verifier_fault and not judge_down:
+        check.problems.append(f"{who}: the verifier gave no reward: {error.message[:500]}")
+    else:
+        check.infra.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def judge_oracle(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None:
+    """Every oracle run must reach the maximum, and all runs must agree."""
+    rubric_judged = judged and bool(check.rubric_items)
+    for trajectory in runs:
+        reward = trajectory.reward
+        if not reward.valid or reward.value is None:
+            check.oracle_rewards.append(None)
+            _no_reward(check, "oracle", trajectory)
+            continue
+        check.oracle_rewards.append(reward.value)
+        part = reward.components.get(COMPONENT_TESTS, reward.value) if rubric_judged else None
+        check.oracle_tests.append(reward.value if part is None else part)
+        for flag in reward.flags:
+            if not flag.startswith("rubric:"):
+                check.warnings.append(f"oracle: the reward is flagged {flag}")
+        if rubric_judged:
+            items = {
+                key.removeprefix(COMPONENT_PREFIX): value
+                for key, value in reward.components.items()
+                if key.startswith(COMPONENT_PREFIX)
+            }
+            check.judge = "judged: " + ", ".join(f"{k} {_fmt(v)}" for k, v in items.items())
+    scores = check.oracle_tests
+    if not scores:
+        return
+    check.flaky = max(scores) - min(scores) > EPSILON
+    if check.flaky:
+        shown = ", ".join(_fmt(s) for s in scores)
+        check.problems.append(
+            f"flaky grader: the oracle's rewards differ over {len(scores)} runs ({shown}; "
+            f"spread {_fmt(max(scores) - min(scores))})"
+        )
+        return
+    best = scores[0]
+    note = "" if best >= check.max_reward - EPSILON else _solve_note(runs[0])
+    what = "the oracle's test reward" if rubric_judged else "the oracle"
+    if best < check.max_reward - EPSILON:
+        check.problems.append(
+            f"oracle fails: {what} reaches {_fmt(best)}, not the maximum "
+            f"{_fmt(check.max_reward)}{note}"
+        )
+    elif best > check.max_reward + EPSILON:
+        check.problems.append(
+            f"{what} reaches {_fmt(best)}, above the declared maximum "
+            f"{_fmt(check.max_reward)} (metadata.max_reward)"
+        )
+
+
+def judge_nop(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None:
+    """Doing nothing must not reach the maximum."""
+    for trajectory in runs:
+        reward = trajectory.reward
+        if not reward.valid or reward.value is None:
+            _no_reward(check, "nop", trajectory)
+            continue
+        check.nop_reward = reward.value
+        if reward.value < check.max_reward - EPSILON:
+            continue
+        if check.rubric_items and not judged:
+            check.warnings.append(
+                f"nop: the tests alone give {_fmt(reward.value)} (the maximum); the rubric, "
+                "unchecked without a judge, must make the difference"
+            )
+            continue
+        check.problems.append(
+            f"nop passes: doing nothing scores {_fmt(reward.value)}, the maximum; the tests "
+            "do not tell a solved task from an untouched one"
+        )

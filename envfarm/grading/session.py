@@ -1,0 +1,137 @@
+"""One episode's grading, around the agent: snapshots, hooks, the verifier, flags and artifacts.
+
+The episode runner calls, in order: ``before_agent`` (after provisioning), ``after_agent`` (when
+the agent has stopped: the second snapshot, the command scan, collect hooks and declared
+artifacts), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
+applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
+teardown). A grader other than ``TestScriptGrader`` is called as a plain ``Grader``; its reward
+still gets the flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envfarm.grading.artifacts import Bundle, EpisodeRecord, write_bundle
+from envfarm.grading.base import Grader
+from envfarm.grading.collect import CopiedPath, HookResult, collect
+from envfarm.grading.commands import scan_commands
+from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.snapshot import Snapshot, take_snapshot
+from envfarm.grading.tamper import Inspection, inspect_snapshots
+from envfarm.grading.verdict import (
+    VerifierOutput,
+    expected_reports,
+    finish_reward,
+    output_reports,
+    score,
+)
+from envfarm.grading.workspace import capture_baseline, export_changed, unified_diff
+from envfarm.models.trajectory import Reward, Trajectory, Turn
+from envfarm.sandbox.base import Sandbox
+from envfarm.spec.task import Task
+
+
+@dataclass
+class EpisodeGrading:
+    task: Task
+    sandbox: Sandbox
+    grader: Grader
+    allow_solution: bool = False
+    """The oracle runs ``/solution/solve.sh``: naming /solution is then not a hidden read."""
+    keep_artifacts: bool = False
+    inspect: bool = True
+    """Take the tamper snapshots (the command scan always runs)."""
+    before: Snapshot | None = None
+    baseline: bytes | None = None
+    inspection: Inspection | None = None
+    command_flags: list[tuple[str, str]] = field(default_factory=list)
+    hooks: list[HookResult] = field(default_factory=list)
+    copies: list[CopiedPath] = field(default_factory=list)
+    changed_tar: bytes | None = None
+    output: VerifierOutput | None = None
+    scored: Reward | None = None
+    notes: list[str] = field(default_factory=list)
+
+    async def before_agent(self) -> None:
+        if not self.inspect:
+            return
+        workdir = self.task.config.environment.workdir
+        self.before = await take_snapshot(self.sandbox, workdir)
+        if self.before.missing_tools:
+            self.notes.append(f"snapshot tools missing: {', '.join(self.before.missing_tools)}")
+        if self.keep_artifacts:
+            self.baseline = await capture_baseline(self.sandbox, self.before.workdir)
+            if self.baseline is None:
+                self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+
+    async def after_agent(self, turns: list[Turn]) -> None:
+        """Before the verifier runs: what it writes must not pass for the agent's work."""
+        self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
+        if self.before is not None:
+            after = await take_snapshot(self.sandbox, None, before=self.before)
+            self.inspection = inspect_snapshots(self.before, after)
+            if self.keep_artifacts and self.inspection.workspace is not None:
+                self.changed_tar = await export_changed(
+                    self.sandbox, self.before.workdir, self.inspection.workspace.changed()
+                )
+        self.hooks, self.copies = await collect(self.sandbox, self.task, keep=self.keep_artifacts)
+
+    async def grade(self) -> Reward:
+        if not isinstance(self.grader, TestScriptGrader):
+            self.scored = await self.grader.grade(self.sandbox, self.task)
+            return self.scored
+        self.output = await self.grader.run_verifier(self.sandbox, self.task)
+        self.scored = score(self.output, self.task.config.verifier, expected_reports(self.task))
+        return self.scored
+
+    def observed_flags(self) -> list[tuple[str, str]]:
+        return [*(self.inspection.flags if self.inspection else []), *self.command_flags]
+
+    def finish(self, reward: Reward) -> Reward:
+        zero_on = self.task.config.verifier.zero_on_flags
+        return finish_reward(reward, self.observed_flags(), zero_on, self.scored)
+
+    async def save(self, root: Path, trajectory: Trajectory, build_log: str | None) -> bool:
+        """Write the artifacts to ``root``; False (and nothing raised) when that failed."""
+        inspection = (self.inspection or Inspection()).model_copy(
+            update={"flags": self.observed_flags()}
+        )
+        bundle = Bundle(
+            record=EpisodeRecord(
+                trajectory_id=trajectory.trajectory_id,
+                episode_id=trajectory.episode_id,
+                attempt=trajectory.attempt,
+                task_id=self.task.id,
+                task_root=str(self.task.root),
+                task_hash=self.task.content_hash,
+                notes=self.notes,
+            ),
+            verifier=self.output,
+            inspection=inspection,
+            changed_tar=self.changed_tar,
+            hooks=self.hooks,
+            copies=self.copies,
+            build_log=build_log,
+        )
+        if self.output is not None:
+            bundle.reports = output_reports(self.output, expected_reports(self.task))
+        try:
+            if inspection.workspace is not None:
+                changes = inspection.workspace
+                bundle.diff = await asyncio.to_thread(
+                    unified_diff,
+                    self.baseline,
+                    self.changed_tar,
+                    changes.added,
+                    changes.modified,
+                    changes.deleted,
+                )
+            await asyncio.to_thread(write_bundle, root, bundle)
+        except (OSError, tarfile.TarError) as exc:
+            self.notes.append(f"artifacts not written: {exc}")
+            return False
+        return True

@@ -1,0 +1,287 @@
+"""``EndpointPool``: one ``PolicyClient`` over several OpenAI-compatible endpoints with weights.
+
+Routing. A request goes to the ready endpoint with the fewest requests in flight per unit of
+weight (ties: the heavier, then the one listed first). A session (``session(key)``, one per
+episode) stays on the endpoint that served it while that endpoint is ready, so the server's
+prefix cache keeps its history; it moves only when its endpoint is ejected or paused.
+
+Failures. Connection errors, timeouts and HTTP 408/500/502/504 count against the endpoint's
+circuit breaker (``endpoints.py``: ejected after ``breaker_failures`` in a row, probed back). A
+request that failed on one endpoint goes to another at once when there is one, else retries
+after a backoff, up to ``max_retries`` failures. While every endpoint is ejected, requests wait
+for one to come back, up to ``down_budget_s``, then raise PolicyError (infrastructure: the
+controller retries the episode; it is never scored). A pool none of whose endpoints ever
+answered does not wait: its URLs are more likely wrong than restarting.
+
+Pauses. 503 and 429 come from a live server that is not taking work now (a weight swap, no
+capacity), so they never count against the breaker. The endpoint is skipped for a backoff delay
+(``Retry-After`` when sent) and the request goes elsewhere or waits, for up to ``pause_budget_s``
+(minutes, where ordinary retries give up within seconds).
+
+Aborts. A completion with finish reason ``abort`` (vLLM and SGLang abort running requests for a
+weight update) counts as a pause: it is discarded and the same request is sent again. Resuming
+the partial output is not done: through the chat API it means re-tokenizing text, and the turn
+would mix tokens of two policies. Resending keeps every turn a complete sample from one policy;
+the cost, the lost generation time, is recorded (``Completion.retries``, ``Completion.paused_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from envfarm.errors import PolicyConfigError, PolicyError
+from envfarm.policy.base import Completion, PolicyClient, RetryKind, SamplingParams
+from envfarm.policy.endpoints import (
+    CallState,
+    EndpointSpec,
+    EndpointStatus,
+    PoolEndpoint,
+    PoolSettings,
+)
+from envfarm.policy.openai import AttemptFailure, OpenAIPolicy
+from envfarm.policy.profiles import CaptureOptions
+
+log = logging.getLogger(__name__)
+
+MAX_SESSIONS = 65_536
+"""Session bindings kept (least recently used dropped): sessions are never closed explicitly."""
+
+
+class EndpointPool(PolicyClient):
+    """Routes chat completions over ``endpoints``; the module docstring has the policy."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[EndpointSpec],
+        model: str,
+        *,
+        api_key: str | None = None,
+        settings: PoolSettings | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        capture: CaptureOptions | None = None,
+        version_source: Callable[[], str | None] | None = None,
+    ) -> None:
+        """Each endpoint gets its own ``OpenAIPolicy`` (``capture`` and ``version_source`` as
+        there: token capture detects each endpoint's server profile on its own)."""
+        if not endpoints:
+            raise PolicyConfigError("an endpoint pool needs at least one endpoint URL")
+        self.model = model
+        self.settings = settings or PoolSettings()
+        self._endpoints: list[PoolEndpoint] = []
+        for index, spec in enumerate(endpoints):
+            key = spec.api_key.get_secret_value() if spec.api_key else api_key
+            client = OpenAIPolicy(
+                spec.url,
+                model,
+                api_key=key,
+                max_retries=0,
+                request_timeout_s=self.settings.request_timeout_s,
+                extra_body=extra_body,
+                capture=capture,
+                version_source=version_source,
+            )
+            if any(e.url == client.base_url for e in self._endpoints):
+                raise PolicyConfigError(f"policy endpoint {client.base_url} is listed twice")
+            self._endpoints.append(PoolEndpoint(index, client, spec.weight))
+        self._sessions: OrderedDict[str, PoolEndpoint] = OrderedDict()
+        self._back = asyncio.Event()
+        self._answered = False
+        """Some endpoint answered once: an outage is worth waiting out, a wrong URL is not."""
+        self._random = random.Random()
+
+    def __repr__(self) -> str:
+        return f"EndpointPool(endpoints={self.urls!r}, model={self.model!r})"
+
+    @property
+    def urls(self) -> list[str]:
+        return [e.url for e in self._endpoints]
+
+    def session(self, key: str) -> PoolSession:
+        return PoolSession(self, key)
+
+    def status(self) -> list[EndpointStatus]:
+        now = time.monotonic()
+        return [e.status(now) for e in self._endpoints]
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        sampling: SamplingParams,
+        *,
+        session: str | None = None,
+    ) -> Completion:
+        bodies: dict[PoolEndpoint, tuple[bytes, dict[str, Any]]] = {}
+        call = CallState(session)
+        while True:
+            endpoint = await self._next_endpoint(call)
+            if endpoint not in bodies:  # request fields depend on the endpoint's server profile
+                bodies[endpoint] = endpoint.client.encode(messages, tools, sampling)
+            call.attempts += 1
+            endpoint.in_flight += 1
+            try:
+                result = await endpoint.client.attempt(*bodies[endpoint])
+            finally:
+                endpoint.in_flight -= 1
+            if isinstance(result, Completion) or result.status is not None:
+                self._answered = True
+            if isinstance(result, Completion):
+                endpoint.succeeded()
+                if not _aborted(result):
+                    endpoint.served += 1
+                    result.attempts, result.retries = call.attempts, call.retries
+                    result.paused_s = call.paused_s()
+                    return result
+                cause = "the server aborted the generation (finish_reason abort)"
+                self._paused(call, endpoint, "abort", cause, None, result.latency_s)
+            elif result.paused:
+                cause, elapsed = result.cause, result.elapsed_s
+                self._paused(call, endpoint, "pause", cause, result.retry_after, elapsed)
+            else:
+                self._failed(call, endpoint, result)
+
+    async def aclose(self) -> None:
+        for endpoint in self._endpoints:
+            await endpoint.aclose()
+
+    def _choose(self, call: CallState) -> PoolEndpoint | None:
+        now = time.monotonic()
+        ready = [e for e in self._endpoints if e.ready(now)]
+        preferred = [e for e in ready if e not in call.avoid] or ready
+        if not preferred:
+            return None
+        bound = self._sessions.get(call.session) if call.session is not None else None
+        if bound is None or bound not in preferred:
+            bound = min(preferred, key=PoolEndpoint.rank)
+        if call.session is not None:
+            self._sessions[call.session] = bound
+            self._sessions.move_to_end(call.session)
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        return bound
+
+    async def _next_endpoint(self, call: CallState) -> PoolEndpoint:
+        """The endpoint for the next attempt, after whatever wait the pool's state calls for."""
+        settings = self.settings
+        while True:
+            endpoint = self._choose(call)
+            if endpoint is not None and endpoint is call.backoff_from and call.backoff_s > 0:
+                delay, call.backoff_s = call.backoff_s, 0.0
+                await asyncio.sleep(delay)
+                call.retries[-1].delay_s += delay
+                continue
+            call.backoff_from = None
+            if endpoint is not None:
+                call.down_since = None
+                return endpoint
+            now = time.monotonic()
+            live = [e for e in self._endpoints if e.state == "closed"]
+            if live:  # all paused
+                cause = "every endpoint is paused"
+                remaining = call.pause_clock(now, settings.pause_budget_s, cause)
+                delay = max(0.0, min(min(e.paused_until for e in live) - now, remaining))
+                record = call.waiting("pause", cause)
+                await asyncio.sleep(delay)
+                record.delay_s += delay
+                continue
+            if not self._answered:
+                raise PolicyError(
+                    f"no policy endpoint has answered ({', '.join(self.urls)}); check the URLs; "
+                    f"last error: {call.last_cause()}"
+                )
+            if call.down_since is None:
+                call.down_since = now
+            remaining = call.down_since + settings.down_budget_s - now
+            if remaining <= 0:
+                raise PolicyError(
+                    f"every policy endpoint is down ({', '.join(self.urls)}) and none came back "
+                    f"within {settings.down_budget_s:g}s; last error: {call.last_cause()}"
+                )
+            record = call.waiting("unavailable", "every endpoint is ejected")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._back.wait(), remaining)
+            record.delay_s += time.monotonic() - now
+
+    def _paused(
+        self,
+        call: CallState,
+        endpoint: PoolEndpoint,
+        kind: RetryKind,
+        cause: str,
+        retry_after: float | None,
+        elapsed_s: float,
+    ) -> None:
+        now = time.monotonic()
+        call.note(kind, cause, endpoint.url, elapsed_s)
+        settings = self.settings
+        call.pause_clock(now, settings.pause_budget_s, f"{endpoint.url}: {cause}", elapsed_s)
+        if retry_after is not None:
+            delay = min(retry_after, settings.pause_backoff_max_s)
+        else:
+            ceiling = settings.pause_backoff_base_s * 2**call.pauses
+            ceiling = min(settings.pause_backoff_max_s, ceiling)
+            delay = self._random.uniform(ceiling / 2, ceiling)
+        call.pauses += 1
+        endpoint.pause(now + delay)
+        log.info("policy endpoint %s is paused (%s); retrying in %.2fs", endpoint.url, cause, delay)
+
+    def _failed(self, call: CallState, endpoint: PoolEndpoint, failure: AttemptFailure) -> None:
+        settings = self.settings
+        call.note("error", failure.cause, endpoint.url, failure.elapsed_s)
+        call.errors += 1
+        if endpoint.failed(settings.breaker_failures):
+            endpoint.eject(
+                failure.cause, settings.cooldown_s, settings.probe_timeout_s, self._endpoint_back
+            )
+        if call.errors > settings.max_retries:
+            raise PolicyError(
+                f"policy request failed {call.errors} times ({', '.join(self.urls)}); "
+                f"last error: {endpoint.url}: {failure.cause}"
+            ) from failure.error
+        call.avoid.add(endpoint)
+        call.backoff_from = endpoint
+        if failure.retry_after is not None:
+            call.backoff_s = min(failure.retry_after, settings.backoff_max_s)
+        else:
+            ceiling = min(settings.backoff_max_s, settings.backoff_base_s * 2 ** (call.errors - 1))
+            call.backoff_s = self._random.uniform(0, ceiling)
+
+    def _endpoint_back(self) -> None:
+        self._answered = True
+        back, self._back = self._back, asyncio.Event()
+        back.set()
+
+
+class PoolSession(PolicyClient):
+    """One session's view of an ``EndpointPool``: its requests stay on one endpoint while it is
+    ready. Closing it does nothing; close the pool."""
+
+    def __init__(self, pool: EndpointPool, key: str) -> None:
+        self.pool, self.key = pool, key
+        self.model = pool.model
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        sampling: SamplingParams,
+    ) -> Completion:
+        return await self.pool.complete(messages, tools, sampling, session=self.key)
+
+    def session(self, key: str) -> PoolSession:
+        return self.pool.session(key)
+
+
+def _aborted(completion: Completion) -> bool:
+    if completion.finish_reason == "abort":
+        return True
+    choices = completion.raw.get("choices")
+    reason = choices[0].get("finish_reason") if isinstance(choices, list) and choices else None
+    return isinstance(reason, dict) and reason.get("type") == "abort"

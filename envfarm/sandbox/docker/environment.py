@@ -1,0 +1,302 @@
+"""A task's environment on the Docker engine: the main container plus compose sidecars.
+
+Per episode, ``start`` creates a dedicated internal network (``networks.py``) and the compose
+file's volumes, then starts every sidecar in dependency order, each as soon as what it
+``depends_on`` is started or healthy. The main container is created at once, concurrently
+(nothing runs in it before the agent does): its dependencies gate its healthcheck and the
+agent, which is what they mean for it. The main container is a ``DockerSandbox`` (the agent
+works in it) that joins the network as ``main`` and, only when the task asks for network
+access, the default bridge too; without network access its default route is removed, so it
+sees its sidecars and nothing else. Sidecars join the internal network alone. ``start`` returns
+once every healthcheck has passed (the sidecars' compose healthchecks and the main container's
+``[environment.healthcheck]``), or raises ``SandboxStartError`` naming the service, after
+removing everything it created.
+
+Teardown removes the main container, the sidecars (with their anonymous volumes), the network
+and the episode's volumes. Everything carries envfarm's labels with the owner's host and pid
+(``reaper.py`` removes what a killed run left behind); live environments are also removed at
+interpreter exit. Docker calls run on a dedicated thread pool, so dozens of environments can
+start at once without starving the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import shlex
+import uuid
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from envfarm.errors import SandboxError
+from envfarm.sandbox.docker import services as sidecars
+from envfarm.sandbox.docker.health import HealthPolicy, wait_healthy
+from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.networks import create_network, drop_default_route
+from envfarm.sandbox.docker.sandbox import (
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_TASK,
+    DockerSandbox,
+    DockerSandboxConfig,
+    owner_label,
+)
+from envfarm.sandbox.docker.service_images import build_environment_images
+from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
+from envfarm.spec.compose import MAIN_SERVICE, ComposeService
+from envfarm.spec.task import Task
+
+THREADS = 32
+
+_T = TypeVar("_T")
+_executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="envfarm-environment")
+_live: dict[str, DockerEnvironment] = {}
+
+
+async def _uncancelled(future: asyncio.Future[_T]) -> _T:
+    """Await ``future`` to its end even when cancelled (however often), then raise the
+    cancellation: whatever the call creates exists before the teardown that follows, so the
+    teardown removes it."""
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return future.result()
+
+
+async def _blocking(function: Callable[..., _T], *args: object) -> _T:
+    """Run a blocking docker call on the environment pool, to its end even when cancelled."""
+    loop = asyncio.get_running_loop()
+    return await _uncancelled(loop.run_in_executor(_executor, functools.partial(function, *args)))
+
+
+def _remove_live_environments() -> None:
+    for environment in list(_live.values()):
+        environment.remove_now()
+    _live.clear()
+
+
+atexit.register(_remove_live_environments)
+
+
+class DockerEnvironment(DockerSandbox):
+    """The main container of a task with sidecars and/or a healthcheck."""
+
+    def __init__(
+        self,
+        config: DockerSandboxConfig,
+        task: Task,
+        *,
+        env_id: str | None = None,
+        service_images: dict[str, str] | None = None,
+    ) -> None:
+        self.env_id = env_id or uuid.uuid4().hex[:12]
+        super().__init__(sidecars.main_config(task, config, self.env_id))
+        self.task = task
+        self.service_images = service_images
+        self.network_id: str | None = None
+        self.sidecar_ids: dict[str, str] = {}
+        self.volumes: list[str] = []
+
+    def labels(self, kind: str, service: str | None = None) -> dict[str, str]:
+        labels = {
+            LABEL_MANAGED: "true",
+            LABEL_KIND: kind,
+            LABEL_RUN: self.config.run_id,
+            LABEL_OWNER: owner_label(),
+            LABEL_TASK: self.task.id,
+            LABEL_ENVIRONMENT: self.env_id,
+        }
+        return labels | ({LABEL_SERVICE: service} if service else {})
+
+    async def start(self) -> None:
+        _live[self.env_id] = self
+        try:
+            await self._start_all()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start_all(self) -> None:
+        compose = self.task.compose
+        if compose is None:
+            await _uncancelled(asyncio.ensure_future(super().start()))
+            await self._main_healthy()
+            return
+        if self.service_images is None:
+            images = await build_environment_images(self.task)
+            self.service_images = images.service_image_ids()
+        name = self.config.network_name or f"envfarm-{self.env_id}"
+        self.network_id = await _blocking(create_network, name, self.labels("network"))
+        wanted = {
+            volume
+            for service in compose.services.values()
+            for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
+        }
+        self.volumes = sorted(wanted)
+        await asyncio.gather(
+            *(_blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
+        )
+        started = {name: asyncio.Event() for name in compose.services}
+        healthy = {name: asyncio.Event() for name in compose.services}
+
+        async def dependencies(service: ComposeService) -> None:
+            for dependency, condition in service.depends_on.items():
+                ready = healthy if condition == "service_healthy" else started
+                await ready[dependency].wait()
+
+        async def bring_up(service: ComposeService) -> None:
+            if service.name == MAIN_SERVICE:
+                # Nothing runs in main until the agent starts, so it is created at once; its
+                # dependencies gate its healthcheck and the agent, not its creation.
+                await self._start_main(service)
+                await dependencies(service)
+                started[service.name].set()
+                await self._main_healthy()
+            else:
+                await dependencies(service)
+                container_id = await self._start_sidecar(service)
+                started[service.name].set()
+                await self._sidecar_healthy(service, container_id)
+            healthy[service.name].set()
+
+        await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+
+    async def _start_main(self, main: ComposeService) -> None:
+        await _uncancelled(asyncio.ensure_future(super().start()))
+        archive = sidecars.files_archive(self.task.environment_dir, main.volumes)
+        if archive is not None:
+            await _blocking(sidecars.put_files, self.container_id, archive)
+        if not self.config.network and self.config.runtime is None:
+            helper = (await ensure_base_image()).tag
+            labels = self.labels("helper", MAIN_SERVICE)
+            await _blocking(drop_default_route, self.container_id, helper, labels)
+
+    async def _start_sidecar(self, service: ComposeService) -> str:
+        assert self.task.compose is not None
+        assert self.service_images is not None
+        image = self.service_images.get(service.name)
+        if image is None:
+            raise SandboxError(f"service {service.name!r}: no image was prepared for it")
+        names = sidecars.volume_names(self.env_id, self.task.compose.volumes, service)
+        container = await _blocking(
+            functools.partial(
+                sidecars.create_sidecar,
+                service,
+                image=image,
+                container_name=f"envfarm-{self.env_id}-{service.name}",
+                network=self.config.network_name or "",
+                volumes=names,
+                labels=self.labels("service", service.name),
+                env_dir=self.task.environment_dir,
+            )
+        )
+        container_id = str(container.id)
+        self.sidecar_ids[service.name] = container_id
+        await _blocking(sidecars.start_sidecar, container, service.name)
+        return container_id
+
+    async def _sidecar_healthy(self, service: ComposeService, container_id: str) -> None:
+        argv, check = service.health_argv(), service.healthcheck
+        if argv is None or check is None:
+            return
+        policy = HealthPolicy(
+            interval_s=check.interval,
+            timeout_s=check.timeout,
+            retries=check.retries,
+            start_period_s=check.start_period,
+        )
+
+        async def probe(_timeout: float) -> tuple[bool, str]:
+            return await _blocking(sidecars.probe, container_id, argv)
+
+        async def stopped() -> str | None:
+            return await _blocking(sidecars.stopped_reason, container_id)
+
+        await wait_healthy(service.name, policy, probe, stopped)
+
+    async def _main_healthy(self) -> None:
+        check = self.task.config.environment.healthcheck
+        compose_check = self.task.compose.main.healthcheck if self.task.compose else None
+        command: str | None = None
+        if check is not None:
+            command = check.command
+            policy = HealthPolicy(
+                interval_s=check.interval_sec,
+                timeout_s=check.timeout_sec,
+                retries=check.retries,
+                start_period_s=check.start_period_sec,
+            )
+        elif compose_check is not None and (argv := compose_check.argv()) is not None:
+            command = shlex.join(argv)
+            policy = HealthPolicy(
+                interval_s=compose_check.interval,
+                timeout_s=compose_check.timeout,
+                retries=compose_check.retries,
+                start_period_s=compose_check.start_period,
+            )
+        if command is None:
+            return
+
+        async def probe(timeout: float) -> tuple[bool, str]:
+            result = await self.exec(command, timeout=timeout)
+            return result.exit_code == 0, f"{result.stdout}{result.stderr}"
+
+        async def running() -> str | None:
+            return None  # a dead main container makes exec raise SandboxGone
+
+        await wait_healthy(MAIN_SERVICE, policy, probe, running)
+
+    async def _teardown(self) -> None:
+        errors: list[SandboxError] = []
+        try:
+            await super()._teardown()
+        except SandboxError as exc:
+            errors.append(exc)
+        ids = list(self.sidecar_ids.values())
+        for outcome in await asyncio.gather(
+            *(_blocking(sidecars.remove_container, i) for i in ids), return_exceptions=True
+        ):
+            if isinstance(outcome, SandboxError):
+                errors.append(outcome)
+        self.sidecar_ids.clear()
+        try:  # the network, the volumes, and anything a cancelled start created unrecorded
+            await _blocking(sidecars.sweep, self.env_id)
+            self.network_id, self.volumes = None, []
+        except SandboxError as exc:
+            errors.append(exc)
+        _live.pop(self.env_id, None)
+        if errors:
+            raise errors[0]
+
+    def remove_now(self) -> None:
+        """Blocking best-effort removal of everything (interpreter exit)."""
+        containers = list(self.sidecar_ids.values())
+        with contextlib.suppress(SandboxError):
+            containers.insert(0, self.container_id)
+        for container_id in containers:
+            with contextlib.suppress(SandboxError):
+                sidecars.remove_container(container_id)
+        with contextlib.suppress(SandboxError):
+            sidecars.sweep(self.env_id)
+
+
+async def _all_or_nothing(coroutines: list[Coroutine[Any, Any, None]]) -> None:
+    """Run concurrently; on the first failure cancel the rest and raise that failure."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -1,0 +1,188 @@
+"""One internal network per environment, from a pool of small subnets.
+
+Docker's default address pools hand out about thirty networks (/16 and /20 blocks), so envfarm
+gives each environment network an explicit small subnet instead: a /27 (29 containers) from
+``ENVFARM_NETWORK_POOL`` (default ``198.18.0.0/15``, the block reserved for network benchmark
+tests, which no real network uses): 4096 networks. ``ENVFARM_NETWORK_PREFIX`` changes the
+size. A subnet is picked at random among those no network uses; the engine rejects overlaps
+atomically, so concurrent processes that pick the same one just retry.
+
+Each network is ``--internal`` (no traffic leaves it) and ``inhibit_ipv4`` (the host takes no
+address on it, so a sandbox cannot reach services listening on the host either). Docker still
+gives its containers a default route to the absent gateway; for a main container without network
+access ``drop_default_route`` removes it, from a throwaway container that shares only its
+network namespace and holds only ``NET_ADMIN``, so the sandbox's routing table shows the
+environment's subnet and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import random
+from typing import Any
+
+import docker.errors
+from docker.types import IPAMConfig, IPAMPool
+
+from envfarm.errors import SandboxError, SandboxStartError
+from envfarm.sandbox.docker.client import docker_client
+
+POOL_VARIABLE = "ENVFARM_NETWORK_POOL"
+PREFIX_VARIABLE = "ENVFARM_NETWORK_PREFIX"
+DEFAULT_POOL = "198.18.0.0/15"
+DEFAULT_PREFIX = 27
+ATTEMPTS = 32
+DEFAULT_BRIDGE = "bridge"
+
+# RTM_DELROUTE of every IPv4 default route of the main table, through a raw netlink socket
+# (perl is essential in Debian, so every envfarm image has it; iproute2 is not).
+_DROP_ROUTE = r"""
+use strict;
+socket(my $s, 16, 3, 0) or die "socket: $!\n";
+for my $seq (1 .. 8) {
+    my $rt = pack("CCCCCCCCL", 2, 0, 0, 0, 254, 0, 255, 0, 0);
+    my $msg = pack("LSSLL", 16 + length($rt), 25, 5, $seq, 0) . $rt;
+    send($s, $msg, 0, pack("SSLL", 16, 0, 0, 0)) or die "send: $!\n";
+    defined(recv($s, my $buf, 4096, 0)) or die "recv: $!\n";
+    my ($type, $err) = (unpack("x4S", $buf), unpack("x16l", $buf));
+    die "unexpected netlink reply $type\n" unless $type == 2;
+    exit 0 if $err == -3;
+    die "netlink error $err\n" if $err != 0;
+}
+die "default routes keep coming back\n";
+"""
+
+
+def subnet_pool() -> tuple[ipaddress.IPv4Network, int]:
+    text = os.environ.get(POOL_VARIABLE, DEFAULT_POOL)
+    prefix_text = os.environ.get(PREFIX_VARIABLE, str(DEFAULT_PREFIX))
+    try:
+        pool = ipaddress.IPv4Network(text)
+        prefix = int(prefix_text)
+    except ValueError as exc:
+        raise SandboxStartError(
+            f"{POOL_VARIABLE}={text!r} / {PREFIX_VARIABLE}={prefix_text!r}: expected an IPv4 "
+            f"network such as {DEFAULT_POOL} and a prefix length such as {DEFAULT_PREFIX}: {exc}"
+        ) from exc
+    if not pool.prefixlen <= prefix <= 29:
+        raise SandboxStartError(
+            f"{PREFIX_VARIABLE}={prefix} must lie between the pool's own prefix "
+            f"({pool.prefixlen}) and 29 (a /29 holds 5 containers)"
+        )
+    return pool, prefix
+
+
+def _used_subnets() -> list[ipaddress.IPv4Network]:
+    used = []
+    for network in docker_client().api.networks():
+        for config in (network.get("IPAM") or {}).get("Config") or []:
+            with contextlib.suppress(ValueError, TypeError):
+                subnet = ipaddress.ip_network(config.get("Subnet", ""), strict=False)
+                if isinstance(subnet, ipaddress.IPv4Network):
+                    used.append(subnet)
+    return used
+
+
+def _pick(pool: ipaddress.IPv4Network, prefix: int) -> ipaddress.IPv4Network | None:
+    size = 1 << (32 - prefix)
+    count = pool.num_addresses // size
+    used = [subnet for subnet in _used_subnets() if subnet.overlaps(pool)]
+    base = int(pool.network_address)
+    random_tries = [random.randrange(count) for _ in range(64)]
+    for index in [*random_tries, *range(count)]:  # random first; a full scan when crowded
+        candidate = ipaddress.IPv4Network((base + index * size, prefix))
+        if not any(candidate.overlaps(subnet) for subnet in used):
+            return candidate
+    return None
+
+
+def create_network(name: str, labels: dict[str, str]) -> str:
+    """Create the internal network ``name``; return its id. Blocking."""
+    pool, prefix = subnet_pool()
+    api = docker_client().api
+    for _ in range(ATTEMPTS):
+        subnet = _pick(pool, prefix)
+        if subnet is None:
+            break
+        try:
+            created = api.create_network(
+                name,
+                driver="bridge",
+                internal=True,
+                ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]),
+                options={"com.docker.network.bridge.inhibit_ipv4": "true"},
+                labels=labels,
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as exc:
+            if "overlap" in str(exc).lower():
+                continue
+            raise SandboxStartError(f"could not create network {name}: {exc}") from exc
+        return str(created["Id"])
+    raise SandboxStartError(
+        f"no free /{prefix} subnet left in {pool} for network {name}: widen {POOL_VARIABLE}, "
+        f"or remove networks left behind by dead runs (envfarm gc)"
+    )
+
+
+def remove_network(network_id: str) -> None:
+    """Remove a network, first disconnecting whatever is still attached. Blocking."""
+    api = docker_client().api
+    try:
+        details = api.inspect_network(network_id)
+        for container_id in details.get("Containers") or {}:
+            with contextlib.suppress(docker.errors.NotFound):
+                api.disconnect_container_from_network(container_id, network_id, force=True)
+        api.remove_network(network_id)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not remove network {network_id[:12]}: {exc}") from exc
+
+
+def network_options(network: bool, name: str | None, aliases: list[str]) -> dict[str, Any]:
+    """``containers.create`` arguments: the environment network with its aliases, or the
+    default bridge / no network at all."""
+    if name is None:
+        return {"network_mode": DEFAULT_BRIDGE if network else "none"}
+    endpoint = docker_client().api.create_endpoint_config(aliases=aliases)
+    return {"network": name, "networking_config": {name: endpoint}}
+
+
+def join_default_bridge(container_id: str) -> None:
+    """Also attach a created container to the default bridge (the task asked for network)."""
+    docker_client().api.connect_container_to_network(container_id, DEFAULT_BRIDGE)
+
+
+def drop_default_route(container_id: str, helper_image: str, labels: dict[str, str]) -> None:
+    """Remove the IPv4 default route(s) in the running container's network namespace."""
+    client = docker_client()
+    helper = client.containers.create(
+        helper_image,
+        command=["perl", "-e", _DROP_ROUTE],
+        entrypoint=[],
+        user="0:0",
+        network_mode=f"container:{container_id}",
+        cap_drop=["ALL"],
+        cap_add=["NET_ADMIN"],
+        security_opt=["no-new-privileges"],
+        mem_limit="64m",
+        pids_limit=16,
+        labels=labels,
+    )
+    try:
+        helper.start()
+        status = helper.wait(timeout=60)
+        output = helper.logs().decode(errors="replace").strip()
+    except docker.errors.DockerException as exc:
+        raise SandboxStartError(f"could not remove the main container's route: {exc}") from exc
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            helper.remove(force=True)
+    if status.get("StatusCode") != 0:
+        raise SandboxStartError(
+            f"could not remove the main container's default route (exit "
+            f"{status.get('StatusCode')}): {output or 'no output'}"
+        )

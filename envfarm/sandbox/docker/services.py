@@ -1,0 +1,266 @@
+"""Sidecar containers, per-episode volumes and the main container's configuration in a compose
+environment (blocking docker calls).
+
+A sidecar is hardened like the main container (every capability dropped but the few that the
+usual service images need to set up their data directory and drop to their own user, no new
+privileges, an init process, memory, CPU and pids limits) and joins only the environment's
+internal network, under its service name. It never gets the default bridge, whatever the task's
+network mode: services are reachable from the main container, and nothing else.
+
+The task's files a service mounts (``./init.sql:/docker-entrypoint-initdb.d/init.sql``) are
+copied into the container before it starts, never bind-mounted: each episode gets its own copy,
+nothing of the host is mounted into a sandbox, and what a service writes never reaches the task
+directory. A read-only mount becomes a copy without write permission bits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from docker.models.containers import Container
+
+from envfarm.errors import SandboxError, SandboxStartError
+from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.networks import network_options, remove_network
+from envfarm.sandbox.docker.sandbox import (
+    DEFAULT_CAPS,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    DockerSandboxConfig,
+    owner_label,
+)
+from envfarm.spec.compose import MAIN_SERVICE, ComposeService
+from envfarm.spec.compose_fields import VolumeMount
+from envfarm.spec.task import Task
+
+LABEL_ENVIRONMENT = "io.envfarm.environment"
+LABEL_SERVICE = "io.envfarm.service"
+SIDECAR_CPUS = 1.0
+SIDECAR_MEMORY_MB = 1024
+SIDECAR_PIDS = 512
+LOG_LINES = 20
+
+
+def main_config(task: Task, base: DockerSandboxConfig, env_id: str) -> DockerSandboxConfig:
+    """The main container's configuration inside a compose environment."""
+    if task.compose is None:
+        return base
+    main = task.compose.main
+    names = volume_names(env_id, task.compose.volumes, main)
+    return base.model_copy(
+        update={
+            "env": {**main.environment, **task.config.environment.env},
+            "workdir": task.config.environment.workdir or main.working_dir,
+            "network_name": f"envfarm-{env_id}",
+            "network_aliases": [MAIN_SERVICE],
+            "volumes": volume_binds(main.volumes, names),
+        }
+    )
+
+
+def volume_names(env_id: str, named: list[str], service: ComposeService) -> dict[str, str]:
+    """Compose volume name (or an anonymous mount's target) -> the episode's docker volume."""
+    names = {name: f"envfarm-{env_id}-{name}" for name in named}
+    anonymous = [m for m in service.volumes if m.kind == "volume" and m.source is None]
+    for index, mount in enumerate(anonymous):
+        names[mount.target] = f"envfarm-{env_id}-{service.name}-anon{index}"
+    return names
+
+
+def volume_binds(mounts: list[VolumeMount], names: dict[str, str]) -> list[str]:
+    """``docker_volume:/target[:ro]`` for the volume mounts (``names``: mount target of an
+    anonymous volume, or compose volume name -> the episode's docker volume)."""
+    binds = []
+    for mount in mounts:
+        if mount.kind == "volume":
+            volume = names[mount.source or mount.target]
+            binds.append(f"{volume}:{mount.target}:{'ro' if mount.read_only else 'rw'}")
+    return binds
+
+
+def files_archive(env_dir: Path, mounts: list[VolumeMount]) -> bytes | None:
+    """A tar placing each bind mount's files at its target; None without bind mounts."""
+    binds = [mount for mount in mounts if mount.kind == "bind"]
+    if not binds:
+        return None
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for mount in binds:
+            assert mount.source is not None
+            source = env_dir / mount.source
+            paths = [source] if source.is_file() else [source, *sorted(source.rglob("*"))]
+            for path in paths:
+                relative = path.relative_to(source).as_posix()
+                name = mount.target.strip("/") + ("" if relative == "." else f"/{relative}")
+                info = archive.gettarinfo(str(path), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                if mount.read_only:
+                    info.mode &= ~0o222
+                if info.isfile():
+                    with path.open("rb") as handle:
+                        archive.addfile(info, handle)
+                elif info.isdir() or info.issym():
+                    archive.addfile(info)
+    return buffer.getvalue()
+
+
+def put_files(container_id: str, archive: bytes) -> None:
+    try:
+        if not docker_client().api.put_archive(container_id, "/", archive):
+            raise SandboxStartError("the engine refused the service's files")
+    except docker.errors.APIError as exc:
+        raise SandboxStartError(f"could not copy the task's files in: {exc}") from exc
+
+
+def create_sidecar(
+    service: ComposeService,
+    *,
+    image: str,
+    container_name: str,
+    network: str,
+    volumes: dict[str, str],
+    labels: dict[str, str],
+    env_dir: Path,
+) -> Container:
+    """Create (not start) the sidecar with its files in place."""
+    kwargs: dict[str, Any] = {}
+    if service.command is not None:
+        kwargs["command"] = service.command
+    if service.entrypoint is not None:
+        kwargs["entrypoint"] = service.entrypoint
+    if service.restart != "no":
+        kwargs["restart_policy"] = {"Name": service.restart}
+    try:
+        container = docker_client().containers.create(
+            image,
+            name=container_name,
+            hostname=service.name,
+            environment=service.environment,
+            working_dir=service.working_dir,
+            user=service.user,
+            init=True,
+            tty=service.tty,
+            stdin_open=service.stdin_open,
+            volumes=volume_binds(service.volumes, volumes),
+            cap_drop=["ALL"],
+            cap_add=list(DEFAULT_CAPS),
+            security_opt=["no-new-privileges"],
+            mem_limit=f"{SIDECAR_MEMORY_MB}m",
+            memswap_limit=f"{SIDECAR_MEMORY_MB}m",
+            nano_cpus=int(SIDECAR_CPUS * 1e9),
+            pids_limit=SIDECAR_PIDS,
+            labels={**service.labels, **labels},
+            **network_options(False, network, [service.name]),
+            **kwargs,
+        )
+    except docker.errors.ImageNotFound as exc:
+        missing = f"service {service.name!r}: image {image!r} does not exist"
+        raise SandboxStartError(missing) from exc
+    except docker.errors.APIError as exc:
+        raise SandboxStartError(f"service {service.name!r}: could not create: {exc}") from exc
+    archive = files_archive(env_dir, service.volumes)
+    if archive is not None:
+        put_files(str(container.id), archive)
+    return container
+
+
+def start_sidecar(container: Container, name: str) -> None:
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        raise SandboxStartError(f"service {name!r}: could not start: {exc}") from exc
+
+
+def probe(container_id: str, argv: list[str]) -> tuple[bool, str]:
+    """Run a healthcheck command in the sidecar: (exit status 0, output)."""
+    api = docker_client().api
+    try:
+        exec_id = api.exec_create(container_id, argv)["Id"]
+        output = api.exec_start(exec_id)
+        code = api.exec_inspect(exec_id).get("ExitCode")
+    except docker.errors.NotFound as exc:
+        return False, f"the container is gone: {exc}"
+    except docker.errors.APIError as exc:
+        return False, f"could not run the check: {exc.explanation or exc}"
+    text = output.decode(errors="replace") if isinstance(output, bytes) else str(output)
+    if code != 0:
+        text = f"exit code {code}: {text}"
+    return code == 0, text
+
+
+def stopped_reason(container_id: str) -> str | None:
+    """None while the container runs; else its exit code, OOM status and last log lines."""
+    try:
+        container = docker_client().containers.get(container_id)
+    except docker.errors.NotFound:
+        return "its container vanished"
+    state = container.attrs.get("State", {})
+    if state.get("Running") and not state.get("Restarting"):
+        return None
+    why = "killed by the OOM killer" if state.get("OOMKilled") else "exited"
+    logs = container.logs(tail=LOG_LINES).decode(errors="replace").strip()
+    return f"{why} with code {state.get('ExitCode')}; last log lines:\n{logs or '(no output)'}"
+
+
+def remove_container(container_id: str) -> None:
+    try:
+        docker_client().api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not remove container {container_id[:12]}: {exc}") from exc
+
+
+def create_volume(name: str, labels: dict[str, str]) -> None:
+    try:
+        docker_client().volumes.create(name=name, labels=labels)
+    except docker.errors.APIError as exc:
+        raise SandboxStartError(f"could not create volume {name}: {exc}") from exc
+
+
+def remove_volume(name: str) -> None:
+    try:
+        docker_client().api.remove_volume(name, force=True)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not remove volume {name}: {exc}") from exc
+
+
+def sweep(env_id: str) -> None:
+    """Remove everything labelled with the environment (sidecars, network, volumes), and the
+    envfarm sandbox of this process still attached to its network; raise the first failure
+    after trying everything."""
+    api = docker_client().api
+    labelled = {"label": [f"{LABEL_ENVIRONMENT}={env_id}"]}
+    errors: list[SandboxError] = []
+
+    def attempt(function: Callable[[str], None], argument: str) -> None:
+        try:
+            function(argument)
+        except SandboxError as exc:
+            errors.append(exc)
+
+    try:
+        for container in api.containers(all=True, filters=labelled):
+            attempt(remove_container, container["Id"])
+        for network in api.networks(filters=labelled):
+            for container_id in api.inspect_network(network["Id"]).get("Containers") or {}:
+                with contextlib.suppress(docker.errors.NotFound):
+                    labels = api.inspect_container(container_id)["Config"].get("Labels") or {}
+                    if labels.get(LABEL_OWNER) == owner_label() and LABEL_MANAGED in labels:
+                        attempt(remove_container, container_id)
+            attempt(remove_network, network["Id"])
+        for volume in api.volumes(filters=labelled).get("Volumes") or []:
+            attempt(remove_volume, volume["Name"])
+    except docker.errors.APIError as exc:
+        errors.append(SandboxError(f"could not list environment {env_id}'s resources: {exc}"))
+    if errors:
+        raise errors[0]

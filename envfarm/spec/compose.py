@@ -1,0 +1,293 @@
+"""The docker-compose subset envfarm runs: a task's ``environment/docker-compose.yaml``.
+
+The main container is the service named ``main`` (Harbor's convention; the service may be
+omitted, and its image, when not given, comes from ``environment/Dockerfile`` or
+``[environment].docker_image``). Every other service is a sidecar on the episode's own internal
+network, reachable by its name. Supported keys are listed in ``SERVICE_KEYS``; everything else
+(privileges, host networking, devices, published ports, host paths...) is refused with a
+``TaskSpecError`` naming the file, the service and the key, because a silently ignored key would
+run a different environment than its author wrote. ``x-*`` extension keys are ignored.
+
+Paths (build contexts, bind mounts) must stay inside ``environment/``: an episode sees the
+task's own files and nothing else of the host.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from envfarm.spec.compose_fields import VolumeMount, parse_duration
+from envfarm.spec.errors_fmt import Issue, issues_from_validation, model_at
+
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+MAIN_SERVICE = "main"
+Condition = Literal["service_started", "service_healthy"]
+
+
+def _argv(value: Any) -> Any:
+    """Compose splits a string command like a shell would (without running one)."""
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split {value!r} into arguments: {exc}") from None
+    return value
+
+
+def _scalar_text(value: Any, what: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise ValueError(f"{what}: expected a string or number, got {value!r}")
+
+
+def _env_map(value: Any) -> Any:
+    """``KEY: value`` or ``- KEY=value``; a key without a value would read the host's
+    environment in compose, which envfarm never does."""
+    if isinstance(value, list):
+        pairs = {}
+        for item in value:
+            if not isinstance(item, str) or "=" not in item:
+                raise ValueError(
+                    f"{item!r} has no value; write KEY=value (envfarm never passes the "
+                    "host's environment into a container)"
+                )
+            key, _, text = item.partition("=")
+            pairs[key] = text
+        return pairs
+    if isinstance(value, dict):
+        missing = [key for key, item in value.items() if item is None]
+        if missing:
+            raise ValueError(
+                f"{', '.join(map(str, missing))} has no value; give one (envfarm never passes "
+                "the host's environment into a container)"
+            )
+        return {str(key): _scalar_text(item, str(key)) for key, item in value.items()}
+    return value
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+def _words(value: Any) -> Any:
+    """YAML reads ``[CMD, true]`` as a boolean; compose means the word."""
+    if isinstance(value, list):
+        return [_scalar_text(item, "test") if not isinstance(item, str) else item for item in value]
+    return value
+
+
+Argv = Annotated[list[str], BeforeValidator(_argv)]
+EnvMap = Annotated[dict[str, str], BeforeValidator(_env_map)]
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServiceHealthcheck(_Strict):
+    """Compose ``healthcheck``. ``test`` is kept as compose writes it: ``["CMD", ...]``,
+    ``["CMD-SHELL", "..."]`` or a string (run by ``/bin/sh -c``)."""
+
+    test: Annotated[list[str] | str | None, BeforeValidator(_words)] = None
+    interval: Duration = 30.0
+    timeout: Duration = 30.0
+    retries: Annotated[int, Field(ge=1)] = 3
+    start_period: Duration = 0.0
+    start_interval: Duration = 5.0
+    disable: bool = False
+
+    def argv(self) -> list[str] | None:
+        """The command to run, or None when the check is disabled."""
+        test = self.test
+        if self.disable or test is None or test == ["NONE"]:
+            return None
+        if isinstance(test, str):
+            return ["/bin/sh", "-c", test]
+        if len(test) >= 2 and test[0] == "CMD":
+            return test[1:]
+        if len(test) == 2 and test[0] == "CMD-SHELL":
+            return ["/bin/sh", "-c", test[1]]
+        raise ValueError(
+            f"test {test!r}: expected a string, [CMD, arg, ...], [CMD-SHELL, command] or [NONE]"
+        )
+
+
+class ServiceBuild(_Strict):
+    context: str = "."
+    dockerfile: str = "Dockerfile"
+    args: EnvMap = Field(default_factory=dict)
+
+
+def _refuse_completed(value: Any) -> Any:
+    if value == "service_completed_successfully":
+        raise ValueError(
+            "condition service_completed_successfully (one-shot jobs) is not supported; use "
+            "service_started or service_healthy, and run one-shot setup in the Dockerfile"
+        )
+    return value
+
+
+class DependsOn(_Strict):
+    condition: Annotated[Condition, BeforeValidator(_refuse_completed)] = "service_started"
+    required: bool = True
+    """False: the dependency may be missing from the file (then it is ignored)."""
+    restart: bool = False
+    """Accepted and ignored: services are never restarted during an episode."""
+
+
+def _depends_map(value: Any) -> Any:
+    if isinstance(value, list):
+        return {str(name): {} for name in value}
+    return value
+
+
+class RawService(_Strict):
+    """A service as written in the file (after interpolation), before paths are resolved."""
+
+    image: Annotated[str, Field(min_length=1)] | None = None
+    build: str | ServiceBuild | None = None
+    environment: EnvMap = Field(default_factory=dict)
+    env_file: str | list[str] = Field(default_factory=list)
+    command: Argv | None = None
+    entrypoint: Argv | None = None
+    healthcheck: ServiceHealthcheck | None = None
+    depends_on: Annotated[dict[str, DependsOn], BeforeValidator(_depends_map)] = Field(
+        default_factory=dict
+    )
+    volumes: list[Any] = Field(default_factory=list)
+    working_dir: str | None = None
+    user: Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)] | None = (
+        None
+    )
+    expose: list[int | str] = Field(default_factory=list)
+    restart: Literal["no", "always", "on-failure", "unless-stopped"] = "no"
+    labels: EnvMap = Field(default_factory=dict)
+    init: bool | None = None
+    tty: bool = False
+    stdin_open: bool = False
+    pull_policy: str | None = None
+    """Accepted and ignored: nothing is ever pulled."""
+
+
+SERVICE_KEYS = tuple(RawService.model_fields)
+MAIN_REFUSED = {
+    "command": "the main container runs envfarm's own idle process (the agent works in it "
+    "through exec); run a server as a separate service instead",
+    "entrypoint": "the main container runs envfarm's own idle process; remove it",
+    "user": "set [agent].user and [verifier].user in task.toml instead",
+    "restart": "envfarm manages the main container's lifecycle; remove it",
+}
+UNSUPPORTED_KEYS = {
+    "ports": "publishing ports on the host is never done; services reach each other by name "
+    "on the environment's internal network (use expose, or nothing)",
+    "privileged": "services run unprivileged",
+    "cap_add": "services get the fixed capability set documented in docs/services.md",
+    "cap_drop": "services get the fixed capability set documented in docs/services.md",
+    "security_opt": "services run with envfarm's security options",
+    "network_mode": "every service joins the environment's own internal network",
+    "networks": "every service joins the environment's own internal network",
+    "devices": "host devices are never passed to a sandbox",
+    "pid": "host namespaces are never shared with a sandbox",
+    "ipc": "host namespaces are never shared with a sandbox",
+    "userns_mode": "host namespaces are never shared with a sandbox",
+    "uts": "host namespaces are never shared with a sandbox",
+    "cgroup": "host namespaces are never shared with a sandbox",
+    "sysctls": "kernel parameters cannot be changed by a task",
+    "container_name": "container names are chosen per episode; reach the service by its "
+    "service name",
+    "hostname": "a service's host name is its service name",
+    "extra_hosts": "services resolve each other by service name only",
+    "dns": "services use the environment network's own resolver",
+    "links": "every service is reachable by its name without links",
+    "external_links": "containers outside the environment are never reachable",
+    "volumes_from": "share data through a named volume declared at the top level",
+    "secrets": "use environment variables or files of the task",
+    "configs": "use files of the task mounted from environment/",
+    "runtime": "the runtime is chosen by envfarm",
+    "extends": "write each service out in full",
+}
+TOP_LEVEL_KEYS = ("services", "volumes", "version", "name")
+
+
+class ComposeService(_Strict):
+    """A resolved service: paths checked and relative to ``environment/``."""
+
+    name: str
+    image: str | None = None
+    build_context: str | None = None
+    """Relative to environment/ (``"."`` for environment/ itself); None when ``image`` is used."""
+    build_dockerfile: str | None = None
+    """Relative to environment/."""
+    build_args: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(default_factory=dict)
+    command: list[str] | None = None
+    entrypoint: list[str] | None = None
+    healthcheck: ServiceHealthcheck | None = None
+    depends_on: dict[str, Condition] = Field(default_factory=dict)
+    volumes: list[VolumeMount] = Field(default_factory=list)
+    working_dir: str | None = None
+    user: str | None = None
+    restart: Literal["no", "always", "on-failure", "unless-stopped"] = "no"
+    labels: dict[str, str] = Field(default_factory=dict)
+    tty: bool = False
+    stdin_open: bool = False
+
+    def health_argv(self) -> list[str] | None:
+        return self.healthcheck.argv() if self.healthcheck is not None else None
+
+
+class ComposeSpec(_Strict):
+    path: Path
+    """The compose file."""
+    services: dict[str, ComposeService]
+    """Every service, ``main`` included (an implicit one when the file has none)."""
+    volumes: list[str] = Field(default_factory=list)
+    """Named volumes of the top level; each episode gets its own."""
+
+    @property
+    def main(self) -> ComposeService:
+        return self.services[MAIN_SERVICE]
+
+    @property
+    def sidecars(self) -> dict[str, ComposeService]:
+        return {name: svc for name, svc in self.services.items() if name != MAIN_SERVICE}
+
+    def start_order(self) -> list[str]:
+        """Services in an order where every dependency comes first (checked acyclic)."""
+        order: list[str] = []
+        placed: set[str] = set()
+
+        def place(name: str) -> None:
+            if name not in placed:
+                for dependency in sorted(self.services[name].depends_on):
+                    place(dependency)
+                placed.add(name)
+                order.append(name)
+
+        for name in sorted(self.services):
+            place(name)
+        return order
+
+
+def service_issues(exc: ValidationError, path: str, service: str) -> list[Issue]:
+    """Pydantic errors of one service as Issues; an unknown nested key lists what is allowed."""
+    issues = []
+    for issue, error in zip(
+        issues_from_validation(exc, path, RawService, ("services", service)),
+        exc.errors(include_url=False),
+        strict=True,
+    ):
+        message = issue.message
+        if error["type"] == "extra_forbidden":
+            model = model_at(RawService, error["loc"][:-1])
+            allowed = ", ".join(model.model_fields) if model is not None else "none"
+            message = f"not supported; supported keys here: {allowed}"
+        issues.append(Issue(issue.path, issue.field, message))
+    return issues

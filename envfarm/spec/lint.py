@@ -1,0 +1,222 @@
+"""Static lint of a loaded task: what ``envfarm check`` can tell without building anything.
+
+Loading already refused what makes a task unreadable (``load_task``); lint looks for what makes
+a readable task unsound or gameable:
+
+* ``test-script``: ``tests/test.sh`` is run as ``bash /tests/test.sh``, so it must be bash (no
+  foreign shebang, no CRLF line ends, no NUL bytes) and pass ``bash -n``.
+* ``tests-in-image`` (in ``spec.lint_leaks``): a Dockerfile ``COPY``/``ADD`` whose source
+  reaches the tests or the solution, or a build-context file identical to hidden test logic
+  or to the solve script: the agent would find the grader or the answer in its image.
+* ``network``: the task asks for public network access (a warning), and ``test.sh`` looks like it
+  downloads at grading time (a warning: grading then depends on the network).
+* ``solution``: no ``solution/solve.sh``, so the oracle cannot show the task is solvable.
+* ``max-reward``: ``[metadata].max_reward``, when set, must be a positive number (the reward the
+  oracle must reach; 1.0 when unset).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from envfarm.spec.findings import Finding, Severity, error, warning
+from envfarm.spec.lint_leaks import (
+    MIN_COMPARED_BYTES,
+    dockerfile_copy_sources,
+    hidden_file_hashes,
+    hidden_paths,
+    is_test_code,
+    lint_build_context,
+    lint_dockerfile_copies,
+)
+from envfarm.spec.task import Task
+
+__all__ = [
+    "MIN_COMPARED_BYTES",
+    "Finding",
+    "Severity",
+    "dockerfile_copy_sources",
+    "hidden_file_hashes",
+    "hidden_paths",
+    "is_test_code",
+    "lint_task",
+    "lint_test_script",
+    "max_reward",
+]
+
+DEFAULT_MAX_REWARD = 1.0
+_SHELLS = frozenset({"bash", "sh", "dash"})
+_DOWNLOADS = re.compile(
+    r"^\s*[^#\n]*\b(pip3? install|uv (?:pip )?(?:install|sync|add)|apt(?:-get)? install|"
+    r"npm (?:install|ci)|curl\s|wget\s|git clone)",
+    re.MULTILINE,
+)
+
+
+def max_reward(task: Task) -> float:
+    """The reward the oracle must reach: ``[metadata].max_reward``, else 1.0."""
+    value = task.config.metadata.get("max_reward", DEFAULT_MAX_REWARD)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return DEFAULT_MAX_REWARD
+    return float(value)
+
+
+def lint_task(task: Task) -> list[Finding]:
+    """Every static finding for ``task``: errors make it unsound, warnings are advice."""
+    return [
+        *lint_test_script(task.tests_dir / "test.sh"),
+        *lint_solution(task),
+        *lint_dockerfile_copies(task),
+        *lint_build_context(task),
+        *lint_network(task),
+        *lint_max_reward(task),
+    ]
+
+
+def lint_test_script(path: Path) -> list[Finding]:
+    rule = "test-script"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return [error(rule, f"{path}: cannot read: {exc.strerror or exc}")]
+    if b"\0" in data:
+        return [error(rule, f"{path}: a binary file; it is run as `bash {path.name}`")]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [error(rule, f"{path}: not UTF-8 text")]
+    if not text.strip():
+        return [error(rule, f"{path}: empty; it must write /logs/verifier/reward.json or .txt")]
+    found: list[Finding] = []
+    interpreter = _shebang_interpreter(text)
+    if interpreter is not None and interpreter not in _SHELLS:
+        found.append(
+            error(
+                rule,
+                f"{path}: its shebang names {interpreter!r}, but it is run as "
+                f"`bash {path.name}` (as Harbor does): write it in bash, and call "
+                f"{interpreter} from it",
+            )
+        )
+    if "\r\n" in text:
+        found.append(
+            error(rule, f"{path}: CRLF line ends; bash would read each '\\r' as part of a command")
+        )
+    if not found:
+        found += _bash_syntax(path)
+    return found
+
+
+def _shebang_interpreter(text: str) -> str | None:
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith("#!"):
+        return None
+    try:
+        words = shlex.split(first[2:])
+    except ValueError:
+        words = first[2:].split()
+    if not words:
+        return None
+    name = Path(words[0]).name
+    if name == "env":
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        name = Path(rest[0]).name if rest else "env"
+    return name
+
+
+def _bash_syntax(path: Path) -> list[Finding]:
+    bash = shutil.which("bash")
+    if bash is None:
+        return []
+    try:
+        result = subprocess.run(
+            [bash, "-n", str(path)], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [warning("test-script", f"{path}: could not check its syntax: {exc}")]
+    if result.returncode == 0:
+        return []
+    first = (result.stderr.strip().splitlines() or ["syntax error"])[0]
+    return [error("test-script", f"{path}: `bash -n` finds a syntax error: {first}")]
+
+
+def lint_solution(task: Task) -> list[Finding]:
+    if task.solution_dir is not None:
+        return []
+    return [
+        error(
+            "solution",
+            f"{task.root}: no solution/solve.sh, so the oracle cannot show the task is solvable",
+        )
+    ]
+
+
+def lint_max_reward(task: Task) -> list[Finding]:
+    value = task.config.metadata.get("max_reward")
+    if value is None:
+        return []
+    valid = isinstance(value, int | float) and not isinstance(value, bool)
+    if valid and math.isfinite(value) and value > 0:
+        return []
+    return [
+        error(
+            "max-reward",
+            f"metadata.max_reward must be a positive number (the reward the oracle reaches), "
+            f"got {value!r}",
+        )
+    ]
+
+
+def lint_network(task: Task) -> list[Finding]:
+    found: list[Finding] = []
+    phases = [
+        name
+        for name, public in (
+            ("agent", task.config.agent_network()),
+            ("verifier", task.config.verifier_network()),
+        )
+        if public
+    ]
+    if phases:
+        found.append(
+            warning(
+                "network",
+                f"the task asks for public network access ({' and '.join(phases)}): episodes "
+                "are less isolated and the outcome may depend on the internet",
+            )
+        )
+    for script in _test_scripts(task):
+        try:
+            text = script.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        match = _DOWNLOADS.search(text)
+        if match is None:
+            continue
+        line = text.count("\n", 0, match.start()) + 1
+        consequence = (
+            "grading then depends on the network"
+            if task.config.verifier_network()
+            else "grading has no network, so this will fail"
+        )
+        found.append(
+            warning(
+                "network",
+                f"{script.name} line {line} downloads at grading time "
+                f"(`{match.group(1).strip()}`): {consequence}; install test dependencies in "
+                "the image",
+            )
+        )
+    return found
+
+
+def _test_scripts(task: Task) -> Iterator[Path]:
+    for name in ("test.sh", "run-tests.sh"):
+        if (task.tests_dir / name).is_file():
+            yield task.tests_dir / name

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Entry point of envfarm's postgres image. It follows the official image's conventions so that
+# public compose files work unchanged:
+#   POSTGRES_USER (default postgres), POSTGRES_PASSWORD (required unless
+#   POSTGRES_HOST_AUTH_METHOD=trust), POSTGRES_DB (default: the user's name), PGDATA,
+#   POSTGRES_INITDB_ARGS, POSTGRES_HOST_AUTH_METHOD (default scram-sha-256), and *_FILE
+#   variants reading a value from a file;
+#   on first start, /docker-entrypoint-initdb.d/*.sql, *.sql.gz and *.sh run in name order;
+#   `command: -c key=value` (arguments starting with "-") become server options.
+# While the init scripts run, the server listens on a private socket only, so a healthcheck
+# such as `pg_isready -U postgres` passes once the real server is up, not before.
+set -Eeuo pipefail
+
+log() { printf 'postgres-entrypoint: %s\n' "$*" >&2; }
+
+from_file() {
+    local name=$1 file_name="${1}_FILE"
+    if [ -n "${!name:-}" ] && [ -n "${!file_name:-}" ]; then
+        log "both $name and $file_name are set; set only one"
+        exit 1
+    fi
+    if [ -n "${!file_name:-}" ]; then
+        export "$name"="$(<"${!file_name}")"
+    fi
+    unset "$file_name"
+}
+
+if [ "${1:0:1}" = '-' ]; then
+    set -- postgres "$@"
+fi
+if [ "$1" != postgres ]; then
+    exec "$@"
+fi
+
+export PGDATA="${PGDATA:-/var/lib/postgresql/data}"
+for name in POSTGRES_USER POSTGRES_PASSWORD POSTGRES_DB POSTGRES_INITDB_ARGS; do
+    from_file "$name"
+done
+export POSTGRES_USER="${POSTGRES_USER:-postgres}"
+export POSTGRES_DB="${POSTGRES_DB:-$POSTGRES_USER}"
+
+if [ "$(id -u)" = 0 ]; then
+    mkdir -p "$PGDATA"
+    if [ "$(stat -c %U "$PGDATA")" != postgres ]; then
+        chown -R postgres:postgres "$PGDATA"
+    fi
+    chmod 700 "$PGDATA"
+    exec setpriv --reuid=postgres --regid=postgres --init-groups "${BASH_SOURCE[0]}" "$@"
+fi
+
+if [ ! -w "$PGDATA" ]; then
+    log "$PGDATA is not writable by user $(id -un); run as root or give it to that user"
+    exit 1
+fi
+
+run_sql() {
+    psql -v ON_ERROR_STOP=1 --no-psqlrc --no-password --username "$POSTGRES_USER" "$@"
+}
+
+initialize() {
+    local auth="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
+    if [ -z "${POSTGRES_PASSWORD:-}" ] && [ "$auth" != trust ]; then
+        cat >&2 <<'MSG'
+postgres-entrypoint: the database is not initialized and no superuser password is set.
+  Set POSTGRES_PASSWORD to a non-empty value (the password of POSTGRES_USER, default
+  "postgres"), or set POSTGRES_HOST_AUTH_METHOD=trust to accept every connection without a
+  password (for tests only).
+MSG
+        exit 1
+    fi
+    if [ "$auth" = trust ]; then
+        log "POSTGRES_HOST_AUTH_METHOD=trust: every connection is accepted without a password"
+    fi
+
+    local args=(--username="$POSTGRES_USER" --auth-local=trust --auth-host=trust -D "$PGDATA")
+    local pwfile=""
+    if [ -n "${POSTGRES_PASSWORD:-}" ]; then
+        pwfile="$(mktemp)"
+        printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
+        args+=(--pwfile="$pwfile")
+    fi
+    # shellcheck disable=SC2086  # POSTGRES_INITDB_ARGS is a list of words, as in the official image
+    initdb "${args[@]}" ${POSTGRES_INITDB_ARGS:-}
+    [ -n "$pwfile" ] && rm -f "$pwfile"
+    printf '\nhost all all all %s\n' "$auth" >>"$PGDATA/pg_hba.conf"
+
+    local sockets
+    sockets="$(mktemp -d)"
+    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -k $sockets" start
+    export PGHOST="$sockets" PGPORT="${PGPORT:-5432}" PGPASSWORD="${POSTGRES_PASSWORD:-}"
+
+    if [ "$POSTGRES_DB" != postgres ]; then
+        run_sql --dbname postgres --set db="$POSTGRES_DB" <<<'CREATE DATABASE :"db";'
+    fi
+
+    local file
+    for file in /docker-entrypoint-initdb.d/*; do
+        [ -e "$file" ] || continue
+        case "$file" in
+            *.sh)
+                if [ -x "$file" ]; then
+                    log "running $file"
+                    "$file"
+                else
+                    log "sourcing $file"
+                    # shellcheck disable=SC1090
+                    . "$file"
+                fi
+                ;;
+            *.sql) log "running $file"; run_sql --dbname "$POSTGRES_DB" -f "$file" ;;
+            *.sql.gz) log "running $file"; gunzip -c "$file" | run_sql --dbname "$POSTGRES_DB" ;;
+            *) log "ignoring $file (not *.sh, *.sql or *.sql.gz)" ;;
+        esac
+    done
+
+    pg_ctl -D "$PGDATA" -m fast -w stop
+    unset PGHOST PGPASSWORD
+    rm -rf "$sockets"
+    log "initialization complete"
+}
+
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    initialize
+fi
+
+exec "$@"

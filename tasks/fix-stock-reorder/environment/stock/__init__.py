@@ -1,0 +1,1 @@
+"""stock: a tiny inventory ledger with reorder suggestions."""

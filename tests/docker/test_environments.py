@@ -1,0 +1,396 @@
+"""Compose environments on the real engine: service images, networking, gating, teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import signal
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envfarm.errors import SandboxStartError
+from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.environment import LABEL_ENVIRONMENT, DockerEnvironment
+from envfarm.sandbox.docker.networks import DEFAULT_POOL, DEFAULT_PREFIX
+from envfarm.sandbox.docker.reaper import reap_orphans
+from envfarm.sandbox.docker.sandbox import LABEL_RUN
+from envfarm.spec import load_task
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+REPO = Path(__file__).resolve().parents[2]
+
+PG = """
+  db:
+    image: postgres:15
+    environment:
+      POSTGRES_USER: app
+      POSTGRES_PASSWORD: s3cret
+      POSTGRES_DB: shop
+    volumes:
+      - ./initdb:/docker-entrypoint-initdb.d:ro
+    healthcheck:
+      test: ["CMD-SHELL", "pg_isready -U app -d shop"]
+      interval: 1s
+      retries: 30
+"""
+CACHE = """
+  cache:
+    image: redis:7
+    command: redis-server --appendonly yes
+    healthcheck:
+      test: ["CMD", "redis-cli", "ping"]
+      interval: 1s
+      retries: 10
+"""
+
+
+def make_task(
+    root: Path,
+    services: str,
+    *,
+    main: str = "image: postgres:15",
+    toml: str = "",
+    extra: str = "",
+) -> Path:
+    """A task whose compose file has ``main`` (its keys) plus the ``services`` given."""
+    (root / "environment" / "initdb").mkdir(parents=True, exist_ok=True)
+    (root / "tests").mkdir(exist_ok=True)
+    (root / "task.toml").write_text(f'[task]\nname = "test/{root.name}"\n{toml}')
+    (root / "instruction.md").write_text("Use the services.\n")
+    (root / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (root / "environment" / "initdb" / "01-schema.sql").write_text(
+        "CREATE TABLE items (name text); INSERT INTO items VALUES ('seeded');\n"
+    )
+    (root / "environment" / "initdb" / "02-more.sh").write_text(
+        'psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d "$POSTGRES_DB" '
+        "-c \"INSERT INTO items VALUES ('from-sh-' || current_database())\"\n"
+    )
+    main_keys = textwrap.indent(textwrap.dedent(main).strip(), "    ")
+    compose = f"services:\n  main:\n{main_keys}\n{services}{extra}"
+    (root / "environment" / "docker-compose.yaml").write_text(compose)
+    return root
+
+
+async def environment(root: Path, run_id: str | None = None) -> DockerEnvironment:
+    """A started-to-be environment; a unique run id keeps concurrent test runs apart."""
+    run_id = run_id or f"test-env-{uuid.uuid4().hex[:8]}"
+    task = load_task(root)
+    backend = DockerBackend()
+    sandbox = backend.create(task, await backend.prepare(task), run_id=run_id)
+    assert isinstance(sandbox, DockerEnvironment)
+    return sandbox
+
+
+def leftovers(env_id: str) -> list[str]:
+    """Every container, network and volume of the environment still on the engine."""
+    client = docker_client()
+    label = {"label": [f"{LABEL_ENVIRONMENT}={env_id}"]}
+    found = [f"container {c.name}" for c in client.containers.list(all=True, filters=label)]
+    found += [f"network {n['Name']}" for n in client.api.networks(filters=label)]
+    volumes = client.api.volumes(filters=label).get("Volumes") or []
+    return found + [f"volume {v['Name']}" for v in volumes]
+
+
+async def run(sandbox: DockerEnvironment, command: str) -> str:
+    result = await sandbox.exec(command, timeout=60)
+    assert result.exit_code == 0, (command, result.stdout, result.stderr)
+    return result.stdout.strip()
+
+
+async def test_postgres_service_honours_the_official_conventions(tmp_path):
+    sandbox = await environment(make_task(tmp_path / "pg", PG))
+    async with sandbox:
+        query = (
+            "PGPASSWORD=s3cret psql -h db -U app -d shop -tAc 'SELECT name FROM items ORDER BY 1'"
+        )
+        assert (await run(sandbox, query)).splitlines() == ["from-sh-shop", "seeded"]
+        assert "accepting connections" in await run(sandbox, "pg_isready -h db -p 5432")
+        wrong = await sandbox.exec("PGPASSWORD=nope psql -h db -U app -d shop -c 'SELECT 1'")
+        assert wrong.exit_code != 0
+        assert "password authentication failed" in wrong.stderr
+        user = await run(
+            sandbox, "PGPASSWORD=s3cret psql -h db -U app -d shop -tAc 'SELECT current_user'"
+        )
+        assert user == "app"
+
+
+async def test_postgres_defaults_and_trust_mode(tmp_path):
+    services = """
+  db:
+    image: postgres
+    environment: {POSTGRES_PASSWORD: pw}
+    healthcheck: {test: ["CMD-SHELL", "pg_isready -U postgres"], interval: 1s, retries: 30}
+  open:
+    image: postgres:15-alpine
+    environment: {POSTGRES_HOST_AUTH_METHOD: trust, POSTGRES_USER: guest}
+    healthcheck: {test: ["CMD-SHELL", "pg_isready -U guest"], interval: 1s, retries: 30}
+"""
+    task = load_task(make_task(tmp_path / "pgdefaults", services))
+    images = await DockerBackend().prepare(task)
+    assert any("service db: postgres: Debian 12 has PostgreSQL 15" in w for w in images.warnings)
+    sandbox = await environment(task.root)
+    async with sandbox:
+        default = "PGPASSWORD=pw psql -h db -U postgres -tAc 'SELECT current_database()'"
+        assert await run(sandbox, default) == "postgres"
+        trusted = "psql -h open -U guest -tAc 'SELECT current_database()' < /dev/null"
+        assert await run(sandbox, trusted) == "guest"
+
+
+async def test_postgres_without_a_password_fails_the_start_with_its_message(tmp_path):
+    services = PG.replace("POSTGRES_PASSWORD: s3cret", "POSTGRES_DB_UNUSED: x")
+    sandbox = await environment(make_task(tmp_path / "nopw", services))
+    with pytest.raises(SandboxStartError) as caught:
+        await sandbox.start()
+    assert "service 'db'" in str(caught.value)
+    assert "POSTGRES_PASSWORD" in str(caught.value)
+    assert leftovers(sandbox.env_id) == []
+
+
+async def test_redis_service_takes_command_line_options(tmp_path):
+    sandbox = await environment(make_task(tmp_path / "redis", CACHE, main="image: redis:7"))
+    async with sandbox:
+        assert await run(sandbox, "redis-cli -h cache ping") == "PONG"
+        assert await run(sandbox, "redis-cli -h cache config get appendonly") == "appendonly\nyes"
+        protected = await run(sandbox, "redis-cli -h cache config get protected-mode")
+        assert protected == "protected-mode\nno"
+
+
+async def test_a_sidecar_built_from_the_task(tmp_path):
+    services = """
+  side:
+    build:
+      context: ./side
+      args: {GREETING: hello-from-build}
+    healthcheck:
+      test: ["CMD", "test", "-f", "/greeting"]
+      interval: 1s
+"""
+    root = make_task(tmp_path / "built", services, main="image: redis:7")
+    (root / "environment" / "side").mkdir()
+    (root / "environment" / "side" / "Dockerfile").write_text(
+        'FROM redis:7\nARG GREETING\nRUN echo "$GREETING" > /greeting\n'
+    )
+    task = load_task(root)
+    prepared = await DockerBackend().prepare(task)
+    assert any(w.startswith("service side: ") for w in prepared.warnings)  # its FROM redis:7
+    sandbox = await environment(root)
+    async with sandbox:
+        side = docker_client().containers.get(sandbox.sidecar_ids["side"])
+        assert side.image.tags[0].startswith("envfarm-task/test-built-side:")
+        assert side.exec_run(["cat", "/greeting"]).output == b"hello-from-build\n"
+
+
+async def test_sidecars_are_reachable_by_name_and_only_from_their_own_environment(tmp_path):
+    root = make_task(tmp_path / "pair", CACHE, main="image: redis:7")
+    first, second = await environment(root), await environment(root)
+    async with first, second:
+        assert first.network_id != second.network_id
+        await run(first, "redis-cli -h cache set owner first")
+        await run(second, "redis-cli -h cache set owner second")
+        assert await run(first, "redis-cli -h cache get owner") == "first"
+        assert await run(second, "redis-cli -h cache get owner") == "second"
+        cache = docker_client().containers.get(first.sidecar_ids["cache"])
+        address = next(iter(cache.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
+        assert address
+        probe = await second.exec(f"timeout 5 redis-cli -h {address} ping", timeout=30)
+        assert "PONG" not in probe.stdout
+        assert probe.exit_code != 0
+        sidecar_sees_main = docker_client().api.exec_create(
+            first.sidecar_ids["cache"], ["getent", "hosts", "main"]
+        )
+        assert docker_client().api.exec_start(sidecar_sees_main["Id"]).strip()
+
+
+async def test_no_network_main_sees_only_its_sidecars(tmp_path):
+    sandbox = await environment(make_task(tmp_path / "offline", CACHE, main="image: redis:7"))
+    async with sandbox:
+        routes = (await run(sandbox, "cat /proc/net/route")).splitlines()[1:]
+        assert routes, "the environment's own subnet should be routed"
+        assert all(line.split()[1] != "00000000" for line in routes), routes
+        devices = await run(sandbox, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        assert sorted(devices.split()) == ["eth0", "lo"]
+        outside = await sandbox.exec("echo > /dev/tcp/192.0.2.1/80", timeout=10)
+        assert outside.exit_code != 0
+        assert "unreachable" in outside.stderr
+        assert await run(sandbox, "redis-cli -h cache ping") == "PONG"
+        inspect = docker_client().api.inspect_network(sandbox.network_id)
+        assert inspect["Internal"] is True
+        subnet = ipaddress.IPv4Network(inspect["IPAM"]["Config"][0]["Subnet"])
+        assert subnet.prefixlen == DEFAULT_PREFIX
+        assert subnet.subnet_of(ipaddress.IPv4Network(DEFAULT_POOL))
+
+
+async def test_public_main_also_joins_the_default_bridge(tmp_path):
+    toml = '[agent]\nnetwork_mode = "public"\n'
+    sandbox = await environment(
+        make_task(tmp_path / "online", CACHE, main="image: redis:7", toml=toml)
+    )
+    async with sandbox:
+        routes = (await run(sandbox, "cat /proc/net/route")).splitlines()[1:]
+        assert any(line.split()[1] == "00000000" for line in routes)
+        devices = await run(sandbox, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        assert sorted(devices.split()) == ["eth0", "eth1", "lo"]
+        assert await run(sandbox, "redis-cli -h cache ping") == "PONG"
+        cache = docker_client().containers.get(sandbox.sidecar_ids["cache"])
+        assert list(cache.attrs["NetworkSettings"]["Networks"]) == [sandbox.config.network_name]
+
+
+async def test_a_healthcheck_that_never_passes_fails_the_start_and_leaves_nothing(tmp_path):
+    services = """
+  stuck:
+    image: redis:7
+    healthcheck:
+      test: ["CMD-SHELL", "echo still-warming-up; exit 1"]
+      interval: 200ms
+      timeout: 1s
+      retries: 2
+"""
+    main = "image: redis:7\ndepends_on:\n  stuck: {condition: service_healthy}"
+    sandbox = await environment(make_task(tmp_path / "stuck", services, main=main))
+    with pytest.raises(SandboxStartError) as caught:
+        await sandbox.start()
+    message = str(caught.value)
+    assert "service 'stuck'" in message
+    assert "still-warming-up" in message
+    assert leftovers(sandbox.env_id) == []
+
+
+async def test_cancelling_a_start_leaves_nothing(tmp_path):
+    services = """
+  waiting:
+    image: redis:7
+    healthcheck:
+      test: ["CMD", "false"]
+      interval: 1s
+      retries: 600
+"""
+    run_id = f"test-cancel-{uuid.uuid4().hex[:8]}"
+    root = make_task(tmp_path / "cancelled", services, main="image: redis:7")
+    sandbox = await environment(root, run_id=run_id)
+    starting = asyncio.ensure_future(sandbox.start())
+    while not any(item.startswith("container") for item in leftovers(sandbox.env_id)):
+        assert not starting.done(), starting.exception()
+        await asyncio.sleep(0.1)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert leftovers(sandbox.env_id) == []
+    label = {"label": [f"{LABEL_RUN}={run_id}"]}  # the main container too
+    assert docker_client().containers.list(all=True, filters=label) == []
+
+
+async def test_the_agent_waits_for_healthchecks(tmp_path):
+    services = """
+  slow:
+    image: redis:7
+    entrypoint: ["sh", "-c", "sleep 2 && touch /tmp/ready && exec sleep infinity"]
+    healthcheck:
+      test: ["CMD", "test", "-f", "/tmp/ready"]
+      interval: 1s
+      retries: 20
+"""
+    toml = (
+        "[environment.healthcheck]\n"
+        'command = "test -f /tmp/main-ready || { touch /tmp/main-ready; exit 1; }"\n'
+        "interval_sec = 1\n"
+    )
+    sandbox = await environment(
+        make_task(tmp_path / "gated", services, main="image: redis:7", toml=toml)
+    )
+    async with sandbox:
+        api = docker_client().api
+        slow = api.exec_create(sandbox.sidecar_ids["slow"], ["ls", "/tmp/ready"])
+        api.exec_start(slow["Id"])
+        assert api.exec_inspect(slow["Id"])["ExitCode"] == 0  # start waited for it
+        assert await run(sandbox, "ls /tmp/main-ready") == "/tmp/main-ready"
+
+
+async def test_main_healthcheck_without_services(tmp_path):
+    root = tmp_path / "plain"
+    make_task(root, "")
+    (root / "environment" / "docker-compose.yaml").unlink()
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (root / "task.toml").write_text(
+        "[environment.healthcheck]\n"
+        'command = "test -e /nonexistent"\n'
+        "timeout_sec = 1\ninterval_sec = 1\nretries = 1\n"
+    )
+    sandbox = await environment(root)
+    assert sandbox.task.compose is None
+    with pytest.raises(SandboxStartError, match="service 'main'"):
+        await sandbox.start()
+    label = {"label": [f"{LABEL_RUN}={sandbox.config.run_id}"]}
+    assert docker_client().containers.list(all=True, filters=label) == []
+
+
+async def test_teardown_removes_containers_network_and_volumes(tmp_path):
+    extra = "volumes:\n  shared:\n"
+    services = CACHE.replace(
+        "    command:", "    volumes: [shared:/shared, /scratch]\n    command:"
+    )
+    main = "image: redis:7\nvolumes: [shared:/shared]"
+    sandbox = await environment(make_task(tmp_path / "volumes", services, main=main, extra=extra))
+    async with sandbox:
+        await run(sandbox, "echo hello > /shared/note")
+        reading = docker_client().api.exec_create(
+            sandbox.sidecar_ids["cache"], ["cat", "/shared/note"]
+        )
+        assert docker_client().api.exec_start(reading["Id"]) == b"hello\n"
+        found = leftovers(sandbox.env_id)
+        assert sum(item.startswith("volume") for item in found) == 2  # shared + anonymous
+        assert sum(item.startswith("network") for item in found) == 1
+    assert leftovers(sandbox.env_id) == []
+
+
+REAPED_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from envfarm.spec import load_task
+from envfarm.sandbox.docker.backend import DockerBackend
+
+async def main():
+    task = load_task(Path(sys.argv[1]))
+    backend = DockerBackend()
+    sandbox = backend.create(task, await backend.prepare(task), run_id="test-reaped")
+    await sandbox.start()
+    print(sandbox.env_id, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_reaper_removes_a_dead_owners_sidecars_network_and_volumes(tmp_path):
+    root = make_task(tmp_path / "reaped", CACHE, main="image: redis:7", extra="volumes:\n  data:\n")
+    compose = root / "environment" / "docker-compose.yaml"
+    compose.write_text(
+        compose.read_text().replace("    command:", "    volumes: [data:/data]\n    command:")
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        REAPED_SCRIPT,
+        str(root),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        env_id = (await proc.stdout.readline()).decode().strip()
+        assert env_id, (await proc.stderr.read()).decode()[-2000:]
+        before = leftovers(env_id)
+        assert {item.split()[0] for item in before} == {"container", "network", "volume"}
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    removed = await asyncio.to_thread(reap_orphans)
+    assert leftovers(env_id) == []
+    assert any(name.startswith(f"envfarm-{env_id}") for name in removed)

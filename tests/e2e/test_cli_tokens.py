@@ -1,0 +1,105 @@
+"""`envfarm run` against a vLLM-style server: trajectories a trainer uses without re-tokenizing.
+
+The fake vLLM server runs in this process on loopback and drives the task like an oracle that
+knows the fix (it writes the reference `lru.py` with `bash`, then submits), answering with
+token ids, logprobs and a version header; `envfarm run` runs as a user runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from envfarm.policy import PolicyServer
+from envfarm.policy.fake_vllm import FakeVLLM
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = REPO / "tasks" / "fix-lru-cache"
+
+
+async def envfarm(*args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "envfarm",
+        *args,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=1200)
+    assert process.returncode is not None
+    return process.returncode, stderr.decode()
+
+
+def write_fix_command() -> str:
+    source = (TASK / "solution" / "lru.py").read_text()
+    return f"printf %s {shlex.quote(source)} > /app/lru.py && python3 -c 'import lru'"
+
+
+async def test_run_against_a_vllm_style_server_writes_exact_token_data(tmp_path: Path) -> None:
+    fake = FakeVLLM(commands=[write_fix_command()], version="41")
+    out = tmp_path / "out"
+    async with PolicyServer(fake) as server:
+        code, stderr = await envfarm(
+            "run",
+            "tasks/fix-lru-cache",
+            "--policy",
+            server.base_url,
+            "--model",
+            "m",
+            "--group-size",
+            "2",
+            "--samples",
+            "--out",
+            str(out),
+        )
+    assert code == 0, stderr[-3000:]
+    trajectories = [
+        json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert len(trajectories) == 2
+    assert len({t["group_id"] for t in trajectories}) == 1
+    sent = {
+        (
+            tuple(reply.body["prompt_token_ids"]),
+            tuple(reply.body["choices"][0]["token_ids"]),
+            tuple(c["logprob"] for c in reply.body["choices"][0]["logprobs"]["content"]),
+        )
+        for reply in fake.replies
+        if isinstance(reply.body, dict)
+    }
+    assert len(fake.requests) == 4
+    assert fake.requests[0]["return_token_ids"] is True
+    for trajectory in trajectories:
+        assert trajectory["reward"]["valid"] is True
+        assert trajectory["reward"]["value"] == 1.0
+        assert trajectory["policy_versions"] == {"min": "41", "max": "41"}
+        turns = trajectory["turns"]
+        assert [
+            c["function"]["name"] for m in trajectory["messages"] for c in m.get("tool_calls") or []
+        ] == ["bash", "submit"]
+        for turn in turns:
+            assert turn["token_source"] == "vllm"
+            assert turn["policy_version"] == "41"
+            key = (
+                tuple(turn["prompt_token_ids"]),
+                tuple(turn["completion_token_ids"]),
+                tuple(turn["logprobs"]),
+            )
+            assert key in sent
+        (sample,) = trajectory["samples"]
+        ids, mask = sample["token_ids"], sample["loss_mask"]
+        assert ids == turns[-1]["prompt_token_ids"] + turns[-1]["completion_token_ids"]
+        sampled = bytes(t for t, m in zip(ids, mask, strict=True) if m).decode()
+        assert sampled.count("<tool_call>") == 2
+        assert "submit" in sampled
+        context = bytes(t for t, m in zip(ids, mask, strict=True) if not m).decode()
+        assert "implements `LRUCache`" in context  # the instruction, as the model saw it
