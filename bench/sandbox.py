@@ -5,7 +5,8 @@ samples so that load on the machine weighs on both alike:
   - exec of `true` in a running sandbox (the command channel) vs `docker exec CONTAINER true`;
   - cold start, from creating a sandbox to its first exec done, vs `docker run --rm IMAGE true`
     (and, for reference, the same with `--network none`, which envfarm's sandboxes use);
-  - a 1 MiB and a 20 MiB file written and read back vs `docker cp` in and out.
+  - a 1 MiB and a 20 MiB file written and read back vs `docker cp` in and out;
+  - acquiring a started sandbox from a warm pool (an example task's environment).
 Prints a table (p50, p99, ratio = baseline p50 / envfarm p50, so above 1 means envfarm is
 faster), then, as its last line, one JSON object with the headline figures.
 
@@ -26,9 +27,14 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper
+from envfarm.sandbox.pool import WarmPools
+from envfarm.spec.task import load_task
+
+TASK = Path(__file__).resolve().parent.parent / "tasks" / "fix-lru-cache"
 
 BENCH_LABEL = "io.envfarm.bench=sandbox"
 
@@ -125,6 +131,27 @@ async def bench_files(image: str, n: int, size: int) -> tuple[list[float], list[
             return await alternate(n, ours, docker_cp)
 
 
+async def bench_warm_acquire(n: int) -> list[float]:
+    """Acquire from a warm pool of 2 (an example task's image), waiting for the refill between."""
+    backend = DockerBackend()
+    task = load_task(TASK)
+    image = await backend.prepare(task)
+    pools = WarmPools(backend, size=2, run_id="bench")
+    pools.warm(task, image)
+    samples = []
+    try:
+        for _ in range(n):
+            while pools.ready(task, image) < 1:
+                await asyncio.sleep(0.01)
+            start = time.perf_counter()
+            sandbox = await pools.acquire(task, image)
+            samples.append(time.perf_counter() - start)
+            await sandbox.stop()
+    finally:
+        await pools.close()
+    return samples
+
+
 def row(name: str, ours: list[float], base: list[float], base_name: str) -> str:
     o50, o99, b50, b99 = (
         percentile(ours, 50),
@@ -143,6 +170,7 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
     await ensure_helper()
     exec_times = await bench_exec(image, n_exec)
     starts = await bench_start(image, n_start)
+    warm = await bench_warm_acquire(n_start)
     files = {
         "1 MiB": await bench_files(image, n_files, 1 << 20),
         "20 MiB": await bench_files(image, n_files, 20 << 20),
@@ -153,6 +181,10 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
     print(row("exec `true`", *exec_times, "`docker exec C true`"))
     print(row("cold start to first exec", *starts["bare"], "`docker run --rm IMAGE true`"))
     print(row("cold start to first exec", *starts["offline"], "same, `--network none`"))
+    print(
+        f"| warm-pool acquire | {percentile(warm, 50):.2f} ms | {percentile(warm, 99):.2f} ms "
+        "| (no baseline) | | | |"
+    )
     for label, (ours, base) in files.items():
         print(row(f"{label} write+read", ours, base, "`docker cp` in + out"))
     cold = starts["bare"][0] + starts["offline"][0]
@@ -165,7 +197,8 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
         "cold_start_p99_ms": percentile(cold, 99),
         "docker_run_p50_ms": percentile(starts["bare"][1], 50),
         "docker_run_network_none_p50_ms": percentile(starts["offline"][1], 50),
-        "warm_acquire_p50_ms": None,
+        "warm_acquire_p50_ms": percentile(warm, 50),
+        "warm_acquire_p99_ms": percentile(warm, 99),
         "file_1mib_p50_ms": percentile(files["1 MiB"][0], 50),
         "docker_cp_1mib_p50_ms": percentile(files["1 MiB"][1], 50),
         "file_20mib_p50_ms": percentile(files["20 MiB"][0], 50),

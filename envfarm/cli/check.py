@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from envfarm.cli.options import judge_options, task_paths
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.policies import JudgeSpec
@@ -37,9 +38,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 
 
 @click.command(help=CHECK_HELP)
-@click.argument(
-    "paths", metavar="TASK_OR_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
-)
+@task_paths
 @click.option(
     "--runs",
     default=3,
@@ -55,18 +54,8 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
     type=click.IntRange(min=1),
     help="Episodes (and image inspections) running at once.",
 )
-@click.option(
-    "--judge",
-    default=None,
-    metavar="URL",
-    help="Judge endpoint for rubric tasks; without it their rubric part is reported unchecked.",
-)
-@click.option("--judge-model", default="default", show_default=True, help="Judge model name.")
-@click.option(
-    "--judge-api-key",
-    envvar="ENVFARM_JUDGE_API_KEY",
-    default=None,
-    help="API key for the judge (or ENVFARM_JUDGE_API_KEY). Never written to any output.",
+@judge_options(
+    "Judge endpoint for rubric tasks; without it their rubric part is reported unchecked."
 )
 def check(
     paths: tuple[Path, ...],

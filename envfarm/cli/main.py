@@ -12,6 +12,7 @@ import click
 
 import envfarm
 from envfarm.cli.check import check
+from envfarm.cli.gc import gc
 from envfarm.cli.regrade import regrade
 from envfarm.cli.run import run
 from envfarm.models.trajectory import trajectory_json_schema
@@ -43,6 +44,7 @@ def schema(out_file: Path | None) -> None:
 cli.add_command(run)
 cli.add_command(check)
 cli.add_command(regrade)
+cli.add_command(gc)
 
 
 def main() -> None:

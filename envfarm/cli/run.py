@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from envfarm.cli.options import judge_options, task_paths
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, JobConfig, JobEvents
@@ -46,9 +47,7 @@ tasks still run).
 
 
 @click.command(help=RUN_HELP)
-@click.argument(
-    "paths", metavar="TASK_OR_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
-)
+@task_paths
 @click.option(
     "--policy",
     "policies",
@@ -134,19 +133,9 @@ tasks still run).
     help="Write each turn's prompt as the ids it adds to the previous context "
     "(prompt_suffix_ids) instead of in full.",
 )
-@click.option(
-    "--judge",
-    default=None,
-    metavar="URL",
-    help="Base URL of an OpenAI-compatible endpoint that judges the tasks' rubric items "
-    "(docs/rubrics.md); may be another server than the policy.",
-)
-@click.option("--judge-model", default="default", show_default=True, help="Judge model name.")
-@click.option(
-    "--judge-api-key",
-    envvar="ENVFARM_JUDGE_API_KEY",
-    default=None,
-    help="API key for the judge (or ENVFARM_JUDGE_API_KEY). Never written to any output.",
+@judge_options(
+    "Base URL of an OpenAI-compatible endpoint that judges the tasks' rubric items "
+    "(docs/rubrics.md); may be another server than the policy."
 )
 @click.option(
     "--allow-unjudged",

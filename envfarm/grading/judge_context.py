@@ -1,7 +1,8 @@
 """What a rubric judge is shown of an episode: the workspace changes and the tool calls.
 
 The changes are computed inside the sandbox, against the moment the sandbox started (the start
-time of its PID 1, which the agent cannot alter). When the workdir is a git repository with a
+time of its PID 1, which the agent cannot alter, refined within its second by the time Docker
+wrote the container's /etc/hostname). When the workdir is a git repository with a
 commit from before that second, it is ``git diff`` against the newest such commit plus the
 untracked files (commits the agent made are part of its changes);
 otherwise it is the full text of every file whose ctime is newer (ctime cannot be set back by
@@ -28,6 +29,11 @@ boot=$(awk '/^btime/ {print $2}' /proc/stat)
 ticks=$(sed 's/.*) //' /proc/1/stat | awk '{print $20}')
 hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 since=$((boot + ticks / hz))
+# PID 1's start is known to the second only; Docker writes /etc/hostname when it creates the
+# container, which dates it to the nanosecond. Trust that stamp only within the second.
+stamp=$(stat -c '%.9Y' /etc/hostname 2>/dev/null || echo "$since")
+since=$(awk -v s="$since" -v h="$stamp" \
+  'BEGIN { t = (h >= s && h < s + 1) ? h : s; printf "%.9f", t }')
 g() { git -c 'safe.directory=*' -c core.quotepath=off "$@"; }
 show() {
   [ -f "$1" ] || return 0
@@ -51,7 +57,7 @@ list() {
 }
 base=""
 if command -v git >/dev/null 2>&1 && g rev-parse --git-dir >/dev/null 2>&1; then
-  base=$(g rev-list -1 --before="@$((since - 1))" HEAD 2>/dev/null || true)
+  base=$(g rev-list -1 --before="@$(( ${since%.*} - 1 ))" HEAD 2>/dev/null || true)
 fi
 if [ -n "$base" ]; then
   echo "git diff of the workdir against commit $base (its state when the sandbox started):"

@@ -57,6 +57,11 @@ class WarmPools:
         pool = self._pools.setdefault(self.key(task, image), _Pool(task, image))
         self._schedule_refill(pool)
 
+    def ready(self, task: Task, image: PreparedImage) -> int:
+        """How many started sandboxes of this environment are waiting."""
+        pool = self._pools.get(self.key(task, image))
+        return 0 if pool is None else pool.ready.qsize()
+
     async def acquire(self, task: Task, image: PreparedImage) -> Sandbox:
         """A started sandbox of this environment, for one episode; the caller stops it."""
         pool = self._pools.setdefault(self.key(task, image), _Pool(task, image))

@@ -73,3 +73,36 @@ def test_sandboxes_of_a_killed_run_are_reaped(tmp_path):
     assert containers_of("test/killed") == [orphan]  # SIGKILL leaves it behind...
     assert orphan in reap_orphans()  # ...until the next run reaps it
     assert containers_of("test/killed") == []
+
+
+def test_gc_leaves_nothing_of_a_killed_run_with_services(tmp_path):
+    task = slow_task(tmp_path, "gc-killed")
+    (task / "environment" / "docker-compose.yaml").write_text(
+        "services:\n"
+        "  main: {}\n"
+        "  side:\n"
+        "    image: debian:bookworm-slim\n"
+        '    command: ["sleep", "infinity"]\n'
+    )
+    proc = start_run(task, tmp_path / "out")
+    wait_for_container("test/gc-killed", proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    client = docker.from_env()
+    owner = f"{LABEL_TASK}=test/gc-killed"
+    left = client.containers.list(all=True, filters={"label": owner})
+    assert len(left) >= 2  # main and the sidecar survived the SIGKILL
+    networks = {n for c in left for n in c.attrs["NetworkSettings"]["Networks"]} - {"none"}
+    assert networks
+    gc = subprocess.run(
+        [sys.executable, "-m", "envfarm", "gc"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert gc.returncode == 0, gc.stderr[-2000:]
+    assert client.containers.list(all=True, filters={"label": owner}) == []
+    remaining = {n.name for n in client.networks.list()}
+    assert not networks & remaining

@@ -50,8 +50,8 @@ def reap_orphans() -> list[str]:
             continue
         try:
             client.api.remove_container(container["Id"], force=True, v=True)
-        except docker.errors.NotFound:
-            continue
+        except docker.errors.APIError:
+            continue  # gone already, or its removal is in progress (HTTP 409)
         removed.append(str(container["Id"]))
     for network in client.api.networks(filters=MANAGED):
         if _orphaned(network.get("Labels"), host):
