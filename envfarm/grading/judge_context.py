@@ -1,10 +1,10 @@
 """What a rubric judge is shown of an episode: the workspace changes and the tool calls.
 
-The changes are computed inside the sandbox, against the moment the sandbox started (the start
-time of its PID 1, which the agent cannot alter, refined within its second by the time Docker
-wrote the container's /etc/hostname). When the workdir is a git repository with a
-commit from before that second, it is ``git diff`` against the newest such commit plus the
-untracked files (commits the agent made are part of its changes);
+The changes are computed inside the sandbox, against the moment the container was created (the
+earliest time on the files Docker writes into it then; PID 1's start time as a fallback). When
+the workdir is a git repository with a commit from before that second, it is ``git diff``
+against the newest such commit plus the untracked files (commits the agent made are part of its
+changes);
 otherwise it is the full text of every file whose ctime is newer (ctime cannot be set back by
 ``touch``; deleted files are not visible without git). Caches (``.git``, ``__pycache__``,
 ``.pytest_cache``, ``node_modules``, ...) are skipped. Call it before the verifier runs, so the
@@ -29,11 +29,14 @@ boot=$(awk '/^btime/ {print $2}' /proc/stat)
 ticks=$(sed 's/.*) //' /proc/1/stat | awk '{print $20}')
 hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 since=$((boot + ticks / hz))
-# PID 1's start is known to the second only; Docker writes /etc/hostname when it creates the
-# container, which dates it to the nanosecond. Trust that stamp only within the second.
-stamp=$(stat -c '%.9Y' /etc/hostname 2>/dev/null || echo "$since")
-since=$(awk -v s="$since" -v h="$stamp" \
-  'BEGIN { t = (h >= s && h < s + 1) ? h : s; printf "%.9f", t }')
+# Docker writes /etc/hostname, /etc/hosts and /etc/resolv.conf when it creates the container:
+# the earliest of their times dates the start to the nanosecond. PID 1's start time is only a
+# fallback: it derives from the boot time, which drifts with the clock. Touching these files
+# moves their ctime later, so all three must be touched to hide anything, and only from the
+# judge (the tests grade regardless); setting a time in the past only shows more.
+stamp=$(stat -c '%.9Y %.9Z' /etc/hostname /etc/hosts /etc/resolv.conf 2>/dev/null \
+  | tr ' ' '\n' | sort -g | head -n 1)
+since=${stamp:-$since}
 g() { git -c 'safe.directory=*' -c core.quotepath=off "$@"; }
 show() {
   [ -f "$1" ] || return 0
