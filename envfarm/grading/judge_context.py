@@ -2,9 +2,9 @@
 
 The changes are computed inside the sandbox, against the moment the container was created (the
 earliest time on the files Docker writes into it then; PID 1's start time as a fallback). When
-the workdir is a git repository with a commit from before that second, it is ``git diff``
-against the newest such commit plus the untracked files (commits the agent made are part of its
-changes);
+the workdir is a git repository with a commit from before then (told by its object's ctime, as
+commit dates have second precision), it is ``git diff`` against the newest such commit plus the
+untracked files (commits the agent made are part of its changes);
 otherwise it is the full text of every file whose ctime is newer (ctime cannot be set back by
 ``touch``; deleted files are not visible without git). Caches (``.git``, ``__pycache__``,
 ``.pytest_cache``, ``node_modules``, ...) are skipped. Call it before the verifier runs, so the
@@ -59,8 +59,17 @@ list() {
   [ "$n" -gt 0 ] || echo '(none)'
 }
 base=""
-if command -v git >/dev/null 2>&1 && g rev-parse --git-dir >/dev/null 2>&1; then
-  base=$(g rev-list -1 --before="@$(( ${since%.*} - 1 ))" HEAD 2>/dev/null || true)
+# The base is the newest commit that existed before the container: commit dates have only
+# second precision, so ask the object store instead (a loose object written since then is the
+# agent's; a packed one shipped with the image).
+if command -v git >/dev/null 2>&1 && gitdir=$(g rev-parse --git-dir 2>/dev/null); then
+  for commit in $(g rev-list --max-count=500 HEAD 2>/dev/null); do
+    object="$gitdir/objects/$(echo "$commit" | cut -c1-2)/$(echo "$commit" | cut -c3-)"
+    if [ ! -e "$object" ] || [ -z "$(find "$object" -newerct "@$since" 2>/dev/null)" ]; then
+      base=$commit
+      break
+    fi
+  done
 fi
 if [ -n "$base" ]; then
   echo "git diff of the workdir against commit $base (its state when the sandbox started):"
