@@ -87,7 +87,7 @@ def _fmt(value: float | None) -> str:
 
 def summary_table(summary: RunSummary) -> Table:
     table = Table(title=f"envfarm run {summary.job_id}  ({summary.policy}, {summary.model})")
-    table.add_column("task")
+    table.add_column("task", overflow="fold")
     table.add_column("episodes", justify="right")
     table.add_column("graded", justify="right")
     table.add_column("infra errors", justify="right")

@@ -1,0 +1,118 @@
+"""The agent loop's own overhead per turn, as concurrency grows.
+
+N sessions run at once through the real controller (Job, EpisodeRunner, agent loop, grading),
+against a zero-latency policy served over loopback HTTP in this process and the fake sandbox
+backend (every command answers at once), so what is measured is envfarm's own work per turn:
+building the request, the HTTP round trip, parsing the completion, running the tool call,
+recording the turn. Each session makes ``--turns`` bash calls, then submits.
+
+Prints, per concurrency, wall time per turn (total wall / total turns), the p50/p99 of the
+client-observed request latency, and the ratio against concurrency 1 (the baseline measured in
+the same run). Usage: python bench/loop.py [--sessions 1,100,1000] [--turns 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.job import Job, JobConfig
+from envfarm.controller.policies import ResolvedPolicy
+from envfarm.grading.script import TestScriptGrader
+from envfarm.policy.base import ToolCallRaw
+from envfarm.policy.openai import OpenAIPolicy
+from envfarm.policy.server import PolicyServer, Reply, completion_reply
+from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
+from envfarm.sandbox.fake import FakeBackend, FakeSandbox, ok
+from envfarm.spec.task import Task, load_task
+
+
+def make_task(root: Path) -> Task:
+    for sub in ("environment", "tests"):
+        (root / sub).mkdir(parents=True)
+    (root / "task.toml").write_text('[environment]\nworkdir = "/app"\n')
+    (root / "instruction.md").write_text("Run a few commands, then submit.\n")
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (root / "tests" / "test.sh").write_text("true\n")
+    return load_task(root)
+
+
+def responder(turns: int) -> Any:
+    async def answer(request: dict[str, Any]) -> Reply:
+        done = sum(1 for m in request["messages"] if m.get("role") == "assistant")
+        name, arguments = ("bash", '{"command": "true"}') if done < turns else ("submit", "{}")
+        call = ToolCallRaw(id=f"call_{done}", name=name, arguments=arguments)
+        return completion_reply(request.get("model", "m"), tool_calls=[call])
+
+    return answer
+
+
+class GradingBackend(FakeBackend):
+    """Fake sandboxes whose tests/test.sh "passes": it writes a reward of 1."""
+
+    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
+        sandbox = super().create(task, image, run_id=run_id)
+        assert isinstance(sandbox, FakeSandbox)
+
+        def handler(command: str, sandbox: FakeSandbox = sandbox) -> ExecResult:
+            if "/tests/test.sh" in command:
+                sandbox.files["/logs/verifier/reward.txt"] = b"1\n"
+            return ok()
+
+        sandbox.handler = handler
+        return sandbox
+
+
+async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[float]]:
+    async with PolicyServer(responder(turns)) as server:
+        client = OpenAIPolicy(server.base_url, "m")
+        policy = ResolvedPolicy(client, "bench", "m", needs_solution=False)
+        runner = EpisodeRunner(
+            backend=GradingBackend(), policy=policy, grader=TestScriptGrader(), run_id="bench"
+        )
+        job = Job([task], runner, JobConfig(group_size=sessions, concurrency=sessions))
+        start = time.perf_counter()
+        result = await job.run()
+        wall = time.perf_counter() - start
+        await client.aclose()
+    assert all(t.reward.valid for t in result.trajectories), "every session must be graded"
+    latencies = [turn.latency_s for t in result.trajectories for turn in t.turns]
+    return wall / (sessions * (turns + 1)), latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1000
+
+
+async def main(levels: list[int], turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        task = make_task(Path(tmp) / "loop")
+        await measure(task, 1, 2)  # warm up imports and the loop
+        rows = [(n, *await measure(task, n, turns)) for n in levels]
+    base = rows[0][1]
+    print(f"agent loop overhead: {turns} bash turns + submit per session, fake sandbox")
+    print("| sessions | wall per turn | request p50 | request p99 | vs 1 session |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for sessions, per_turn, latencies in rows:
+        print(
+            f"| {sessions} | {per_turn * 1000:.2f} ms | {pct(latencies, 50):.2f} ms "
+            f"| {pct(latencies, 99):.2f} ms | {per_turn / base:.2f}x |"
+        )
+    sessions, _, latencies = rows[-1]
+    median_ms = statistics.median(latencies) * 1000
+    print(f"median request latency at {sessions} sessions: {median_ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sessions", default="1,100,1000")
+    parser.add_argument("--turns", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(main([int(n) for n in args.sessions.split(",")], args.turns))
