@@ -8,6 +8,7 @@ infrastructure and end the attempt.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import time
@@ -67,7 +68,9 @@ DESCRIPTIONS = {
 }
 
 
+@functools.cache
 def tool_schemas() -> list[dict[str, Any]]:
+    """The tools' OpenAI function specs; built once (callers must not modify them)."""
     schemas = []
     for name, model in ARG_MODELS.items():
         parameters = model.model_json_schema()

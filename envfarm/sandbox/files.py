@@ -14,20 +14,29 @@ from envfarm.sandbox.base import Sandbox
 _IGNORED = {"__pycache__", ".git", ".pytest_cache"}
 
 
+def add_as_root(
+    archive: tarfile.TarFile, path: Path, arcname: str, *, read_only: bool = False
+) -> None:
+    """Add one file, directory or symlink to ``archive``, owned by root in the sandbox."""
+    info = archive.gettarinfo(str(path), arcname=arcname)
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    if read_only:
+        info.mode &= ~0o222
+    if info.isfile():
+        with path.open("rb") as handle:
+            archive.addfile(info, handle)
+    elif info.isdir() or info.issym():
+        archive.addfile(info)
+
+
 def tar_directory(src: Path) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path in sorted(src.rglob("*")):
             if _IGNORED.intersection(path.relative_to(src).parts):
                 continue
-            info = archive.gettarinfo(str(path), arcname=str(path.relative_to(src)))
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            if info.isfile():
-                with path.open("rb") as handle:
-                    archive.addfile(info, handle)
-            elif info.isdir() or info.issym():
-                archive.addfile(info)
+            add_as_root(archive, path, str(path.relative_to(src)))
     return buffer.getvalue()
 
 

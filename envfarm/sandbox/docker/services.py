@@ -35,6 +35,7 @@ from envfarm.sandbox.docker.sandbox import (
     DockerSandboxConfig,
     owner_label,
 )
+from envfarm.sandbox.files import add_as_root
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 from envfarm.spec.compose_fields import VolumeMount
 from envfarm.spec.task import Task
@@ -98,16 +99,7 @@ def files_archive(env_dir: Path, mounts: list[VolumeMount]) -> bytes | None:
             for path in paths:
                 relative = path.relative_to(source).as_posix()
                 name = mount.target.strip("/") + ("" if relative == "." else f"/{relative}")
-                info = archive.gettarinfo(str(path), arcname=name)
-                info.uid = info.gid = 0
-                info.uname = info.gname = "root"
-                if mount.read_only:
-                    info.mode &= ~0o222
-                if info.isfile():
-                    with path.open("rb") as handle:
-                        archive.addfile(info, handle)
-                elif info.isdir() or info.issym():
-                    archive.addfile(info)
+                add_as_root(archive, path, name, read_only=mount.read_only)
     return buffer.getvalue()
 
 
