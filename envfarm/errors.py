@@ -11,6 +11,11 @@
         PolicyConfigError  bad URL or unknown model: retrying cannot help
         PolicyResponseError the endpoint answered, but not with a usable completion
       GradingError         the verifier could not produce a reward (reward invalid, never 0)
+      StoreError           the job store failed (database unreachable, bad URL, lost lease)
+      JobError             a request about a job cannot be honoured (permanent)
+        JobNotFound        no job has that id
+        UnknownTask        a job names a task the server does not know
+        InvalidJobState    the job's state does not allow it (e.g. resuming a cancelled job)
 
 Foreign errors (docker, aiohttp, OS) are translated into this tree once, at the module that
 wraps the foreign library, with ``raise ... from exc``. Above that boundary only these types
@@ -83,3 +88,28 @@ class GradingError(EnvfarmError):
     """The verifier crashed, timed out or wrote no reward: invalid, and not retried."""
 
     infrastructure = True
+
+
+class StoreError(EnvfarmError):
+    infrastructure = True
+    retryable = True
+
+
+class JobError(EnvfarmError):
+    """A request about a job that cannot be honoured as asked; ``field`` names the culprit."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class JobNotFound(JobError):
+    pass
+
+
+class UnknownTask(JobError):
+    pass
+
+
+class InvalidJobState(JobError):
+    pass

@@ -1,0 +1,139 @@
+"""Wire shapes of rollout jobs: what a trainer submits, what it reads back, what it consumes.
+
+These are the REST API's bodies (DESIGN.md, "Fixed interfaces") and the rows the store keeps
+as JSON. API keys are ``SecretStr``: they are kept for the workers but never serialized back
+to a client (``JobView`` carries the request with keys redacted).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+JobStatus = Literal["queued", "running", "paused", "completed", "cancelled", "failed"]
+TERMINAL_STATUSES: tuple[JobStatus, ...] = ("completed", "cancelled", "failed")
+StalePolicy = Literal["drop", "mark"]
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EndpointRequest(Wire):
+    url: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    api_key: SecretStr | None = None
+
+
+class JobPolicy(Wire):
+    base_url: str = ""
+    """``oracle``, ``nop`` or the base URL of an OpenAI-compatible endpoint (empty when
+    ``endpoints`` lists several)."""
+    model: str | None = None
+    api_key: SecretStr | None = None
+    endpoints: list[EndpointRequest] = Field(default_factory=list)
+    """Several inference sites with weights, served as one pool."""
+    server_profile: Literal["auto", "vllm", "sglang", "openai"] = "auto"
+    routed_experts: bool = False
+
+    @model_validator(mode="after")
+    def _one_target(self) -> JobPolicy:
+        if bool(self.base_url) == bool(self.endpoints):
+            raise ValueError("give either `base_url` (oracle, nop or a URL) or `endpoints`")
+        return self
+
+
+class Sampling(Wire):
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+
+
+class JobRequest(Wire):
+    tasks: list[str] = Field(min_length=1)
+    """Task ids known to the server (``GET /v1/tasks``)."""
+    policy: JobPolicy
+    group_size: int = Field(default=1, ge=1, le=4096)
+    sampling: Sampling = Field(default_factory=Sampling)
+    concurrency: int | None = Field(default=None, ge=1)
+    """Episodes of this job running at once, across all workers (None: the workers' limit)."""
+    priority: int = 0
+    """Higher first; jobs of equal priority share the workers fairly."""
+    max_staleness: int | None = Field(default=None, ge=0)
+    """How many policy versions a delivered group's dispatch version may lag the trainer's."""
+    stale_policy: StalePolicy = "drop"
+    """A group that still arrives too stale is dropped and rerun (``drop``) or delivered with
+    ``stale: true`` (``mark``)."""
+    max_retries: int = Field(default=2, ge=0, le=20)
+    """Extra attempts of an episode that failed for an infrastructure reason."""
+    max_turns: int = Field(default=50, ge=1)
+    leave_one_out: bool = False
+    name: str | None = None
+
+
+class JobCounts(Wire):
+    episodes: int = 0
+    queued: int = 0
+    running: int = 0
+    completed: int = 0
+    """Episodes that ended (with a valid reward or not)."""
+    valid: int = 0
+    infra_errors: int = 0
+    """Episodes that ended with an infrastructure error after their retries."""
+    attempts: int = 0
+    groups: int = 0
+    groups_completed: int = 0
+    groups_dropped: int = 0
+    mean_reward: float | None = None
+
+
+class JobView(Wire):
+    id: str
+    status: JobStatus
+    request: dict[str, Any]
+    """The submitted request, API keys redacted."""
+    counts: JobCounts
+    created_at: datetime
+    updated_at: datetime
+    error: str | None = None
+    last_cursor: int = 0
+    """Cursor of the newest completed group."""
+
+
+class DeliveredGroup(Wire):
+    cursor: int
+    group_id: str
+    task_id: str
+    dispatch_version: str | None = None
+    """The trainer's policy version when the group was dispatched."""
+    staleness: int | None = None
+    """Versions the trainer published after ``dispatch_version``, when the group completed."""
+    stale: bool = False
+    zero_variance: bool | None = None
+    trajectories: list[dict[str, Any]]
+
+
+class GroupPage(Wire):
+    groups: list[DeliveredGroup]
+    next_cursor: int | None = None
+    """The cursor to pass as ``after`` for the next page (the last group's)."""
+
+
+class TaskInfo(Wire):
+    id: str
+    content_hash: str
+    path: str | None = None
+    services: list[str] = Field(default_factory=list)
+
+
+def redacted(request: JobRequest) -> dict[str, Any]:
+    """The request as JSON with every API key removed."""
+    data = request.model_dump(mode="json", exclude_none=True)
+    policy = data["policy"]
+    policy.pop("api_key", None)
+    for endpoint in policy.get("endpoints", []):
+        endpoint.pop("api_key", None)
+    return data
