@@ -34,3 +34,8 @@ def assign_advantages(group: list[Trajectory], *, leave_one_out: bool = False) -
             trajectory.advantage = (reward - baseline) / (std + EPSILON)
         else:
             trajectory.advantage = (reward - mean) / (std + EPSILON)
+
+
+def finalize_group(group: list[Trajectory], leave_one_out: bool) -> None:
+    """The store's hook for a completed group (``envfarm.store.groups.Finalize``)."""
+    assign_advantages(group, leave_one_out=leave_one_out)

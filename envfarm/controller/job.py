@@ -1,27 +1,27 @@
-"""A job: every task times ``group_size`` episodes, built, run, retried and grouped.
+"""A job run in-process: every task times ``group_size`` episodes, on a private store.
 
-Images are built first, concurrently but bounded, once per task; an episode is admitted only
-when its image exists, so no episode slot waits on a build. Episodes then run under one
-concurrency limit. An attempt that failed for a retryable infrastructure reason is run again,
-up to ``max_retries``; the last attempt is the episode's result. When every episode of a group
-has ended, the group's advantages are computed and the group is handed to ``on_group``.
+This is the store-backed controller (``envfarm.controller.worker``) driven to completion over
+an in-memory SQLite store, for callers that hold an ``EpisodeRunner`` and want the job's
+trajectories back (``envfarm check``, benchmarks, tests). Building, admission, retries and
+group completion are exactly what ``envfarm run`` and ``envfarm serve`` do.
 """
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
-from envfarm.controller.groups import assign_advantages
-from envfarm.errors import EnvfarmError
+from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.groups import finalize_group
+from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
+from envfarm.errors import EnvfarmError, ImageError
+from envfarm.models.jobs import JobPolicy, JobRequest, Sampling
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task
+from envfarm.store.store import Store
 
 
 class JobConfig(BaseModel):
@@ -37,7 +37,7 @@ class JobConfig(BaseModel):
 
 @dataclass
 class JobEvents:
-    """Callbacks a shell (CLI, API) uses to show progress and persist results."""
+    """Callbacks a caller uses to show progress and persist results."""
 
     on_image: Callable[[Task, PreparedImage | None, EnvfarmError | None], None] = (
         lambda task, image, error: None
@@ -60,69 +60,59 @@ class Job:
         runner: EpisodeRunner,
         config: JobConfig,
         events: JobEvents | None = None,
-        job_id: str | None = None,
     ) -> None:
         self.tasks, self.runner, self.config = list(tasks), runner, config
         self.events = events or JobEvents()
-        self.id = job_id or f"job-{uuid.uuid4().hex[:12]}"
-        self.result = JobResult()
-        self._episode_slots = asyncio.Semaphore(config.concurrency)
-        self._build_slots = asyncio.Semaphore(config.build_concurrency)
+        self.id: str | None = None
+        self._cursor = 0
+
+    def request(self) -> JobRequest:
+        return JobRequest(
+            tasks=[task.id for task in self.tasks],
+            policy=JobPolicy(base_url=self.runner.policy.name or "policy"),
+            group_size=self.config.group_size,
+            sampling=Sampling(seed=self.config.seed),
+            max_retries=self.config.max_retries,
+            leave_one_out=self.config.leave_one_out,
+        )
 
     async def run(self) -> JobResult:
-        await self.runner.backend.reap()
-        async with asyncio.TaskGroup() as group:
-            for task in self.tasks:
-                group.create_task(self._run_task(task))
-        return self.result
-
-    async def _run_task(self, task: Task) -> None:
-        image, error = await self._prepare(task)
-        if error is not None and not error.infrastructure:
-            self.result.bad_tasks[task.id] = error
-            return
-        await self._run_group(task, image, error)
-
-    async def _prepare(self, task: Task) -> tuple[PreparedImage | None, EnvfarmError | None]:
-        async with self._build_slots:
-            try:
-                image = await self.runner.backend.prepare(task)
-            except EnvfarmError as exc:
-                self.events.on_image(task, None, exc)
-                return None, exc
-        self.events.on_image(task, image, None)
-        return image, None
-
-    async def _run_group(
-        self, task: Task, image: PreparedImage | None, build_error: EnvfarmError | None
-    ) -> None:
-        group_id = f"grp-{uuid.uuid4().hex[:12]}"
-        requests = [
-            EpisodeRequest(
-                task=task,
-                image=image,
-                job_id=self.id,
-                group_id=group_id,
-                episode_id=f"ep-{uuid.uuid4().hex[:12]}",
-                seed=None if self.config.seed is None else self.config.seed + index,
-                build_error=build_error,
+        store = await Store.open("sqlite://", finalize=finalize_group)
+        try:
+            job_id = self.id = await store.create_job(
+                self.request(), {task.id: task.content_hash for task in self.tasks}
             )
-            for index in range(self.config.group_size)
-        ]
-        trajectories = await asyncio.gather(*(self._run_episode(r) for r in requests))
-        assign_advantages(trajectories, leave_one_out=self.config.leave_one_out)
-        self.result.trajectories.extend(trajectories)
-        delivered = self.events.on_group(trajectories)
-        if delivered is not None:
-            await delivered
 
-    async def _run_episode(self, request: EpisodeRequest) -> Trajectory:
-        attempt = 0
-        while True:
-            async with self._episode_slots:
-                trajectory = await self.runner.run(replace(request, attempt=attempt))
-            error = trajectory.error
-            if error is None or not error.retryable or attempt >= self.config.max_retries:
-                self.events.on_episode(trajectory)
-                return trajectory
-            attempt += 1
+            async def delivered(_: str) -> None:
+                groups, _last = await store.delivered(
+                    job_id, after=self._cursor, limit=1_000_000, consumer="job"
+                )
+                for group in groups:
+                    self._cursor = group.cursor
+                    done = self.events.on_group(
+                        [Trajectory.model_validate(t) for t in group.trajectories]
+                    )
+                    if done is not None:
+                        await done
+
+            worker = Worker(
+                store,
+                {task.id: task for task in self.tasks},
+                self.runner.backend,
+                lambda *_: fixed_runner(self.runner),
+                WorkerConfig(
+                    concurrency=self.config.concurrency,
+                    build_concurrency=self.config.build_concurrency,
+                    poll_s=0.05,
+                ),
+                WorkerEvents(self.events.on_image, self.events.on_episode, delivered),
+            )
+            await worker.run(job_id=job_id)
+            trajectories = [Trajectory.model_validate(t) for t in await store.trajectories(job_id)]
+            failed = await store.failed_tasks(job_id)
+            return JobResult(
+                trajectories=trajectories,
+                bad_tasks={task: ImageError(message) for task, message in failed.items()},
+            )
+        finally:
+            await store.close()

@@ -1,0 +1,203 @@
+"""The controller service: what ``envfarm serve`` exposes, over a store and (usually) a worker.
+
+Every state change goes through the store, so any number of these processes, on one machine
+or many, can share one PostgreSQL: the API of one accepts a job, the workers of all of them run
+it, and whichever serves a consumer reads the same groups in the same cursor order. A long-poll
+wakes at once for groups completed in this process and polls the store for the others'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.groups import finalize_group
+from envfarm.controller.metrics import MetricsSnapshot
+from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.versions import PolicyVersionBoard
+from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig
+from envfarm.errors import UnknownTask
+from envfarm.grading.judges import RubricGrading
+from envfarm.grading.script import TestScriptGrader
+from envfarm.models.jobs import GroupPage, JobPolicy, JobRequest, JobView, TaskInfo
+from envfarm.policy.base import SamplingParams
+from envfarm.sandbox.base import SandboxBackend
+from envfarm.spec.task import Task
+from envfarm.store.store import Store, is_terminal
+
+STORE_POLL_S = 0.25
+
+
+def policy_spec(policy: JobPolicy) -> PolicySpec:
+    return PolicySpec.model_validate(
+        {
+            "target": policy.base_url,
+            "model": policy.model,
+            "api_key": policy.api_key,
+            "endpoints": [e.model_dump() for e in policy.endpoints],
+            "server_profile": policy.server_profile,
+            "routed_experts": policy.routed_experts,
+        }
+    )
+
+
+class Controller:
+    def __init__(
+        self,
+        store: Store,
+        tasks: Mapping[str, Task],
+        worker: Worker | None = None,
+    ) -> None:
+        self.store, self._tasks, self.worker = store, dict(tasks), worker
+
+    async def submit(self, request: JobRequest) -> str:
+        for index, task_id in enumerate(request.tasks):
+            if task_id not in self._tasks:
+                raise UnknownTask(
+                    f"unknown task {task_id!r}: the server knows {len(self._tasks)} tasks "
+                    "(GET /v1/tasks)",
+                    field=f"tasks[{index}]",
+                )
+        hashes = {task_id: self._tasks[task_id].content_hash for task_id in request.tasks}
+        job_id = await self.store.create_job(request, hashes)
+        self._wake()
+        return job_id
+
+    async def job(self, job_id: str) -> JobView:
+        return await self.store.job(job_id)
+
+    async def jobs(self) -> list[JobView]:
+        return await self.store.jobs()
+
+    async def pause(self, job_id: str) -> JobView:
+        return await self.store.transition(job_id, "pause")
+
+    async def resume(self, job_id: str) -> JobView:
+        view = await self.store.transition(job_id, "resume")
+        self._wake()
+        return view
+
+    async def cancel(self, job_id: str) -> JobView:
+        view = await self.store.transition(job_id, "cancel")
+        self._wake()
+        return view
+
+    async def groups(
+        self,
+        job_id: str,
+        *,
+        after: int | None,
+        limit: int,
+        wait_s: float,
+        consumer: str = "default",
+    ) -> GroupPage:
+        """Completed groups after ``after`` (default: the consumer's last ack), waiting up to
+        ``wait_s`` for the first one when none is there yet."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            changed = self.worker.changed if self.worker is not None else None
+            found, _ = await self.store.delivered(
+                job_id, after=after, limit=limit, consumer=consumer
+            )
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                break
+            if is_terminal((await self.store.statuses([job_id]))[job_id]):
+                break
+            waiting = min(remaining, STORE_POLL_S)
+            with contextlib.suppress(TimeoutError):
+                if changed is not None:
+                    await asyncio.wait_for(changed.wait(), waiting)
+                else:
+                    await asyncio.sleep(waiting)
+        return GroupPage(groups=found, next_cursor=found[-1].cursor if found else after)
+
+    async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None:
+        await self.store.ack(job_id, cursor, consumer)
+
+    async def publish_version(self, version: str) -> None:
+        await self.store.publish_version(version)
+        if self.worker is not None:
+            self.worker.board.publish(version)
+
+    def tasks(self) -> list[TaskInfo]:
+        return [
+            TaskInfo(
+                id=task.id,
+                content_hash=task.content_hash,
+                path=str(task.root),
+                services=sorted(task.compose.services) if task.compose else [],
+            )
+            for task in sorted(self._tasks.values(), key=lambda t: t.id)
+        ]
+
+    async def metrics(self) -> MetricsSnapshot:
+        snapshot = (
+            self.worker.metrics.snapshot.model_copy(deep=True)
+            if self.worker is not None
+            else MetricsSnapshot()
+        )
+        snapshot.episodes_by_state = await self.store.episode_states()
+        snapshot.queue_depth = snapshot.episodes_by_state.get("queued", 0)
+        snapshot.staleness = await self.store.staleness()
+        _, snapshot.policy_version = await self.store.versions()
+        snapshot.running = self.worker.running if self.worker is not None else 0
+        return snapshot
+
+    def _wake(self) -> None:
+        if self.worker is not None:
+            self.worker.wake()
+
+
+def default_runners(backend: SandboxBackend, artifacts_root: Path | None) -> RunnerFactory:
+    """Opens each job's policy (one endpoint pool or built-in server per job) as a runner."""
+
+    @asynccontextmanager
+    async def runners(
+        job_id: str, request: JobRequest, board: PolicyVersionBoard
+    ) -> AsyncIterator[EpisodeRunner]:
+        async with open_policy(policy_spec(request.policy), board) as policy:
+            yield EpisodeRunner(
+                backend=backend,
+                policy=policy,
+                grader=TestScriptGrader(),
+                run_id=job_id,
+                sampling=SamplingParams(**request.sampling.model_dump()),
+                max_turns=request.max_turns,
+                rubrics=RubricGrading(None, allow_unjudged=policy.needs_solution),
+                artifacts_dir=artifacts_root / job_id if artifacts_root else None,
+            )
+
+    return runners
+
+
+@asynccontextmanager
+async def open_controller(
+    db_url: str,
+    tasks: Mapping[str, Task],
+    *,
+    backend: SandboxBackend | None = None,
+    worker: WorkerConfig | None = None,
+    artifacts_root: Path | None = None,
+) -> AsyncIterator[Controller]:
+    """A controller on ``db_url``; with ``backend`` and ``worker``, it also runs episodes (in a
+    background task, stopped on exit)."""
+    store = await Store.open(db_url, finalize=finalize_group)
+    running: asyncio.Task[None] | None = None
+    stop = asyncio.Event()
+    try:
+        work = None
+        if backend is not None and worker is not None:
+            work = Worker(store, tasks, backend, default_runners(backend, artifacts_root), worker)
+            running = asyncio.create_task(work.run(stop=stop))
+        yield Controller(store, tasks, work)
+    finally:
+        stop.set()
+        if running is not None:
+            await running
+        await store.close()

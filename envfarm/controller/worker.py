@@ -1,0 +1,290 @@
+"""The worker: leases episodes from the store and runs them, as many at once as allowed.
+
+A worker is the part of a controller process that does the work; the API only writes to the
+store. Each tick it (1) starts building the images of tasks that have work, concurrently but
+bounded, once per content hash, and leases episodes only of tasks whose image is ready, so no
+episode slot waits on a build; (2) leases up to its free slots (the store applies priorities,
+fair sharing, per-job limits and the staleness gate); (3) renews its leases and stops episodes
+whose lease it lost or whose job was cancelled. An attempt that failed for a retryable
+infrastructure reason goes back to the queue, to this or any worker, up to the job's
+``max_retries``; every attempt is recorded. Several workers on one PostgreSQL split the work;
+a worker killed mid-episode loses its leases, which expire (or are reclaimed at once by the
+next worker on the same host) and are retried elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.metrics import WorkerMetrics
+from envfarm.controller.versions import PolicyVersionBoard
+from envfarm.errors import EnvfarmError
+from envfarm.models.jobs import JobRequest
+from envfarm.models.trajectory import Trajectory
+from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.spec.task import Task
+from envfarm.store.engine import host_name
+from envfarm.store.leases import Lease
+from envfarm.store.store import Store, is_terminal
+
+log = logging.getLogger(__name__)
+
+RunnerFactory = Callable[
+    [str, JobRequest, PolicyVersionBoard], AbstractAsyncContextManager[EpisodeRunner]
+]
+"""Opens what a job's episodes need (its policy client, judge, grader) as an EpisodeRunner."""
+
+
+class WorkerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int = Field(default=4, ge=1)
+    """Episodes this worker runs at once (every job together)."""
+    build_concurrency: int = Field(default=2, ge=1)
+    lease_s: float = Field(default=30.0, gt=0)
+    """A lease not renewed for this long is lost; renewed every third of it."""
+    poll_s: float = Field(default=0.5, gt=0)
+
+
+@dataclass
+class WorkerEvents:
+    """Callbacks for a shell's progress display."""
+
+    on_image: Callable[[Task, PreparedImage | None, EnvfarmError | None], None] = (
+        lambda task, image, error: None
+    )
+    on_episode: Callable[[Trajectory], None] = lambda trajectory: None
+    on_group: Callable[[str], Awaitable[None] | None] = lambda job_id: None
+
+
+@dataclass
+class _Runtime:
+    request: JobRequest
+    runner: EpisodeRunner
+    stack: AsyncExitStack
+    running: int = 0
+
+
+@dataclass
+class Worker:
+    store: Store
+    tasks: Mapping[str, Task]
+    backend: SandboxBackend
+    runners: RunnerFactory
+    config: WorkerConfig = field(default_factory=WorkerConfig)
+    events: WorkerEvents = field(default_factory=WorkerEvents)
+    id: str = field(default_factory=lambda: f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+
+    def __post_init__(self) -> None:
+        self.board = PolicyVersionBoard()
+        self.metrics = WorkerMetrics()
+        self.changed = asyncio.Event()
+        """Set (and replaced) whenever a group completes here: long-polls wait on it."""
+        self._wake = asyncio.Event()
+        self._images: dict[str, tuple[PreparedImage | None, EnvfarmError | None]] = {}
+        self._builds: dict[str, asyncio.Task[None]] = {}
+        self._build_slots = asyncio.Semaphore(self.config.build_concurrency)
+        self._running: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
+        self._runtimes: dict[str, _Runtime] = {}
+        self._runtime_locks: dict[str, asyncio.Lock] = {}
+        self._renewed = 0.0
+
+    def wake(self) -> None:
+        """Look for work now rather than at the next poll (a job was submitted or resumed)."""
+        self._wake.set()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def run(self, *, stop: asyncio.Event | None = None, job_id: str | None = None) -> None:
+        """Work until ``stop`` is set, or, with ``job_id``, until that job has ended."""
+        stop = stop or asyncio.Event()
+        await self.store.register_worker(self.id, host_name(), os.getpid())
+        await self.store.reclaim_dead_workers(
+            host_name(), lambda pid: pid != os.getpid() and _alive(pid)
+        )
+        await self.backend.reap()
+        try:
+            while not stop.is_set():
+                try:
+                    await self._tick()
+                    if job_id is not None and await self._ended(job_id):
+                        return
+                except EnvfarmError as exc:
+                    log.warning("worker %s: %s (retrying)", self.id, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+                self._wake.clear()
+        finally:
+            await self._shutdown()
+
+    async def _ended(self, job_id: str) -> bool:
+        status = (await self.store.statuses([job_id])).get(job_id)
+        return status is not None and is_terminal(status) and not self._running
+
+    async def _tick(self) -> None:
+        work = await self.store.open_work()
+        for job_id, keys in work.items():
+            for key in keys:
+                task_id, _, task_hash = key.partition("\0")
+                task = self.tasks.get(task_id)
+                if task is None or task.content_hash != task_hash:
+                    continue
+                if task_hash not in self._images and task_hash not in self._builds:
+                    self._builds[task_hash] = asyncio.create_task(self._prepare(task, job_id))
+        if time.monotonic() - self._renewed > self.config.lease_s / 3:
+            await self._heartbeat()
+        free = self.config.concurrency - len(self._running)
+        if free > 0 and self._images:
+            ready = list(self._images)
+            for lease in await self.store.lease(self.id, free, self.config.lease_s, ready):
+                running = asyncio.create_task(self._episode(lease))
+                self._running[lease.episode_id] = (lease, running)
+        for job_id in [j for j, rt in self._runtimes.items() if not rt.running and j not in work]:
+            await self._runtimes.pop(job_id).stack.aclose()
+
+    async def _prepare(self, task: Task, job_id: str) -> None:
+        try:
+            async with self._build_slots:
+                try:
+                    image = await self.backend.prepare(task)
+                except EnvfarmError as exc:
+                    self.events.on_image(task, None, exc)
+                    if not exc.infrastructure:
+                        for job, keys in (await self.store.open_work()).items():
+                            if f"{task.id}\0{task.content_hash}" in keys:
+                                await self.store.fail_task(job, task.content_hash, str(exc))
+                    self._images[task.content_hash] = (None, exc)
+                    return
+            self.events.on_image(task, image, None)
+            self._images[task.content_hash] = (image, None)
+        finally:
+            self._builds.pop(task.content_hash, None)
+            self.wake()
+
+    async def _heartbeat(self) -> None:
+        self._renewed = time.monotonic()
+        lost = await self.store.renew(self.id, list(self._running), self.config.lease_s)
+        job_ids = {lease.job_id for lease, _ in self._running.values()}
+        statuses = await self.store.statuses(list(job_ids)) if job_ids else {}
+        cancelled = {job for job, status in statuses.items() if status == "cancelled"}
+        stop = [
+            episode
+            for episode, (lease, _) in self._running.items()
+            if episode in lost or lease.job_id in cancelled
+        ]
+        for episode in stop:
+            self._running[episode][1].cancel()
+        names, current = await self.store.versions()
+        for version in [*names, current]:
+            if version is not None and version != self.board.current:
+                self.board.publish(version)
+
+    async def _episode(self, lease: Lease) -> None:
+        try:
+            runtime = await self._runtime(lease.job_id)
+            runtime.running += 1
+            try:
+                await self._run_attempt(lease, runtime)
+            finally:
+                runtime.running -= 1
+        except asyncio.CancelledError:
+            with contextlib.suppress(EnvfarmError):
+                await asyncio.shield(self.store.release(self.id, [lease.episode_id]))
+            raise
+        except EnvfarmError as exc:
+            log.warning(
+                "episode %s: %s; its lease will expire and it will be retried",
+                lease.episode_id,
+                exc,
+            )
+        finally:
+            self._running.pop(lease.episode_id, None)
+            self.wake()
+
+    async def _run_attempt(self, lease: Lease, runtime: _Runtime) -> None:
+        task = self.tasks[lease.task_id]
+        image, error = self._images[lease.task_hash]
+        request = EpisodeRequest(
+            task=task,
+            image=image,
+            job_id=lease.job_id,
+            group_id=lease.group_id,
+            episode_id=lease.episode_id,
+            attempt=lease.attempt,
+            seed=lease.seed,
+            build_error=error,
+        )
+        trajectory = await runtime.runner.run(request)
+        error_info = trajectory.error
+        final = (
+            error_info is None
+            or not error_info.retryable
+            or lease.attempt >= runtime.request.max_retries
+        )
+        recorded = await self.store.record(self.id, trajectory, final)
+        self.metrics.attempt(trajectory, final)
+        if recorded.status == "lost":
+            log.warning(
+                "episode %s: lease lost before its result was recorded; discarded", lease.episode_id
+            )
+            return
+        if final:
+            self.events.on_episode(trajectory)
+        if recorded.group_completed:
+            self.changed.set()
+            self.changed = asyncio.Event()
+            delivered = self.events.on_group(lease.job_id)
+            if delivered is not None:
+                await delivered
+
+    async def _runtime(self, job_id: str) -> _Runtime:
+        async with self._runtime_locks.setdefault(job_id, asyncio.Lock()):
+            if job_id not in self._runtimes:
+                request = await self.store.job_request(job_id)
+                stack = AsyncExitStack()
+                runner = await stack.enter_async_context(self.runners(job_id, request, self.board))
+                self._runtimes[job_id] = _Runtime(request, runner, stack)
+            return self._runtimes[job_id]
+
+    async def _shutdown(self) -> None:
+        tasks = [task for _, task in self._running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for build in list(self._builds.values()):
+            build.cancel()
+        for runtime in self._runtimes.values():
+            with contextlib.suppress(Exception):
+                await runtime.stack.aclose()
+        self._runtimes.clear()
+        with contextlib.suppress(EnvfarmError):
+            await self.store.stop_worker(self.id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.asynccontextmanager
+async def fixed_runner(runner: EpisodeRunner) -> AsyncIterator[EpisodeRunner]:
+    """A ``RunnerFactory`` result for callers that built their runner themselves."""
+    yield runner

@@ -1,0 +1,1 @@
+"""The job store: jobs, groups, episodes, attempts, trajectories and delivery cursors."""

@@ -1,0 +1,231 @@
+"""Groups in the store: creation, completion (advantages, staleness, cursor) and failure.
+
+A group completes in the transaction that records its last episode, under a lock on the group
+row: advantages are computed once, and the group takes the job's next cursor. Cursors are
+taken by incrementing the job row, which holds its lock until commit, so groups commit in
+cursor order and a consumer reading ``after=N`` can never skip a group that commits later.
+A group that completes too stale for its job is dropped and replaced, or marked (``stale``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Collection
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from envfarm.models.jobs import JobRequest
+from envfarm.models.trajectory import Trajectory
+from envfarm.store.schema import episodes, groups, jobs, policy_versions, trajectories
+
+Finalize = Callable[[list[Trajectory], bool], None]
+"""Called once per completed group with its final trajectories and the job's leave-one-out."""
+
+
+def add_group(
+    conn: Connection,
+    job_id: str,
+    task_id: str,
+    task_hash: str,
+    request: JobRequest,
+    replaces: str | None = None,
+) -> str:
+    group_id = f"grp-{uuid.uuid4().hex[:12]}"
+    seq = conn.execute(
+        select(func.coalesce(func.max(groups.c.seq), 0)).where(groups.c.job_id == job_id)
+    ).scalar()
+    group_seq = int(seq or 0) + 1
+    conn.execute(
+        insert(groups).values(
+            id=group_id,
+            job_id=job_id,
+            task_id=task_id,
+            task_hash=task_hash,
+            seq=group_seq,
+            state="pending",
+            stale=False,
+            replaces=replaces,
+        )
+    )
+    base_seed = request.sampling.seed
+    conn.execute(
+        insert(episodes),
+        [
+            {
+                "id": f"ep-{uuid.uuid4().hex[:12]}",
+                "job_id": job_id,
+                "group_id": group_id,
+                "task_id": task_id,
+                "index": index,
+                "seq": group_seq * 10_000 + index,
+                "state": "queued",
+                "attempt": 0,
+                "seed": None if base_seed is None else base_seed + index,
+            }
+            for index in range(request.group_size)
+        ],
+    )
+    return group_id
+
+
+def version_seqs(conn: Connection) -> tuple[dict[str, int], int | None]:
+    rows = conn.execute(select(policy_versions)).all()
+    seqs = {row.version: row.seq for row in rows}
+    current = max(rows, key=lambda r: r.published_at).seq if rows else None
+    return seqs, current
+
+
+def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -> None:
+    group = conn.execute(select(groups).where(groups.c.id == group_id)).mappings().one()
+    job = conn.execute(select(jobs).where(jobs.c.id == group["job_id"])).mappings().one()
+    rows = conn.execute(
+        select(trajectories.c.trajectory_id, trajectories.c.data)
+        .join(episodes, episodes.c.id == trajectories.c.episode_id)
+        .where(trajectories.c.group_id == group_id)
+        .order_by(episodes.c.index)
+    ).all()
+    group_trajectories = [Trajectory.model_validate_json(r.data) for r in rows]
+    request = JobRequest.model_validate_json(job["request"])
+    if finalize is not None:
+        finalize(group_trajectories, request.leave_one_out)
+    for trajectory in group_trajectories:
+        conn.execute(
+            update(trajectories)
+            .where(trajectories.c.trajectory_id == trajectory.trajectory_id)
+            .values(data=trajectory.to_json())
+        )
+    seqs, current = version_seqs(conn)
+    dispatched = group["dispatch_version"]
+    staleness = None
+    if current is not None and dispatched is not None and dispatched in seqs:
+        staleness = max(0, current - seqs[dispatched])
+    bound = job["max_staleness"]
+    too_stale = bound is not None and staleness is not None and staleness > bound
+    zero_variance = next((t.group_zero_variance for t in group_trajectories), None)
+    if too_stale and job["stale_policy"] == "drop":
+        conn.execute(
+            update(groups)
+            .where(groups.c.id == group_id)
+            .values(state="dropped", staleness=staleness, completed_at=time.time())
+        )
+        add_group(conn, job["id"], group["task_id"], group["task_hash"], request, replaces=group_id)
+        return
+    cursor = conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job["id"])
+        .values(last_cursor=jobs.c.last_cursor + 1, updated_at=time.time())
+        .returning(jobs.c.last_cursor)
+    ).scalar_one()
+    conn.execute(
+        update(groups)
+        .where(groups.c.id == group_id)
+        .values(
+            state="completed",
+            cursor=cursor,
+            staleness=staleness,
+            stale=too_stale,
+            zero_variance=zero_variance,
+            completed_at=time.time(),
+        )
+    )
+
+
+def finish_job_if_done(conn: Connection, job_id: str) -> bool:
+    unfinished = conn.execute(
+        select(func.count()).where(
+            groups.c.job_id == job_id, groups.c.state.in_(("pending", "running"))
+        )
+    ).scalar()
+    if unfinished:
+        return False
+    completed = conn.execute(
+        select(func.count()).where(groups.c.job_id == job_id, groups.c.state == "completed")
+    ).scalar()
+    status = "completed" if completed else "failed"
+    done = conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running", "paused")))
+        .values(
+            status=status,
+            updated_at=time.time(),
+            error=None if completed else "no group of this job could run",
+        )
+    )
+    return done.rowcount == 1
+
+
+def fail_task(conn: Connection, job_id: str, task_hash: str, message: str) -> bool:
+    """The task's input is bad (its image cannot be built): its groups fail, not retried."""
+    open_groups = (
+        conn.execute(
+            select(groups.c.id).where(
+                groups.c.job_id == job_id,
+                groups.c.task_hash == task_hash,
+                groups.c.state.in_(("pending", "running")),
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not open_groups:
+        return False
+    conn.execute(
+        update(groups)
+        .where(groups.c.id.in_(open_groups))
+        .values(state="failed", error=message, completed_at=time.time())
+    )
+    conn.execute(
+        update(episodes)
+        .where(episodes.c.group_id.in_(open_groups), episodes.c.state != "done")
+        .values(state="done", lease_owner=None, lease_expires=None)
+    )
+    return finish_job_if_done(conn, job_id)
+
+
+def mark_running(conn: Connection, job_ids: Collection[str]) -> None:
+    """Jobs that had an episode leased are ``running`` (kept out of ``lease``'s transaction,
+    which would otherwise take the job row's lock before a group's)."""
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id.in_(list(job_ids)), jobs.c.status == "queued")
+        .values(status="running", updated_at=time.time())
+    )
+
+
+def job_task_hashes(conn: Connection, statuses: Collection[str]) -> dict[str, set[str]]:
+    """For each job in ``statuses``: the content hashes of its tasks that still have work."""
+    rows = conn.execute(
+        select(groups.c.job_id, groups.c.task_hash, groups.c.task_id)
+        .join(jobs, jobs.c.id == groups.c.job_id)
+        .where(jobs.c.status.in_(list(statuses)), groups.c.state.in_(("pending", "running")))
+        .distinct()
+    ).all()
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        found.setdefault(row.job_id, set()).add(f"{row.task_id}\0{row.task_hash}")
+    return found
+
+
+def failed_tasks(conn: Connection, job_id: str) -> dict[str, str]:
+    rows = conn.execute(
+        select(groups.c.task_id, groups.c.error).where(
+            groups.c.job_id == job_id, groups.c.state == "failed"
+        )
+    ).all()
+    return {row.task_id: row.error or "failed" for row in rows}
+
+
+def all_trajectories(conn: Connection, job_id: str) -> list[dict[str, Any]]:
+    """Every final trajectory of the job's delivered groups, in cursor order."""
+    rows = conn.execute(
+        select(trajectories.c.data)
+        .join(groups, groups.c.id == trajectories.c.group_id)
+        .join(episodes, episodes.c.id == trajectories.c.episode_id)
+        .where(trajectories.c.job_id == job_id, groups.c.state == "completed")
+        .order_by(groups.c.cursor, episodes.c.index)
+    ).all()
+    return [json.loads(row.data) for row in rows]

@@ -1,0 +1,195 @@
+"""Recording attempts: a result counts only from the worker that still holds the lease.
+
+A worker whose lease expired (it stalled, or died and was reclaimed) has its late result
+discarded, and the expiry itself is recorded as an infrastructure attempt (``WorkerLost``),
+retried like any other. Locks are always taken group row first, then episode row, then job
+row, so concurrent recorders cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection
+
+import envfarm
+from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.store.groups import Finalize, complete_group, finish_job_if_done
+from envfarm.store.schema import attempts, episodes, groups, jobs, trajectories
+
+
+@dataclass(frozen=True)
+class Recorded:
+    status: Literal["retry", "final", "lost"]
+    group_completed: bool = False
+    job_completed: bool = False
+
+
+def expire_leases_of(
+    conn: Connection, worker_ids: Collection[str], finalize: Finalize | None
+) -> None:
+    conn.execute(
+        update(episodes)
+        .where(episodes.c.lease_owner.in_(list(worker_ids)), episodes.c.state == "leased")
+        .values(lease_expires=0.0)
+    )
+    expire_leases(conn, time.time(), finalize)
+
+
+def expire_leases(conn: Connection, now: float, finalize: Finalize | None) -> None:
+    """Record each expired lease as a lost attempt; requeue it, or end it after its retries."""
+    expired = (
+        conn.execute(
+            select(episodes, jobs.c.max_retries, groups.c.task_hash)
+            .join(jobs, jobs.c.id == episodes.c.job_id)
+            .join(groups, groups.c.id == episodes.c.group_id)
+            .where(episodes.c.state == "leased", episodes.c.lease_expires < now)
+        )
+        .mappings()
+        .all()
+    )
+    for row in expired:
+        conn.execute(select(groups.c.id).where(groups.c.id == row["group_id"]).with_for_update())
+        still = conn.execute(
+            update(episodes)
+            .where(
+                episodes.c.id == row["id"],
+                episodes.c.state == "leased",
+                episodes.c.lease_owner == row["lease_owner"],
+                episodes.c.lease_expires < now,
+            )
+            .values(lease_expires=None)
+        )
+        if still.rowcount != 1:
+            continue
+        final = row["attempt"] >= row["max_retries"]
+        _record(conn, row, _lost_trajectory(row), final, row["lease_owner"], finalize)
+
+
+def _lost_trajectory(row: Any) -> Trajectory:
+    message = (
+        f"the controller running this episode ({row['lease_owner']}) stopped renewing its "
+        "lease (it died or stalled)"
+    )
+    return Trajectory(
+        trajectory_id=f"{row['id']}-a{row['attempt']}",
+        episode_id=row["id"],
+        job_id=row["job_id"],
+        group_id=row["group_id"],
+        task_id=row["task_id"],
+        attempt=row["attempt"],
+        reward=Reward(reason=message),
+        error=ErrorInfo(
+            type="WorkerLost", message=message, phase="agent", infrastructure=True, retryable=True
+        ),
+        provenance=Provenance(
+            task_hash=row["task_hash"], envfarm_version=envfarm.__version__, seed=row["seed"]
+        ),
+    )
+
+
+def record(
+    conn: Connection,
+    worker: str,
+    trajectory: Trajectory,
+    final: bool,
+    finalize: Finalize | None,
+) -> Recorded:
+    """Store one attempt's result if ``worker`` still holds the episode's lease."""
+    group = (
+        conn.execute(select(groups).where(groups.c.id == trajectory.group_id).with_for_update())
+        .mappings()
+        .first()
+    )
+    row = (
+        conn.execute(
+            select(episodes, jobs.c.max_retries)
+            .join(jobs, jobs.c.id == episodes.c.job_id)
+            .where(
+                episodes.c.id == trajectory.episode_id,
+                episodes.c.state == "leased",
+                episodes.c.lease_owner == worker,
+                episodes.c.attempt == trajectory.attempt,
+            )
+        )
+        .mappings()
+        .first()
+    )
+    if row is None or group is None:
+        return Recorded("lost")
+    return _record(conn, row, trajectory, final, worker, finalize)
+
+
+def _record(
+    conn: Connection,
+    row: Any,
+    trajectory: Trajectory,
+    final: bool,
+    worker: str | None,
+    finalize: Finalize | None,
+) -> Recorded:
+    error = trajectory.error
+    data = trajectory.to_json()
+    conn.execute(
+        insert(attempts).values(
+            trajectory_id=trajectory.trajectory_id,
+            episode_id=row["id"],
+            job_id=row["job_id"],
+            attempt=trajectory.attempt,
+            worker=worker,
+            ended_at=time.time(),
+            final=final,
+            valid=trajectory.reward.valid,
+            reward=trajectory.reward.value,
+            error_type=error.type if error else None,
+            error_message=error.message if error else None,
+            infrastructure=bool(error and error.infrastructure),
+            trajectory=None if final else data,
+        )
+    )
+    if not final:
+        conn.execute(
+            update(episodes)
+            .where(episodes.c.id == row["id"])
+            .values(
+                state="queued",
+                attempt=row["attempt"] + 1,
+                lease_owner=None,
+                lease_expires=None,
+            )
+        )
+        return Recorded("retry")
+    conn.execute(
+        insert(trajectories).values(
+            trajectory_id=trajectory.trajectory_id,
+            episode_id=row["id"],
+            group_id=row["group_id"],
+            job_id=row["job_id"],
+            data=data,
+        )
+    )
+    conn.execute(
+        update(episodes)
+        .where(episodes.c.id == row["id"])
+        .values(
+            state="done",
+            lease_owner=None,
+            lease_expires=None,
+            trajectory_id=trajectory.trajectory_id,
+        )
+    )
+    open_episodes = conn.execute(
+        select(func.count()).where(
+            episodes.c.group_id == row["group_id"], episodes.c.state != "done"
+        )
+    ).scalar()
+    if open_episodes:
+        return Recorded("final")
+    complete_group(conn, row["group_id"], finalize)
+    return Recorded(
+        "final", group_completed=True, job_completed=finish_job_if_done(conn, row["job_id"])
+    )

@@ -1,0 +1,458 @@
+"""The job store's front: jobs, policy versions, delivery cursors, workers.
+
+Every method is one transaction, run on the store's own threads (``envfarm.store.engine``).
+Episode leasing and result recording live in ``envfarm.store.episodes``; this module submits
+jobs, changes their status, publishes versions and serves delivered groups in cursor order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from envfarm.errors import EnvfarmError, InvalidJobState, JobNotFound, StoreError
+from envfarm.models.jobs import (
+    TERMINAL_STATUSES,
+    DeliveredGroup,
+    JobCounts,
+    JobRequest,
+    JobStatus,
+    JobView,
+    redacted,
+)
+from envfarm.models.trajectory import Trajectory
+from envfarm.store import groups as grp
+from envfarm.store import leases as ls
+from envfarm.store import results as rs
+from envfarm.store.engine import is_sqlite, normalize_url, open_engine
+from envfarm.store.migrate import upgrade
+from envfarm.store.schema import (
+    attempts,
+    consumers,
+    episodes,
+    groups,
+    jobs,
+    policy_versions,
+    trajectories,
+    workers,
+)
+
+T = TypeVar("T")
+
+_TRANSITIONS: dict[str, tuple[tuple[JobStatus, ...], JobStatus]] = {
+    "pause": (("queued", "running"), "paused"),
+    "resume": (("paused",), "running"),
+    "cancel": (("queued", "running", "paused"), "cancelled"),
+}
+
+
+def request_json(request: JobRequest) -> str:
+    """The request with its API keys in clear: the workers need them; clients never see it."""
+    data = request.model_dump(mode="json")
+    policy = data["policy"]
+    if request.policy.api_key is not None:
+        policy["api_key"] = request.policy.api_key.get_secret_value()
+    for raw, endpoint in zip(policy["endpoints"], request.policy.endpoints, strict=True):
+        if endpoint.api_key is not None:
+            raw["api_key"] = endpoint.api_key.get_secret_value()
+    return json.dumps(data)
+
+
+class Store:
+    """A job store on SQLite (default, embedded) or PostgreSQL (shared by many controllers)."""
+
+    def __init__(self, url: str, finalize: grp.Finalize | None = None) -> None:
+        self.finalize = finalize
+        """Computes a completed group's advantages (the controller's group policy)."""
+        self.url = normalize_url(url)
+        self.label = self.url.render_as_string(hide_password=True)
+        self.engine = open_engine(self.url)
+        threads = 1 if is_sqlite(self.url) else 4
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="envfarm-store")
+
+    @classmethod
+    async def open(cls, url: str, finalize: grp.Finalize | None = None) -> Store:
+        store = cls(url, finalize)
+        await store.run(lambda: upgrade(store.engine))
+        return store
+
+    async def close(self) -> None:
+        await self.run(self.engine.dispose)
+        self._executor.shutdown(wait=True)
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the store's threads; database errors become ``StoreError``."""
+
+        def guarded() -> T:
+            try:
+                return fn()
+            except EnvfarmError:
+                raise
+            except SQLAlchemyError as exc:
+                raise StoreError(
+                    f"job store {self.label}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}"
+                ) from exc
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, guarded)
+
+    async def transaction(self, fn: Callable[[Connection], T]) -> T:
+        def body() -> T:
+            with self.engine.begin() as conn:
+                return fn(conn)
+
+        return await self.run(body)
+
+    # Jobs
+
+    async def create_job(self, request: JobRequest, task_hashes: dict[str, str]) -> str:
+        job_id = f"job-{uuid.uuid4().hex[:12]}"
+
+        def create(conn: Connection) -> str:
+            now = time.time()
+            conn.execute(
+                insert(jobs).values(
+                    id=job_id,
+                    name=request.name,
+                    status="queued",
+                    priority=request.priority,
+                    concurrency=request.concurrency,
+                    max_staleness=request.max_staleness,
+                    stale_policy=request.stale_policy,
+                    group_size=request.group_size,
+                    max_retries=request.max_retries,
+                    request=request_json(request),
+                    last_cursor=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            for task_id in request.tasks:
+                grp.add_group(conn, job_id, task_id, task_hashes[task_id], request)
+            return job_id
+
+        return await self.transaction(create)
+
+    async def job(self, job_id: str) -> JobView:
+        return await self.transaction(lambda conn: _job_view(conn, _job_row(conn, job_id)))
+
+    async def jobs(self) -> list[JobView]:
+        def read(conn: Connection) -> list[JobView]:
+            rows = conn.execute(select(jobs).order_by(jobs.c.created_at)).mappings().all()
+            return [_job_view(conn, row) for row in rows]
+
+        return await self.transaction(read)
+
+    async def job_request(self, job_id: str) -> JobRequest:
+        def read(conn: Connection) -> JobRequest:
+            return JobRequest.model_validate_json(_job_row(conn, job_id)["request"])
+
+        return await self.transaction(read)
+
+    async def transition(self, job_id: str, action: str) -> JobView:
+        allowed, target = _TRANSITIONS[action]
+
+        def change(conn: Connection) -> JobView:
+            row = _job_row(conn, job_id)
+            if row["status"] == target:
+                return _job_view(conn, row)
+            if row["status"] not in allowed:
+                raise InvalidJobState(f"job {job_id} is {row['status']}: cannot {action} it")
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(status=target, updated_at=time.time())
+            )
+            return _job_view(conn, _job_row(conn, job_id))
+
+        return await self.transaction(change)
+
+    async def statuses(self, job_ids: Sequence[str]) -> dict[str, str]:
+        def read(conn: Connection) -> dict[str, str]:
+            rows = conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids)))
+            return {row.id: row.status for row in rows}
+
+        return await self.transaction(read)
+
+    # Episodes (envfarm.store.episodes)
+
+    async def lease(
+        self, worker: str, slots: int, lease_s: float, ready: Collection[str]
+    ) -> list[ls.Lease]:
+        postgres = not is_sqlite(self.url)
+        leases = await self.transaction(
+            lambda conn: ls.lease(conn, worker, slots, lease_s, ready, postgres, self.finalize)
+        )
+        if leases:
+            jobs_started = {lease.job_id for lease in leases}
+            await self.transaction(lambda conn: grp.mark_running(conn, jobs_started))
+        return leases
+
+    async def renew(self, worker: str, episode_ids: Collection[str], lease_s: float) -> set[str]:
+        return await self.transaction(lambda conn: ls.renew(conn, worker, episode_ids, lease_s))
+
+    async def release(self, worker: str, episode_ids: Collection[str]) -> None:
+        await self.transaction(lambda conn: ls.release(conn, worker, episode_ids))
+
+    async def record(self, worker: str, trajectory: Trajectory, final: bool) -> rs.Recorded:
+        return await self.transaction(
+            lambda conn: rs.record(conn, worker, trajectory, final, self.finalize)
+        )
+
+    async def fail_task(self, job_id: str, task_hash: str, message: str) -> bool:
+        return await self.transaction(lambda conn: grp.fail_task(conn, job_id, task_hash, message))
+
+    async def open_work(self) -> dict[str, set[str]]:
+        """Jobs that may still run episodes, each with its ``task_id\\0task_hash`` keys."""
+        return await self.transaction(
+            lambda conn: grp.job_task_hashes(conn, ("queued", "running", "paused"))
+        )
+
+    async def failed_tasks(self, job_id: str) -> dict[str, str]:
+        return await self.transaction(lambda conn: grp.failed_tasks(conn, job_id))
+
+    async def trajectories(self, job_id: str) -> list[dict[str, Any]]:
+        return await self.transaction(lambda conn: grp.all_trajectories(conn, job_id))
+
+    # Delivery
+
+    async def delivered(
+        self, job_id: str, *, after: int | None, limit: int, consumer: str
+    ) -> tuple[list[DeliveredGroup], int]:
+        """Completed groups with a cursor above ``after`` (default: the consumer's ack), in
+        order, and the job's last cursor."""
+
+        def read(conn: Connection) -> tuple[list[DeliveredGroup], int]:
+            job = _job_row(conn, job_id)
+            start = after if after is not None else _acked(conn, job_id, consumer)
+            rows = conn.execute(
+                select(groups)
+                .where(groups.c.job_id == job_id, groups.c.cursor > start)
+                .order_by(groups.c.cursor)
+                .limit(limit)
+            ).mappings()
+            found = [_delivered(conn, row) for row in rows]
+            return found, int(job["last_cursor"])
+
+        return await self.transaction(read)
+
+    async def ack(self, job_id: str, cursor: int, consumer: str) -> int:
+        def write(conn: Connection) -> int:
+            job = _job_row(conn, job_id)
+            if cursor > job["last_cursor"] or cursor < 0:
+                raise InvalidJobState(
+                    f"cursor {cursor} of job {job_id} was never delivered "
+                    f"(the newest is {job['last_cursor']})",
+                    field="cursor",
+                )
+            acked = _acked(conn, job_id, consumer, create=True)
+            if cursor > acked:
+                conn.execute(
+                    update(consumers)
+                    .where(consumers.c.job_id == job_id, consumers.c.name == consumer)
+                    .values(acked=cursor, updated_at=time.time())
+                )
+            return max(cursor, acked)
+
+        return await self.transaction(write)
+
+    # Policy versions
+
+    async def publish_version(self, version: str) -> None:
+        def write(conn: Connection) -> None:
+            now = time.time()
+            exists = conn.execute(
+                select(policy_versions.c.seq).where(policy_versions.c.version == version)
+            ).first()
+            if exists is not None:
+                conn.execute(
+                    update(policy_versions)
+                    .where(policy_versions.c.version == version)
+                    .values(published_at=now)
+                )
+                return
+            seq = conn.execute(select(func.coalesce(func.max(policy_versions.c.seq), 0))).scalar()
+            conn.execute(
+                insert(policy_versions).values(
+                    version=version, seq=int(seq or 0) + 1, published_at=now
+                )
+            )
+
+        await self.transaction(write)
+
+    async def versions(self) -> tuple[list[str], str | None]:
+        """Every published version in publication order, and the current one."""
+
+        def read(conn: Connection) -> tuple[list[str], str | None]:
+            rows = conn.execute(select(policy_versions).order_by(policy_versions.c.seq)).all()
+            current = max(rows, key=lambda r: r.published_at).version if rows else None
+            return [r.version for r in rows], current
+
+        return await self.transaction(read)
+
+    # Metrics
+
+    async def episode_states(self) -> dict[str, int]:
+        def read(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(
+                select(episodes.c.state, func.count()).group_by(episodes.c.state)
+            ).all()
+            return {row[0]: int(row[1]) for row in rows}
+
+        return await self.transaction(read)
+
+    async def staleness(self) -> dict[str, int]:
+        """Per running job: the staleness of its newest completed group."""
+
+        def read(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(
+                select(groups.c.job_id, groups.c.staleness, groups.c.cursor)
+                .join(jobs, jobs.c.id == groups.c.job_id)
+                .where(jobs.c.status == "running", groups.c.staleness.is_not(None))
+                .order_by(groups.c.cursor)
+            ).all()
+            return {row.job_id: int(row.staleness) for row in rows}
+
+        return await self.transaction(read)
+
+    # Workers
+
+    async def register_worker(self, worker_id: str, host: str, pid: int) -> None:
+        def write(conn: Connection) -> None:
+            now = time.time()
+            conn.execute(
+                insert(workers).values(
+                    id=worker_id,
+                    host=host,
+                    pid=pid,
+                    started_at=now,
+                    heartbeat_at=now,
+                    stopped=False,
+                )
+            )
+
+        await self.transaction(write)
+
+    async def reclaim_dead_workers(self, host: str, alive: Callable[[int], bool]) -> int:
+        """Expire at once the leases of this host's workers whose process is gone."""
+
+        def write(conn: Connection) -> int:
+            rows = conn.execute(
+                select(workers.c.id, workers.c.pid).where(
+                    workers.c.host == host, workers.c.stopped.is_(False)
+                )
+            ).all()
+            dead = [row.id for row in rows if not alive(row.pid)]
+            if dead:
+                conn.execute(update(workers).where(workers.c.id.in_(dead)).values(stopped=True))
+                rs.expire_leases_of(conn, dead, self.finalize)
+            return len(dead)
+
+        return await self.transaction(write)
+
+    async def stop_worker(self, worker_id: str) -> None:
+        await self.transaction(
+            lambda conn: conn.execute(
+                update(workers).where(workers.c.id == worker_id).values(stopped=True)
+            )
+        )
+
+
+def _job_row(conn: Connection, job_id: str) -> Any:
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+    if row is None:
+        raise JobNotFound(f"no job {job_id!r}", field="job_id")
+    return row
+
+
+def _acked(conn: Connection, job_id: str, consumer: str, *, create: bool = False) -> int:
+    acked = conn.execute(
+        select(consumers.c.acked).where(consumers.c.job_id == job_id, consumers.c.name == consumer)
+    ).scalar()
+    if acked is None and create:
+        conn.execute(
+            insert(consumers).values(job_id=job_id, name=consumer, acked=0, updated_at=time.time())
+        )
+    return int(acked or 0)
+
+
+def _delivered(conn: Connection, group: Any) -> DeliveredGroup:
+    rows = conn.execute(
+        select(trajectories.c.data)
+        .join(episodes, episodes.c.id == trajectories.c.episode_id)
+        .where(trajectories.c.group_id == group["id"])
+        .order_by(episodes.c.index)
+    ).all()
+    return DeliveredGroup(
+        cursor=group["cursor"],
+        group_id=group["id"],
+        task_id=group["task_id"],
+        dispatch_version=group["dispatch_version"],
+        staleness=group["staleness"],
+        stale=bool(group["stale"]),
+        zero_variance=group["zero_variance"],
+        trajectories=[json.loads(row.data) for row in rows],
+    )
+
+
+def _job_view(conn: Connection, row: Any) -> JobView:
+    job_id = row["id"]
+    by_state: dict[str, int] = dict(
+        conn.execute(
+            select(episodes.c.state, func.count())
+            .where(episodes.c.job_id == job_id)
+            .group_by(episodes.c.state)
+        ).all()
+    )
+    group_states: dict[str, int] = dict(
+        conn.execute(
+            select(groups.c.state, func.count())
+            .where(groups.c.job_id == job_id)
+            .group_by(groups.c.state)
+        ).all()
+    )
+    final = attempts.c.final.is_(True)
+    totals = conn.execute(
+        select(
+            func.count(),
+            func.sum(attempts.c.valid.cast(type_=attempts.c.attempt.type)).filter(final),
+            func.count().filter(final, attempts.c.valid.is_(False), attempts.c.infrastructure),
+            func.avg(attempts.c.reward).filter(final, attempts.c.valid.is_(True)),
+        ).where(attempts.c.job_id == job_id)
+    ).one()
+    request = JobRequest.model_validate_json(row["request"])
+    live_groups = sum(n for state, n in group_states.items() if state != "dropped")
+    return JobView(
+        id=job_id,
+        status=row["status"],
+        request=redacted(request),
+        counts=JobCounts(
+            episodes=sum(n for state, n in by_state.items()),
+            queued=by_state.get("queued", 0),
+            running=by_state.get("leased", 0),
+            completed=by_state.get("done", 0),
+            valid=int(totals[1] or 0),
+            infra_errors=int(totals[2] or 0),
+            attempts=int(totals[0] or 0),
+            groups=live_groups,
+            groups_completed=group_states.get("completed", 0),
+            groups_dropped=group_states.get("dropped", 0),
+            mean_reward=None if totals[3] is None else float(totals[3]),
+        ),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        error=row["error"],
+        last_cursor=row["last_cursor"],
+    )
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES
