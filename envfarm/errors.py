@@ -11,6 +11,12 @@
         PolicyConfigError  bad URL or unknown model: retrying cannot help
         PolicyResponseError the endpoint answered, but not with a usable completion
       GradingError         the verifier could not produce a reward (reward invalid, never 0)
+      KubeError            the Kubernetes API refused or failed a request (infrastructure)
+        KubeNotFound       404: the object does not exist
+        KubeConflict       409: it exists already, or a resourceVersion precondition failed
+        KubeGone           410: a watch's resourceVersion is older than the server keeps
+        KubeInvalid        422 (or 400): the object or request is malformed (permanent)
+        KubeUnavailable    the server could not be reached or answered 429/5xx (transient)
       StoreError           the job store failed (database unreachable, bad URL, lost lease)
       JobError             a request about a job cannot be honoured (permanent)
         JobNotFound        no job has that id
@@ -113,3 +119,38 @@ class UnknownTask(JobError):
 
 class InvalidJobState(JobError):
     pass
+
+
+class KubeError(EnvfarmError):
+    """A Kubernetes API request failed; ``status`` and ``reason`` as the server said them.
+
+    ``retryable`` tells a reconciler to retry with a delay (temporary) rather than record a
+    condition with the reason (permanent)."""
+
+    infrastructure = True
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class KubeNotFound(KubeError):
+    pass
+
+
+class KubeConflict(KubeError):
+    retryable = True
+
+
+class KubeGone(KubeError):
+    retryable = True
+
+
+class KubeInvalid(KubeError):
+    infrastructure = False
+
+
+class KubeUnavailable(KubeError):
+    retryable = True
