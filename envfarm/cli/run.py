@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from envfarm.cli.options import judge_options, task_paths
+from envfarm.cli.options import judge_options
 from envfarm.cli.render import JobProgress, console, summary_table
+from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, JobConfig, JobEvents
 from envfarm.controller.policies import (
@@ -31,6 +32,7 @@ from envfarm.policy.base import SamplingParams
 from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task, discover_tasks
+from envfarm.store.store import Store
 
 RUN_HELP = """Run agent sessions on tasks and grade them.
 
@@ -47,7 +49,15 @@ tasks still run).
 
 
 @click.command(help=RUN_HELP)
-@task_paths
+@click.argument("paths", metavar="TASK_OR_DIR...", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--resume",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    metavar="OUT_DIR",
+    help="Finish an interrupted run in OUT_DIR with its own tasks and options (API keys come "
+    "again from --api-key / ENVFARM_API_KEY); finished episodes are not redone.",
+)
 @click.option(
     "--policy",
     "policies",
@@ -145,6 +155,7 @@ tasks still run).
 )
 def run(
     paths: tuple[Path, ...],
+    resume: Path | None,
     policies: tuple[str, ...],
     model: str | None,
     api_key: str | None,
@@ -166,6 +177,12 @@ def run(
     judge_api_key: str | None,
     allow_unjudged: bool,
 ) -> None:
+    if resume is not None:
+        secrets = {"api_key": api_key, "judge_api_key": judge_api_key}
+        click.get_current_context().invoke(run, **load_manifest(resume, secrets))
+        return
+    if not paths:
+        raise click.UsageError("give at least one TASK_OR_DIR (or --resume OUT_DIR)")
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}
     for error in errors:
@@ -201,8 +218,14 @@ def run(
         )
     out = out_dir or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
+    if not resuming():
+        save_manifest(out, click.get_current_context().params)
     config = JobConfig(
-        group_size=group_size, concurrency=concurrency, max_retries=retries, seed=seed
+        group_size=group_size,
+        concurrency=concurrency,
+        max_retries=retries,
+        seed=seed,
+        admission=True,
     )
     try:
         output = {"samples": samples, "compact_tokens": compact_tokens}
@@ -222,7 +245,7 @@ def run(
     except KeyboardInterrupt:
         console.print(
             "[red]interrupted[/]: sandboxes were removed; partial results are in "
-            f"{out}/trajectories.jsonl"
+            f"{out}/trajectories.jsonl; finish the run with: envfarm run --resume {out}"
         )
         sys.exit(130)
     except EnvfarmError as exc:
@@ -317,13 +340,16 @@ async def _run_job(
                     on_episode=progress.episode_done,
                     on_group=write_group,
                 ),
+                store_url=store_url(out),
+                resume=await _job_to_resume(out, progress) if resuming() else None,
             )
             result = await job.run()
+    _rewrite_trajectories(out, result.trajectories, output)
     for task_id, error in result.bad_tasks.items():
         bad_inputs[task_id] = str(error)
     summary = summarize(
         result.trajectories,
-        job_id=job.id,
+        job_id=job.id or "",
         policy=spec.label,
         model=policy.model,
         bad_inputs=bad_inputs,
@@ -331,3 +357,26 @@ async def _run_job(
     )
     (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+async def _job_to_resume(out: Path, progress: JobProgress) -> str:
+    store = await Store.open(store_url(out))
+    try:
+        jobs = await store.jobs()
+    finally:
+        await store.close()
+    if len(jobs) != 1:
+        raise click.BadParameter(f"{out}: expected one job in its store, found {len(jobs)}")
+    progress.progress.advance(progress.episodes, jobs[0].counts.completed)
+    return jobs[0].id
+
+
+def _rewrite_trajectories(
+    out: Path, trajectories: list[Trajectory], output: dict[str, bool]
+) -> None:
+    """Every final trajectory of the job in group order, resumed parts included, exactly once."""
+    partial = out / "trajectories.jsonl.tmp"
+    with partial.open("w", encoding="utf-8") as lines:
+        for trajectory in trajectories:
+            lines.write(trajectory.to_json(**output) + "\n")
+    partial.replace(out / "trajectories.jsonl")

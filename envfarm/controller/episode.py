@@ -27,6 +27,7 @@ from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.files import upload_dir
+from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task
 
 Phase = Literal["build", "provision", "agent", "grading", "teardown"]
@@ -63,6 +64,9 @@ class EpisodeRunner:
     (docs/grading.md); ``trajectory.artifacts`` names the directory."""
     tamper_checks: bool = True
     """Snapshot the sandbox before and after the agent to flag tampering (docs/grading.md)."""
+    pools: WarmPools | None = None
+    """Started sandboxes kept ready per environment: an episode takes one instead of starting
+    its own (each is used once; the pool refills in the background)."""
 
     async def run(self, request: EpisodeRequest) -> Trajectory:
         started = time.monotonic()
@@ -73,7 +77,14 @@ class EpisodeRunner:
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
         trajectory.timings.build_s = request.image.build_s
-        sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
+        if self.pools is None:
+            sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
+        else:
+            with _phase(trajectory, "provision"):
+                sandbox = await self.pools.acquire(request.task, request.image)
+            if trajectory.error:
+                trajectory.timings.total_s = time.monotonic() - started
+                return trajectory
         try:
             await self._phases(request, sandbox, trajectory)
             settle_training_data(trajectory, self.policy.versions)
@@ -94,7 +105,8 @@ class EpisodeRunner:
             inspect=self.tamper_checks,
         )
         with _phase(traj, "provision"):
-            await sandbox.start()
+            if self.pools is None:
+                await sandbox.start()
             if self.policy.needs_solution and task.solution_dir is not None:
                 await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
             await grading.before_agent()

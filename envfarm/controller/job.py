@@ -1,9 +1,10 @@
-"""A job run in-process: every task times ``group_size`` episodes, on a private store.
+"""A job run in-process: every task times ``group_size`` episodes, driven to completion.
 
-This is the store-backed controller (``envfarm.controller.worker``) driven to completion over
-an in-memory SQLite store, for callers that hold an ``EpisodeRunner`` and want the job's
-trajectories back (``envfarm check``, benchmarks, tests). Building, admission, retries and
-group completion are exactly what ``envfarm run`` and ``envfarm serve`` do.
+This is the store-backed controller (``envfarm.controller.worker``) for callers that hold an
+``EpisodeRunner`` and want the job's trajectories back: ``envfarm run`` (on a SQLite file in
+its output directory, so ``--resume`` finishes an interrupted run without redoing finished
+episodes), ``envfarm check``, benchmarks and tests (in memory). Building, retries and group
+completion are exactly what ``envfarm serve`` does.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
-from envfarm.errors import EnvfarmError, ImageError
+from envfarm.errors import EnvfarmError, ImageError, UnknownTask
 from envfarm.models.jobs import JobPolicy, JobRequest, Sampling
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage
@@ -33,6 +35,8 @@ class JobConfig(BaseModel):
     max_retries: int = 2
     seed: int | None = None
     leave_one_out: bool = False
+    admission: bool = False
+    """Start an episode only when the host has its task's CPU and memory to spare."""
 
 
 @dataclass
@@ -60,13 +64,22 @@ class Job:
         runner: EpisodeRunner,
         config: JobConfig,
         events: JobEvents | None = None,
+        *,
+        store_url: str = "sqlite://",
+        resume: str | None = None,
+        request: JobRequest | None = None,
     ) -> None:
+        """``store_url``: where the job lives (default: in memory); ``resume``: the id of a job
+        already in that store to finish; ``request``: what to record as the job's request."""
         self.tasks, self.runner, self.config = list(tasks), runner, config
         self.events = events or JobEvents()
-        self.id: str | None = None
+        self.store_url, self.id = store_url, resume
+        self._request = request
         self._cursor = 0
 
     def request(self) -> JobRequest:
+        if self._request is not None:
+            return self._request
         return JobRequest(
             tasks=[task.id for task in self.tasks],
             policy=JobPolicy(base_url=self.runner.policy.name or "policy"),
@@ -77,11 +90,14 @@ class Job:
         )
 
     async def run(self) -> JobResult:
-        store = await Store.open("sqlite://", finalize=finalize_group)
+        store = await Store.open(self.store_url, finalize=finalize_group)
+        hashes = {task.id: task.content_hash for task in self.tasks}
         try:
-            job_id = self.id = await store.create_job(
-                self.request(), {task.id: task.content_hash for task in self.tasks}
-            )
+            if self.id is None:
+                self.id = await store.create_job(self.request(), hashes)
+            else:
+                await _check_unchanged(store, self.id, hashes)
+            job_id = self.id
 
             async def delivered(_: str) -> None:
                 groups, _last = await store.delivered(
@@ -106,6 +122,7 @@ class Job:
                     poll_s=0.05,
                 ),
                 WorkerEvents(self.events.on_image, self.events.on_episode, delivered),
+                admission=Admission() if self.config.admission else None,
             )
             await worker.run(job_id=job_id)
             trajectories = [Trajectory.model_validate(t) for t in await store.trajectories(job_id)]
@@ -116,3 +133,17 @@ class Job:
             )
         finally:
             await store.close()
+
+
+async def _check_unchanged(store: Store, job_id: str, hashes: dict[str, str]) -> None:
+    """A resumed job must see the very task files it started with."""
+    for task_id, stored in (await store.task_hashes(job_id)).items():
+        if task_id not in hashes:
+            raise UnknownTask(f"task {task_id!r} of job {job_id} is no longer found", "tasks")
+        if hashes[task_id] != stored:
+            raise UnknownTask(
+                f"task {task_id!r} changed since job {job_id} started (content hash "
+                f"{stored[:12]} then, {hashes[task_id][:12]} now): a resumed run needs the same "
+                "task files",
+                "tasks",
+            )

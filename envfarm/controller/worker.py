@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.metrics import WorkerMetrics
 from envfarm.controller.versions import PolicyVersionBoard
@@ -84,6 +85,8 @@ class Worker:
     runners: RunnerFactory
     config: WorkerConfig = field(default_factory=WorkerConfig)
     events: WorkerEvents = field(default_factory=WorkerEvents)
+    admission: Admission | None = None
+    """Host admission: an episode starts only when the host has its CPU and memory to spare."""
     id: str = field(default_factory=lambda: f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self) -> None:
@@ -227,7 +230,14 @@ class Worker:
             seed=lease.seed,
             build_error=error,
         )
-        trajectory = await runtime.runner.run(request)
+        environment = task.config.environment
+        admitted = (
+            self.admission.admit(environment.cpus, environment.memory_mb)
+            if self.admission is not None
+            else contextlib.nullcontext()
+        )
+        async with admitted:
+            trajectory = await runtime.runner.run(request)
         error_info = trajectory.error
         final = (
             error_info is None

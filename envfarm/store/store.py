@@ -298,6 +298,16 @@ class Store:
 
         return await self.transaction(read)
 
+    async def task_hashes(self, job_id: str) -> dict[str, str]:
+        def read(conn: Connection) -> dict[str, str]:
+            _job_row(conn, job_id)
+            rows = conn.execute(
+                select(groups.c.task_id, groups.c.task_hash).where(groups.c.job_id == job_id)
+            ).all()
+            return {row.task_id: row.task_hash for row in rows}
+
+        return await self.transaction(read)
+
     # Metrics
 
     async def episode_states(self) -> dict[str, int]:

@@ -1,0 +1,54 @@
+"""``envfarm run --resume OUT``: the run's own options, saved in ``OUT/run.json``.
+
+A run keeps its job in ``OUT/envfarm.db`` (the controller's store) and its command line here,
+without API keys, so a resumed run uses the very same tasks, policy and options; keys come
+again from ``--api-key`` / ``ENVFARM_API_KEY`` (and the judge's). Finished episodes are not
+redone: the store knows them, and episodes that were in flight are retried.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+MANIFEST = "run.json"
+STORE = "envfarm.db"
+SECRETS = ("api_key", "judge_api_key")
+RESUMING = "envfarm.resuming"
+
+
+def store_url(out: Path) -> str:
+    return f"sqlite:///{(out / STORE).resolve()}"
+
+
+def save_manifest(out: Path, params: dict[str, Any]) -> None:
+    saved = {k: v for k, v in params.items() if k not in (*SECRETS, "resume")}
+    saved["paths"] = [str(Path(p).resolve()) for p in saved.get("paths", ())]
+    saved["out_dir"] = str(out)
+    (out / MANIFEST).write_text(json.dumps({"params": saved}, indent=2) + "\n", encoding="utf-8")
+
+
+def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
+    path = out / MANIFEST
+    if not path.is_file() or not (out / STORE).is_file():
+        raise click.BadParameter(
+            f"{out} is not the output directory of an envfarm run (no {MANIFEST} and {STORE})",
+            param_hint="--resume",
+        )
+    try:
+        params: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["params"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise click.BadParameter(f"{path}: unreadable ({exc})", param_hint="--resume") from exc
+    params["paths"] = tuple(Path(p) for p in params["paths"])
+    params["out_dir"] = out
+    for name in ("policies",):
+        params[name] = tuple(params.get(name, ()))
+    click.get_current_context().meta[RESUMING] = True
+    return {**params, **secrets, "resume": None}
+
+
+def resuming() -> bool:
+    return bool(click.get_current_context().meta.get(RESUMING))

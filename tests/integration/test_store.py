@@ -1,0 +1,191 @@
+"""The job store on a real SQLite file and a real PostgreSQL: leases, results, delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+
+from envfarm.controller.groups import finalize_group
+from envfarm.errors import InvalidJobState, JobNotFound
+from envfarm.models.jobs import JobPolicy, JobRequest
+from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.store.leases import Lease
+from envfarm.store.migrate import current_revision, head_revision
+from envfarm.store.store import Store
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+HASHES = {"a": "hash-a", "b": "hash-b"}
+READY = ["hash-a", "hash-b"]
+
+
+def request(**fields) -> JobRequest:
+    data = {"tasks": ["a"], "policy": JobPolicy(base_url="oracle"), "group_size": 2}
+    return JobRequest(**{**data, **fields})
+
+
+def result(lease: Lease, reward: float | None = 1.0, *, infra: bool = False) -> Trajectory:
+    error = None
+    if infra:
+        error = ErrorInfo(type="SandboxGone", message="died", phase="agent", retryable=True)
+    return Trajectory(
+        trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
+        episode_id=lease.episode_id,
+        job_id=lease.job_id,
+        group_id=lease.group_id,
+        task_id=lease.task_id,
+        attempt=lease.attempt,
+        reward=Reward(value=reward, valid=reward is not None),
+        error=error,
+        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
+    )
+
+
+@pytest.fixture
+async def store(db_url):
+    opened = await Store.open(db_url, finalize=finalize_group)
+    yield opened
+    for view in await opened.jobs():  # the database is shared by the module's tests
+        if view.status in ("queued", "running", "paused"):
+            await opened.transition(view.id, "cancel")
+    await opened.close()
+
+
+async def test_migrations_bring_the_database_to_head(store):
+    assert current_revision(store.engine) == head_revision() is not None
+    again = await Store.open(str(store.url.render_as_string(hide_password=False)))
+    await again.close()
+
+
+async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(store):
+    job = await store.create_job(request(tasks=["a", "b"]), HASHES)
+    leases = await store.lease("w1", 10, 30, READY)
+    assert len(leases) == 4 and len({lease.episode_id for lease in leases}) == 4
+    by_group: dict[str, list[Lease]] = {}
+    for lease in leases:
+        by_group.setdefault(lease.group_id, []).append(lease)
+    second, first = list(by_group.values())
+    for lease, reward in zip(first, [1.0, 0.0], strict=True):
+        await store.record("w1", result(lease, reward), final=True)
+    page, last = await store.delivered(job, after=None, limit=10, consumer="c")
+    assert last == 1 and [g.cursor for g in page] == [1]
+    assert [t["advantage"] for t in page[0].trajectories] == pytest.approx([1.0, -1.0], abs=1e-4)
+    for lease in second:
+        await store.record("w1", result(lease, 1.0), final=True)
+    view = await store.job(job)
+    assert view.status == "completed"
+    assert view.counts.completed == 4 and view.counts.groups_completed == 2
+    assert view.counts.mean_reward == pytest.approx(0.75)
+    await store.ack(job, 1, "c")
+    page, _ = await store.delivered(job, after=None, limit=10, consumer="c")
+    assert [g.cursor for g in page] == [2] and page[0].zero_variance is True
+    other, _ = await store.delivered(job, after=None, limit=10, consumer="other")
+    assert [g.cursor for g in other] == [1, 2]
+    with pytest.raises(InvalidJobState):
+        await store.ack(job, 7, "c")
+
+
+async def test_a_retryable_failure_requeues_the_episode_and_every_attempt_is_kept(store):
+    job = await store.create_job(request(group_size=1, max_retries=1), HASHES)
+    [lease] = await store.lease("w1", 5, 30, READY)
+    assert (await store.record("w1", result(lease, None, infra=True), final=False)).status == (
+        "retry"
+    )
+    [again] = await store.lease("w1", 5, 30, READY)
+    assert again.episode_id == lease.episode_id and again.attempt == 1
+    recorded = await store.record("w1", result(again, 1.0), final=True)
+    assert recorded.group_completed and recorded.job_completed
+    view = await store.job(job)
+    assert view.counts.attempts == 2 and view.counts.valid == 1
+
+
+async def test_two_stores_racing_for_leases_never_share_an_episode(store, db_url):
+    await store.create_job(request(group_size=40), HASHES)
+    rival = await Store.open(db_url, finalize=finalize_group)
+    try:
+        batches = await asyncio.gather(
+            *(s.lease(f"w{i}", 7, 30, READY) for i in range(6) for s in (store, rival))
+        )
+    finally:
+        await rival.close()
+    taken = [lease.episode_id for batch in batches for lease in batch]
+    assert len(taken) == len(set(taken)) == 40
+
+
+async def test_an_expired_lease_is_a_lost_attempt_and_the_late_result_is_discarded(store):
+    job = await store.create_job(request(group_size=1), HASHES)
+    [lease] = await store.lease("slow", 1, 0.01, READY)
+    await asyncio.sleep(0.05)
+    [again] = await store.lease("fast", 1, 30, READY)
+    assert again.episode_id == lease.episode_id and again.attempt == 1
+    assert (await store.record("slow", result(lease), final=True)).status == "lost"
+    assert (await store.record("fast", result(again), final=True)).status == "final"
+    view = await store.job(job)
+    assert view.counts.attempts == 2 and view.counts.completed == 1
+
+
+async def test_a_dead_workers_leases_are_reclaimed_at_once(store):
+    await store.create_job(request(group_size=1), HASHES)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    await store.register_worker("gone", "host-x", dead.pid)
+    [lease] = await store.lease("gone", 1, 3600, READY)
+    assert await store.lease("w2", 1, 30, READY) == []
+    assert await store.reclaim_dead_workers("host-x", lambda pid: False) == 1
+    [again] = await store.lease("w2", 1, 30, READY)
+    assert again.episode_id == lease.episode_id and again.attempt == 1
+
+
+async def test_priority_then_fair_share_then_per_job_limits(store):
+    low = await store.create_job(request(group_size=6, priority=0), HASHES)
+    high = await store.create_job(request(group_size=3, priority=5, concurrency=2), HASHES)
+    leases = await store.lease("w", 4, 30, READY)
+    jobs = [lease.job_id for lease in leases]
+    assert jobs.count(high) == 2 and jobs.count(low) == 2
+    other = await store.create_job(request(group_size=6), HASHES)
+    leases = await store.lease("w", 4, 30, READY)
+    assert sorted(lease.job_id for lease in leases) == sorted([low, other, other, other])
+
+
+async def test_stale_groups_are_dropped_and_rerun_or_marked(store):
+    await store.publish_version("1")
+    dropping = await store.create_job(request(group_size=1, max_staleness=1), HASHES)
+    marking = await store.create_job(
+        request(group_size=1, max_staleness=1, stale_policy="mark"), HASHES
+    )
+    leases = {lease.job_id: lease for lease in await store.lease("w", 2, 30, READY)}
+    assert leases[dropping].dispatch_version == "1"
+    await store.publish_version("2")
+    await store.publish_version("3")
+    assert await store.lease("w", 2, 30, READY) == []  # gate: in flight, 2 versions behind
+    await store.record("w", result(leases[dropping]), final=True)
+    await store.record("w", result(leases[marking]), final=True)
+    view = await store.job(dropping)
+    assert view.counts.groups_dropped == 1 and view.status == "running"
+    assert (await store.delivered(dropping, after=0, limit=5, consumer="c"))[0] == []
+    [rerun] = await store.lease("w", 1, 30, READY)
+    assert rerun.job_id == dropping and rerun.dispatch_version == "3"
+    [marked], _ = await store.delivered(marking, after=0, limit=5, consumer="c")
+    assert marked.stale and marked.staleness == 2 and marked.dispatch_version == "1"
+
+
+async def test_job_transitions_and_unknown_jobs(store):
+    job = await store.create_job(request(group_size=1), HASHES)
+    assert (await store.transition(job, "pause")).status == "paused"
+    assert await store.lease("w", 1, 30, READY) == []
+    assert (await store.transition(job, "resume")).status == "running"
+    assert (await store.transition(job, "cancel")).status == "cancelled"
+    with pytest.raises(InvalidJobState):
+        await store.transition(job, "resume")
+    with pytest.raises(JobNotFound):
+        await store.job("job-nope")
+
+
+async def test_api_keys_are_kept_for_workers_and_never_shown(store):
+    secret = request(policy=JobPolicy(base_url="http://x/v1", api_key="sk-secret"))
+    job = await store.create_job(secret, HASHES)
+    assert "sk-secret" not in (await store.job(job)).model_dump_json()
+    stored = await store.job_request(job)
+    assert stored.policy.api_key is not None
+    assert stored.policy.api_key.get_secret_value() == "sk-secret"
