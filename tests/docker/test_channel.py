@@ -9,7 +9,7 @@ import os
 import pytest
 
 from envfarm.errors import SandboxGone
-from envfarm.sandbox.docker.channel import Channel
+from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.sandbox import LABEL_RUN, DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import HELPER_PATH, attach_helper, ensure_helper

@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 
 from envfarm.errors import SandboxError, SandboxGone
-from envfarm.sandbox.docker.channel import Channel, ExecOutcome, answer_error
-from envfarm.sandbox.docker.protocol import (
+from envfarm.sandbox.channel.client import Channel, ExecOutcome, answer_error
+from envfarm.sandbox.channel.protocol import (
     MAX_HEADER,
     FrameDecoder,
     StreamDemuxer,

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
 from envfarm.sandbox.base import ExecResult, Sandbox
 from envfarm.sandbox.docker import dockerexec
-from envfarm.sandbox.docker.channel import Channel
+from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.networks import join_default_bridge, network_options
 from envfarm.sandbox.docker.sandboxd import (

@@ -1,10 +1,12 @@
 """The command channel into a sandbox: asyncio client of the in-sandbox helper ``sandboxd``.
 
 The helper (``images/sandboxd/sandboxd.c``) is the container's main process; its stdin and
-stdout are attached to envfarm through the engine's attach stream (one hijacked connection, no
-TTY, so the engine multiplexes stdout and stderr on it: ``protocol.StreamDemuxer``). A tool call
-is one request on that open stream, not a ``docker exec``. The client is an ``asyncio.Protocol``
-on the raw socket: callbacks parse what arrives, requests are written straight to the transport.
+stdout are attached to envfarm through the engine's attach stream. A tool call is one request
+on that open stream, not a ``docker exec``. The client is an ``asyncio.Protocol``: callbacks
+parse what arrives, requests are written straight to the transport. Two carriers: Docker's
+hijacked connection (one raw socket, no TTY, so the engine multiplexes stdout and stderr on it:
+``protocol.StreamDemuxer``; ``Channel.connect``), and a message stream that already separates
+them, such as a Kubernetes attach (``streams.StreamTransport``; ``Channel.over_stream``).
 
 Protocol (the same text heads sandboxd.c). Both directions carry frames:
 
@@ -50,7 +52,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import SandboxError, SandboxGone
-from envfarm.sandbox.docker.protocol import STDOUT, FrameDecoder, StreamDemuxer, frame_head
+from envfarm.sandbox.channel.protocol import STDOUT, FrameDecoder, StreamDemuxer, frame_head
+from envfarm.sandbox.channel.streams import HelperStream, StreamTransport
 
 WRITE_CHUNK = 1 << 20
 ANSWER_GRACE_S = 30.0
@@ -112,6 +115,13 @@ class Channel(asyncio.Protocol):
         _, channel = await loop.create_connection(lambda: cls(name), sock=sock)
         return channel
 
+    @classmethod
+    async def over_stream(cls, stream: HelperStream, name: str) -> Channel:
+        """Speak over ``stream`` (stdin one way, stdout and stderr apart the other)."""
+        channel = cls(name)
+        StreamTransport(stream, channel)
+        return channel
+
     @property
     def failure(self) -> SandboxError | None:
         """Why the channel stopped working, or None while it works."""
@@ -129,16 +139,27 @@ class Channel(asyncio.Protocol):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
+        """Docker's multiplexed attach stream."""
         try:
             for stream, chunk in self._demux.feed(data):
-                if stream != STDOUT:
-                    self._diagnostics += chunk
-                    del self._diagnostics[:-_DIAGNOSTICS_KEPT]
-                    continue
-                for header, payload in self._decoder.feed(chunk):
-                    self._dispatch(header, payload)
+                self._received(stream, chunk)
         except SandboxError as exc:
             self._fail(exc)
+
+    def stream_received(self, stream: int, data: bytes | memoryview) -> None:
+        """A piece of the helper's stdout (``STDOUT``) or stderr, from a demultiplexed stream."""
+        try:
+            self._received(stream, data)
+        except SandboxError as exc:
+            self._fail(exc)
+
+    def _received(self, stream: int, chunk: bytes | memoryview) -> None:
+        if stream != STDOUT:
+            self._diagnostics += chunk
+            del self._diagnostics[:-_DIAGNOSTICS_KEPT]
+            return
+        for header, payload in self._decoder.feed(chunk):
+            self._dispatch(header, payload)
 
     def connection_lost(self, exc: Exception | None) -> None:
         said = f"; it said: {self.diagnostics}" if self.diagnostics else ""
