@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
 from envfarm.sandbox.base import ExecResult, Sandbox
-from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.networks import join_default_bridge, network_options
 from envfarm.sandbox.docker.sandboxd import (
@@ -44,6 +44,7 @@ from envfarm.sandbox.docker.sandboxd import (
     ensure_helper,
     helper_mounts,
 )
+from envfarm.sandbox.hardening import DEFAULT_CAPS
 
 LABEL_MANAGED = "io.envfarm.managed"
 LABEL_KIND = "io.envfarm.kind"
@@ -52,7 +53,6 @@ LABEL_OWNER = "io.envfarm.owner"
 LABEL_TASK = "io.envfarm.task"
 
 GONE_SETTLE_S = 2.0
-DEFAULT_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
 
 
 class DockerSandboxConfig(BaseModel):

@@ -29,22 +29,19 @@ from envfarm.errors import SandboxError, SandboxStartError
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.networks import network_options, remove_network
 from envfarm.sandbox.docker.sandbox import (
-    DEFAULT_CAPS,
     LABEL_MANAGED,
     LABEL_OWNER,
     DockerSandboxConfig,
     owner_label,
 )
 from envfarm.sandbox.files import add_as_root
+from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB, SIDECAR_PIDS
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 from envfarm.spec.compose_fields import VolumeMount
 from envfarm.spec.task import Task
 
 LABEL_ENVIRONMENT = "io.envfarm.environment"
 LABEL_SERVICE = "io.envfarm.service"
-SIDECAR_CPUS = 1.0
-SIDECAR_MEMORY_MB = 1024
-SIDECAR_PIDS = 512
 LOG_LINES = 20
 
 
