@@ -4,6 +4,12 @@ Limits live in one place (``AgentLimits``) and are checked before each model cal
 wall-clock time. Hitting one is a real outcome of the episode (it is graded), not a fault.
 A reply without a tool call gets a nudge; too many in a row end the session. Policy and sandbox
 errors propagate: they are infrastructure, and the controller decides what to do with them.
+
+With a context budget, a prompt that would exceed it is replaced by a summary request, and the
+session goes on in a new context segment that starts from the instruction and the summary
+(``agent.context``). A segment is summarized only once it has an action turn of its own, so a
+summary too long for the budget costs turns, never an endless chain of summaries. Summary turns
+are model calls and count against ``max_turns``.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ import asyncio
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.agent.context import SUMMARY_REQUEST, ContextMeter, resumed_instruction
 from envfarm.agent.tools import SUBMIT, ToolContext, parse_arguments, run_tool, tool_schemas
 from envfarm.models.samples import PromptCompactor
-from envfarm.models.trajectory import AgentOutcome, StopReason, Turn, Usage
+from envfarm.models.trajectory import AgentOutcome, Segment, StopReason, Turn, TurnKind, Usage
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams
 from envfarm.policy.tokens import TokenData
 from envfarm.sandbox.base import Sandbox
@@ -43,6 +50,9 @@ class AgentLimits(BaseModel):
     max_output_chars: int = 16_000
     max_idle_replies: int = 2
     """Replies without a tool call tolerated in a row before the session ends."""
+    context_budget: int | None = Field(default=None, gt=0)
+    """Tokens a prompt may hold before the model is asked to summarize and the context restarts
+    from the instruction and the summary; None: never summarize."""
 
 
 class AgentRun(BaseModel):
@@ -50,6 +60,7 @@ class AgentRun(BaseModel):
 
     messages: list[dict[str, Any]]
     turns: list[Turn]
+    segments: list[Segment] = Field(default_factory=list)
     outcome: AgentOutcome
 
 
@@ -67,16 +78,16 @@ class Agent:
         self.limits, self.tools, self.sampling = limits, tools, sampling
         self.messages: list[dict[str, Any]] = []
         self.turns: list[Turn] = []
+        self.segments: list[Segment] = []
         self.malformed = 0
+        self.instruction = ""
+        self.meter = ContextMeter(tool_schemas())
         self.prompts = PromptCompactor()
         """Keeps recorded prompts compact: storage stays linear in the number of turns."""
 
     async def run(self, instruction: str) -> AgentRun:
-        workdir = self.tools.workdir or "/"
-        self.messages = [
-            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=workdir)},
-            {"role": "user", "content": instruction},
-        ]
+        self.instruction = instruction
+        self._start_context(instruction)
         stop_reason: StopReason
         try:
             async with asyncio.timeout(self.limits.timeout_s):
@@ -88,15 +99,31 @@ class Agent:
             turns=len(self.turns),
             malformed_tool_calls=self.malformed,
         )
-        return AgentRun(messages=self.messages, turns=self.turns, outcome=outcome)
+        return AgentRun(
+            messages=self.messages, turns=self.turns, segments=self.segments, outcome=outcome
+        )
+
+    def _start_context(self, user_message: str) -> None:
+        workdir = self.tools.workdir or "/"
+        self.messages = [
+            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=workdir)},
+            {"role": "user", "content": user_message},
+        ]
+        self.meter.restart()
 
     async def _loop(self) -> StopReason:
         idle = 0
         deadline = time.monotonic() + (self.limits.timeout_s or float("inf"))
+        acted = False  # the current segment has an action turn, so something to summarize
         while len(self.turns) < self.limits.max_turns:
+            if acted and await self._summarized_if_full():
+                acted, idle = False, 0
+                continue
+            acted = True
             completion = await self.policy.complete(self.messages, tool_schemas(), self.sampling)
             turn = self._record(completion)
             self.messages.append(completion.message)
+            self.meter.observe(self.messages, completion)
             if not completion.tool_calls:
                 idle += 1
                 if idle > self.limits.max_idle_replies:
@@ -120,7 +147,36 @@ class Agent:
                     return "submitted"
         return "max_turns"
 
-    def _record(self, completion: Completion) -> Turn:
+    async def _summarized_if_full(self) -> bool:
+        """Summarize and restart the context when the next prompt would exceed the budget."""
+        budget = self.limits.context_budget
+        if budget is None:
+            return False
+        size, estimated = self.meter.next_prompt(self.messages)
+        if size <= budget:
+            return False
+        self.messages.append({"role": "user", "content": SUMMARY_REQUEST})
+        sampling = self.sampling.model_copy(update={"tool_choice": "none"})
+        completion = await self.policy.complete(self.messages, tool_schemas(), sampling)
+        turn = self._record(completion, kind="summary")
+        self.messages.append(completion.message)
+        summary = completion.content or ""
+        self.segments.append(
+            Segment(
+                index=turn.segment + 1,
+                summary=summary,
+                first_turn=len(self.turns),
+                summary_turn=turn.index,
+                context_budget=budget,
+                context_tokens=size,
+                context_estimated=estimated,
+                prior_messages=self.messages,
+            )
+        )
+        self._start_context(resumed_instruction(self.instruction, summary))
+        return True
+
+    def _record(self, completion: Completion, kind: TurnKind = "action") -> Turn:
         usage = None
         if completion.usage:
             usage = Usage.model_validate(
@@ -129,9 +185,13 @@ class Agent:
         tokens = completion.tokens or TokenData()
         turn = Turn(
             index=len(self.turns),
+            segment=len(self.segments),
+            kind=kind,
             finish_reason=completion.finish_reason,
             sampling=completion.sampling,
             latency_s=completion.latency_s,
+            attempts=completion.attempts,
+            paused_s=completion.paused_s,
             usage=usage,
             endpoint=completion.endpoint,
             **tokens.turn_fields(),

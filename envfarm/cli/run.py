@@ -112,6 +112,15 @@ tasks still run).
     help="Model turns per episode before it is stopped and graded.",
 )
 @click.option(
+    "--context-budget",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TOKENS",
+    help="Prompt tokens before the agent summarizes its work and restarts its context from "
+    "the instruction and the summary (self-summarization; a task's own "
+    "[agent].context_budget_tokens applies when smaller). Default: no budget.",
+)
+@click.option(
     "--retries",
     default=2,
     show_default=True,
@@ -167,6 +176,7 @@ def run(
     max_tokens: int | None,
     seed: int | None,
     max_turns: int,
+    context_budget: int | None,
     retries: int,
     server_profile: str,
     routed_experts: bool,
@@ -240,6 +250,7 @@ def run(
                 bad_inputs,
                 output,
                 rubrics=(judge_spec, allow_unjudged),
+                context_budget=context_budget,
             )
         )
     except KeyboardInterrupt:
@@ -301,6 +312,7 @@ async def _run_job(
     bad_inputs: dict[str, str],
     output: dict[str, bool],
     rubrics: tuple[JudgeSpec | None, bool] = (None, False),
+    context_budget: int | None = None,
 ) -> RunSummary:
     started = time.monotonic()
     backend = _docker_backend()
@@ -316,6 +328,7 @@ async def _run_job(
             max_turns=max_turns,
             rubrics=RubricGrading(judge, allow_unjudged=allow_unjudged),
             artifacts_dir=out / "artifacts",
+            context_budget=context_budget,
         )
         with lines, JobProgress(console, len(tasks), len(tasks) * config.group_size) as progress:
 

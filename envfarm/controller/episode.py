@@ -64,6 +64,9 @@ class EpisodeRunner:
     (docs/grading.md); ``trajectory.artifacts`` names the directory."""
     tamper_checks: bool = True
     """Snapshot the sandbox before and after the agent to flag tampering (docs/grading.md)."""
+    context_budget: int | None = None
+    """Prompt tokens before the agent summarizes and restarts its context; a task's own
+    ``[agent].context_budget_tokens`` applies when it is smaller (or this is None)."""
     pools: WarmPools | None = None
     """Started sandboxes kept ready per environment: an episode takes one instead of starting
     its own (each is used once; the pool refills in the background)."""
@@ -116,6 +119,7 @@ class EpisodeRunner:
             agent = self._agent(task, sandbox, request.seed, request.episode_id)
             run = await agent.run(task.instruction)
             traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
+            traj.segments = run.segments
         if traj.error:
             return
         with _phase(traj, "grading"):
@@ -139,6 +143,10 @@ class EpisodeRunner:
                 max_turns=self.max_turns,
                 timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
                 command_timeout_s=self.command_timeout_s,
+                context_budget=min(
+                    (b for b in (self.context_budget, config.agent.context_budget_tokens) if b),
+                    default=None,
+                ),
             ),
             tools=ToolContext(workdir=config.environment.workdir, user=config.agent.user, env=env),
             sampling=self.sampling.model_copy(update={"seed": seed})

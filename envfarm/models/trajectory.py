@@ -71,12 +71,16 @@ class Usage(WireModel):
 
 TokenSource = Literal["vllm", "sglang", "none"]
 VersionSource = Literal["response", "header", "published"]
+TurnKind = Literal["action", "summary"]
 
 
 class Turn(WireModel):
     index: int
     segment: int = 0
     """Index of the context segment (0 until the first summarization)."""
+    kind: TurnKind = "action"
+    """``summary``: the model was asked to summarize its work (context budget reached); its
+    completion is the summary that starts segment ``segment + 1``. ``action``: any other turn."""
     policy_version: str | None = None
     """Version of the policy that produced this turn (for a turn that spanned a weight swap:
     the version of its last token); null when neither the server nor the trainer said."""
@@ -106,6 +110,13 @@ class Turn(WireModel):
     sampling: dict[str, Any] = Field(default_factory=dict)
     """Sampling parameters actually sent to the endpoint."""
     latency_s: float = 0.0
+    """Duration of the request that succeeded (earlier attempts and waits: ``paused_s``)."""
+    attempts: int = 1
+    """HTTP requests the policy call took: 1 when the first one answered; each failed attempt,
+    weight-swap pause (503/429) and aborted generation adds one."""
+    paused_s: float = 0.0
+    """Time the call lost to weight-swap pauses: backing off after 503/429 and the generation
+    time of aborted requests."""
     usage: Usage | None = None
     endpoint: str | None = None
     """Base URL of the endpoint that served this turn (built-in policies: their loopback URL)."""
@@ -113,10 +124,25 @@ class Turn(WireModel):
 
 
 class Segment(WireModel):
+    """A context segment restarted by a summary (self-summarization): segment ``index`` starts
+    at turn ``first_turn`` from the system prompt and the instruction followed by ``summary``."""
+
     index: int
     summary: str
     """The summary that restarted the context."""
     first_turn: int
+    summary_turn: int | None = None
+    """The turn (``kind: "summary"``, the last of segment ``index - 1``) that wrote ``summary``."""
+    context_budget: int | None = None
+    """The context budget in tokens that the next prompt would have exceeded."""
+    context_tokens: int | None = None
+    """The size of that next prompt in tokens, as counted by the server plus an estimate of
+    what was appended since (``context_estimated``)."""
+    context_estimated: bool = False
+    """True when ``context_tokens`` includes an estimate (docs/trajectory.md)."""
+    prior_messages: list[dict[str, Any]] = Field(default_factory=list)
+    """The chat messages of the context the summary replaced (segment ``index - 1``), from the
+    system prompt to the summary reply."""
 
 
 TestStatus = Literal["passed", "failed", "error", "skipped", "xfailed", "other"]

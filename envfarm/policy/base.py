@@ -32,6 +32,10 @@ class SamplingParams(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1)
     seed: int | None = None
+    tool_choice: Literal["auto", "none", "required"] | None = None
+    """Whether the model may call tools; None: not sent (the server's default, ``auto``). The
+    agent sends ``none`` when it asks for a summary, keeping the tools in the prompt so that
+    the request extends the context the model has seen."""
 
     def to_request(self) -> dict[str, Any]:
         """The request fields for the parameters that are set (unset ones are not sent)."""

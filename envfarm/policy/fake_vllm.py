@@ -10,6 +10,9 @@ UTF-8 bytes of an append-only chat template, so prompts extend across turns exac
 What the "model" does is scripted: by default it runs ``commands`` one per turn through the
 ``bash`` tool, then calls ``submit`` (decided from the request alone, so one server can drive
 many concurrent sessions); any ``planner`` returning a ``ScriptedCompletion`` can replace it.
+Asked for a summary (``tool_choice: "none"``, as the agent's self-summarization request is),
+the default planner writes one that records how many commands it has run, and reads it back
+from a restarted context, so it drives sessions of any length across summaries.
 Faults are injected per request number (``faults``) or at random (``fault_rates``, seeded):
 ``unavailable`` (503, weight swap), ``rate_limited`` (429), ``abort`` (finish_reason "abort"
 with half the tokens), ``garbage`` (a 200 that is not JSON), ``slow``, ``mismatch`` (one
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import random
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -51,13 +55,33 @@ class Fault(BaseModel):
     at: int = 1
 
 
+_PROGRESS = re.compile(r"\[fake-progress: (\d+) commands run\]")
+
+
+def steps_done(messages: Sequence[dict[str, Any]]) -> int:
+    """Commands the fake model has run: those its last summary in the context records, plus
+    its replies since (one command each)."""
+    done = 0
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str):
+            found = _PROGRESS.findall(content)
+            done = int(found[-1]) if found else done
+        elif message.get("role") == "assistant" and message.get("tool_calls"):
+            done += 1
+    return done
+
+
 def command_planner(commands: Sequence[str]) -> Planner:
-    """Run ``commands`` with ``bash``, one per turn, then ``submit``."""
+    """Run ``commands`` with ``bash``, one per turn, then ``submit``; summarize when asked."""
 
     def plan(request: dict[str, Any]) -> ScriptedCompletion:
-        turn = sum(1 for m in request.get("messages", []) if m.get("role") == "assistant")
-        if turn < len(commands):
-            return completion(f"Step {turn + 1}.", tool_call("bash", {"command": commands[turn]}))
+        done = steps_done(request.get("messages", []))
+        if request.get("tool_choice") == "none":
+            ran = "; ".join(commands[max(0, done - 3) : done])
+            return completion(f"[fake-progress: {done} commands run] Last ones: {ran}.")
+        if done < len(commands):
+            return completion(f"Step {done + 1}.", tool_call("bash", {"command": commands[done]}))
         return completion("Done.", tool_call("submit", {}))
 
     return plan
@@ -179,9 +203,10 @@ class FakeVLLM:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    commands = args.command + [f"echo step {i + 1}" for i in range(args.steps)]
     fake = FakeVLLM(
         dialect=args.dialect,
-        commands=args.command,
+        commands=commands,
         version=args.version,
         routed_experts=args.routed_experts,
     )
@@ -202,6 +227,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dialect", choices=["vllm", "sglang"], default="vllm")
     parser.add_argument(
         "--command", action="append", default=[], help="bash command for turn N (repeatable)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=0, help="N more turns, each running `echo step I`"
     )
     parser.add_argument("--version", default="0", help="policy version to report")
     parser.add_argument("--routed-experts", action="store_true", help="return routed experts")

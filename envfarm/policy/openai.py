@@ -4,7 +4,8 @@ Failures fall in three classes, decided once here:
 
 - transient (HTTP 408, 429, 500, 502, 503, 504, connection errors, timeouts): retried with
   exponential backoff and full jitter, or after ``Retry-After`` when the server sends one
-  (capped at ``backoff_max_s``); when retries run out, ``PolicyError`` (infrastructure);
+  (capped at ``backoff_max_s``); when retries run out, ``PolicyError`` (infrastructure).
+  503 and 429 are recorded as pauses (a weight swap): their waits add up in ``paused_s``;
 - configuration (bad URL, rejected API key, wrong route, unknown model): ``PolicyConfigError``
   at once, since retrying cannot help;
 - unusable answers (other 4xx, a 200 that is not a completion): ``PolicyResponseError``.
@@ -163,6 +164,7 @@ class OpenAIPolicy(PolicyClient):
             result = await self.attempt(encoded, sent)
             if isinstance(result, Completion):
                 result.attempts, result.retries = attempt + 1, retries
+                result.paused_s = sum(r.delay_s + r.elapsed_s for r in retries if r.kind == "pause")
                 return result
             if attempt == self.max_retries:
                 raise PolicyError(
@@ -174,6 +176,7 @@ class OpenAIPolicy(PolicyClient):
                 RetryRecord(
                     cause=result.cause,
                     delay_s=delay,
+                    kind="pause" if result.paused else "error",
                     endpoint=self.base_url,
                     elapsed_s=result.elapsed_s,
                 )

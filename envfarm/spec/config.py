@@ -136,6 +136,9 @@ class AgentConfig(_Table):
     user: UserName = None
     network_mode: NetworkMode = None
     allowed_hosts: AllowedHosts = Field(default_factory=list)
+    context_budget_tokens: Annotated[int, Field(gt=0)] | None = None
+    """envfarm extension: prompt tokens before the agent summarizes its work and restarts its
+    context from the instruction and the summary (the smaller of this and the run's budget)."""
 
 
 _RUBRIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
