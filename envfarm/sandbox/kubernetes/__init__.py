@@ -1,0 +1,1 @@
+"""The Kubernetes sandbox backend: environments as pods, services as sidecar containers."""

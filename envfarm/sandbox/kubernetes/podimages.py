@@ -1,0 +1,87 @@
+"""Which image each container of an environment pod runs, named as the Docker backend names it.
+
+A cluster pulls from a registry, so every image envfarm builds must have been pushed there
+under the name the Docker backend gives it locally, behind ``ImageNaming.registry``:
+
+* a task image built from a Dockerfile: ``envfarm-task/<task id>:<content hash>``, and a
+  service built by the compose file: ``envfarm-task/<task id>-<service>:<content hash>``;
+* a public name the alias table maps (``postgres:15``, ``python:3.11-slim``): envfarm's own
+  recipe image, ``envfarm/<recipe>:<recipe_tag>``, with the table's warning when it applies;
+* any other name is used as written (a cluster may be able to pull it).
+
+The in-sandbox helper comes from ``ImageNaming.helper``: an image holding the static
+``/out/sandboxd`` (the helper recipe's build image qualifies) and ``cp``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.sandbox.docker.aliases import match_alias, task_image_tag
+from envfarm.spec.compose import ComposeService
+from envfarm.spec.task import Task
+
+
+class ImageNaming(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    registry: str = ""
+    """Prefix such as ``registry.example.com/team``; empty for images loaded into the nodes."""
+    recipe_tag: str = "bookworm"
+    helper: str = "envfarm/sandboxd:latest"
+    helper_binary: str = "/out/sandboxd"
+
+
+class PodImages(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    main: str
+    services: dict[str, str] = Field(default_factory=dict)
+    helper: str
+    helper_binary: str = "/out/sandboxd"
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _prefixed(naming: ImageNaming, name: str) -> str:
+    return f"{naming.registry.rstrip('/')}/{name}" if naming.registry else name
+
+
+def named_image(reference: str, naming: ImageNaming) -> tuple[str, list[str]]:
+    """A public image name as the cluster should pull it, and the alias table's warnings."""
+    match = match_alias(reference)
+    if match is None:
+        return reference, []
+    return _prefixed(naming, f"envfarm/{match.recipe}:{naming.recipe_tag}"), match.warnings
+
+
+def _service_image(
+    task: Task, service: ComposeService, naming: ImageNaming
+) -> tuple[str, list[str]]:
+    if service.build_context is not None:
+        tag = task_image_tag(f"{task.id}-{service.name}", task.content_hash)
+        return _prefixed(naming, tag), []
+    assert service.image is not None  # the spec guarantees image or build for a sidecar
+    return named_image(service.image, naming)
+
+
+def cluster_images(task: Task, naming: ImageNaming | None = None) -> PodImages:
+    naming = naming or ImageNaming()
+    warnings: list[str] = []
+    main = task.compose.main if task.compose is not None else None
+    if main is not None and main.image is not None:
+        image, warnings = named_image(main.image, naming)
+    elif task.dockerfile is None and task.config.environment.docker_image is not None:
+        image, warnings = named_image(task.config.environment.docker_image, naming)
+    else:
+        image = _prefixed(naming, task_image_tag(task.id, task.content_hash))
+    services = {}
+    for name, service in (task.compose.sidecars if task.compose is not None else {}).items():
+        services[name], found = _service_image(task, service, naming)
+        warnings += [f"service {name}: {warning}" for warning in found]
+    return PodImages(
+        main=image,
+        services=services,
+        helper=naming.helper,
+        helper_binary=naming.helper_binary,
+        warnings=warnings,
+    )

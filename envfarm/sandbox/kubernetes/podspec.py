@@ -1,0 +1,308 @@
+"""The environment pod of a task (pure functions): what the Docker backend runs, as one pod.
+
+* The **main container** runs the task image with the in-sandbox helper as its process (stdin
+  open, no TTY): envfarm attaches to it and speaks the channel protocol, as with Docker. An
+  init container copies the static helper into the ``envfarm-helper`` ``emptyDir``, mounted
+  read-only at ``/.envfarm``. Environment variables, working directory, CPU and memory are the
+  Docker backend's (``[environment]`` over the compose ``main`` service); ``storage_mb`` is
+  the ``ephemeral-storage`` limit. Requests equal limits (memory always; CPU times
+  ``cpu_request_ratio``).
+* Every other compose service is a **sidecar container** with its image, environment,
+  command (compose ``entrypoint`` is Kubernetes ``command``, compose ``command`` is ``args``),
+  working directory and the Docker backend's sidecar limits. A compose healthcheck becomes an
+  exec ``readinessProbe`` (interval, timeout and retries carried over); the pod is Ready when
+  every check passes, which is when the Docker backend lets the agent start.
+* **Hardening** as with Docker: every capability dropped but ``DEFAULT_CAPS``, no privilege
+  escalation, the runtime's default seccomp profile, no service account token, no service
+  environment variables; ``runtimeClassName`` (``gvisor``) when asked; ``run_as_user`` runs
+  the main container as that non-root user with no capability at all, for tasks whose agent
+  and verifier never need root (the helper cannot switch users then). A compose ``user:`` of
+  a sidecar must be numeric (Kubernetes has no user names).
+* **Network**: the containers of a pod share one network namespace, so services reach each
+  other on loopback; ``hostAliases`` maps every service name (and ``main``) to 127.0.0.1, so
+  the names a compose file uses resolve as on Docker's per-environment network. Two services
+  listening on the same port cannot share a pod. Egress is cut by the namespace's
+  NetworkPolicy unless the label ``envfarm.dev/network: internet`` says the task asked for the
+  network; without it, DNS points at loopback so lookups fail at once instead of timing out.
+* **Lifecycle**: ``restartPolicy: Never`` (a service that exits fails the start, as with
+  Docker), ``activeDeadlineSeconds`` is the environment's TTL, labels
+  ``envfarm.dev/environment``, ``envfarm.dev/run`` and ``envfarm.dev/task`` find it, and an
+  owner reference (a pool, a job) garbage-collects it.
+
+Services start together (a pod has no order between containers): ``depends_on`` gates
+readiness, not start, so a service that needs another must retry until it is up.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.errors import TaskSpecError
+from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
+from envfarm.sandbox.kubernetes.podfiles import (
+    BINDS_DIR,
+    BINDS_VOLUME,
+    dns_label,
+    files_archive,
+    pod_volumes,
+    volume_mounts,
+)
+from envfarm.sandbox.kubernetes.podimages import PodImages
+from envfarm.spec.compose import MAIN_SERVICE, ComposeService, ServiceHealthcheck
+from envfarm.spec.task import Task
+
+LABEL_ENVIRONMENT = "envfarm.dev/environment"
+LABEL_RUN = "envfarm.dev/run"
+LABEL_TASK = "envfarm.dev/task"
+LABEL_NETWORK = "envfarm.dev/network"
+ANNOTATION_TASK = "envfarm.dev/task-id"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "envfarm", "app.kubernetes.io/component": "sandbox"}
+MAIN_CONTAINER = MAIN_SERVICE
+HELPER_VOLUME = "envfarm-helper"
+HELPER_DIR = "/.envfarm"
+HELPER_PATH = f"{HELPER_DIR}/sandboxd"
+SERVICE_ACCOUNT = "envfarm-sandbox"
+
+
+class PodOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    environment_id: str
+    run_id: str = "adhoc"
+    name: str | None = None
+    """Pod name; None: ``envfarm-<environment_id>``. Empty: ``generate_name`` is used."""
+    generate_name: str | None = None
+    runtime_class: str | None = None
+    ttl_seconds: int | None = 7200
+    owner: dict[str, Any] | None = None
+    """An ownerReference (``objects.owner_reference``) that garbage-collects the pod."""
+    run_as_user: int | None = None
+    cpu_request_ratio: float = Field(default=1.0, gt=0, le=1)
+    service_account: str | None = SERVICE_ACCOUNT
+    image_pull_policy: str = "IfNotPresent"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value: at most 63 of ``[A-Za-z0-9._-]``, alphanumeric at the ends."""
+    return dns_label(text) if text else ""
+
+
+def main_environment(task: Task) -> dict[str, str]:
+    """The main container's variables, as the Docker backend sets them."""
+    compose_env = task.compose.main.environment if task.compose is not None else {}
+    return {**compose_env, **task.config.environment.env}
+
+
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in values.items()]
+
+
+def _quantity_cpu(cpus: float) -> str:
+    return f"{max(round(cpus * 1000), 1)}m"
+
+
+def _resources(cpus: float, memory_mb: int, ratio: float, storage_mb: int | None) -> dict[str, Any]:
+    limits = {"cpu": _quantity_cpu(cpus), "memory": f"{memory_mb}Mi"}
+    if storage_mb is not None:
+        limits["ephemeral-storage"] = f"{storage_mb}Mi"
+    return {"limits": limits, "requests": {**limits, "cpu": _quantity_cpu(cpus * ratio)}}
+
+
+def _hardened(run_as_user: int | None = None) -> dict[str, Any]:
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": list(DEFAULT_CAPS)},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if run_as_user is not None and run_as_user != 0:
+        context.update(runAsUser=run_as_user, runAsNonRoot=True)
+        context["capabilities"] = {"drop": ["ALL"]}
+    return context
+
+
+def _probe(argv: list[str], interval: float, timeout: float, retries: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": argv},
+        "periodSeconds": max(math.ceil(interval), 1),
+        "timeoutSeconds": max(math.ceil(timeout), 1),
+        "failureThreshold": retries,
+        "successThreshold": 1,
+    }
+
+
+def readiness_probe(check: ServiceHealthcheck | None) -> dict[str, Any] | None:
+    """A compose healthcheck as an exec readiness probe (None: no check)."""
+    argv = check.argv() if check is not None else None
+    if check is None or argv is None:
+        return None
+    return _probe(argv, check.interval, check.timeout, check.retries)
+
+
+def main_readiness_probe(task: Task) -> dict[str, Any] | None:
+    """``[environment.healthcheck]`` (run by bash, else sh, as the helper runs commands), or
+    the compose ``main`` service's healthcheck."""
+    check = task.config.environment.healthcheck
+    if check is not None:
+        quoted = shlex.quote(check.command)
+        shell = (
+            f"if [ -x /bin/bash ]; then exec /bin/bash -c {quoted}; fi; exec /bin/sh -c {quoted}"
+        )
+        argv = ["/bin/sh", "-c", shell]
+        return _probe(argv, check.interval_sec, check.timeout_sec, check.retries)
+    return readiness_probe(task.compose.main.healthcheck) if task.compose is not None else None
+
+
+def _sidecar_user(task: Task, service: ComposeService) -> dict[str, Any]:
+    if service.user is None:
+        return {}
+    uid, _, gid = service.user.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        raise TaskSpecError(
+            str(task.compose.path) if task.compose is not None else str(task.root),
+            f"user {service.user!r}: Kubernetes runs containers by numeric id; write uid[:gid]",
+            field=f"services.{service.name}.user",
+        )
+    ids: dict[str, Any] = {"runAsUser": int(uid), "runAsNonRoot": int(uid) != 0}
+    return ids | ({"runAsGroup": int(gid)} if gid else {})
+
+
+def sidecar_container(task: Task, service: ComposeService, image: str, pull: str) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": dns_label(service.name),
+        "image": image,
+        "imagePullPolicy": pull,
+        "env": _env(service.environment),
+        "resources": _resources(SIDECAR_CPUS, SIDECAR_MEMORY_MB, 1.0, None),
+        "securityContext": _hardened() | _sidecar_user(task, service),
+        "volumeMounts": volume_mounts(task, service),
+    }
+    optional = {
+        "command": service.entrypoint,
+        "args": service.command,
+        "workingDir": service.working_dir,
+        "readinessProbe": readiness_probe(service.healthcheck),
+    }
+    container.update({key: value for key, value in optional.items() if value is not None})
+    if service.tty or service.stdin_open:
+        container.update(tty=service.tty, stdin=service.stdin_open)
+    return container
+
+
+def main_container(task: Task, images: PodImages, options: PodOptions) -> dict[str, Any]:
+    env = task.config.environment
+    main = task.compose.main if task.compose is not None else None
+    workdir = env.workdir or (main.working_dir if main is not None else None)
+    mounts = [{"name": HELPER_VOLUME, "mountPath": HELPER_DIR, "readOnly": True}]
+    if main is not None:
+        mounts += volume_mounts(task, main)
+    container: dict[str, Any] = {
+        "name": MAIN_CONTAINER,
+        "image": images.main,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": [HELPER_PATH],
+        "args": [],
+        "stdin": True,
+        "stdinOnce": False,
+        "tty": False,
+        "env": _env(main_environment(task)),
+        "resources": _resources(env.cpus, env.memory_mb, options.cpu_request_ratio, env.storage_mb),
+        "securityContext": _hardened(options.run_as_user),
+        "volumeMounts": mounts,
+    }
+    if workdir:
+        container["workingDir"] = workdir
+    if (probe := main_readiness_probe(task)) is not None:
+        container["readinessProbe"] = probe
+    return container
+
+
+def init_containers(task: Task, images: PodImages, options: PodOptions) -> list[dict[str, Any]]:
+    small = _resources(0.1, 64, 1.0, None)
+    copy_helper = {
+        "name": "envfarm-helper",
+        "image": images.helper,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": ["cp", images.helper_binary, HELPER_PATH],
+        "resources": small,
+        "securityContext": _hardened(),
+        "volumeMounts": [{"name": HELPER_VOLUME, "mountPath": HELPER_DIR}],
+    }
+    archive = files_archive(task)
+    if archive is None:
+        return [copy_helper]
+    unpack = {
+        "name": "envfarm-files",
+        "image": images.helper,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": [
+            "/bin/sh",
+            "-c",
+            f'printf %s "$ENVFARM_FILES" | base64 -d | tar -xz -C {BINDS_DIR}',
+        ],
+        "env": [{"name": "ENVFARM_FILES", "value": archive}],
+        "resources": small,
+        "securityContext": _hardened(),
+        "volumeMounts": [{"name": BINDS_VOLUME, "mountPath": BINDS_DIR}],
+    }
+    return [copy_helper, unpack]
+
+
+def environment_labels(task: Task, options: PodOptions) -> dict[str, str]:
+    network = "internet" if task.config.agent_network() else "none"
+    return {
+        **MANAGED_BY,
+        **options.labels,
+        LABEL_ENVIRONMENT: label_value(options.environment_id),
+        LABEL_RUN: label_value(options.run_id),
+        LABEL_TASK: label_value(task.id),
+        LABEL_NETWORK: network,
+    }
+
+
+def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[str, Any]:
+    """The pod running one environment of ``task``."""
+    sidecars = task.compose.sidecars if task.compose is not None else {}
+    names = sorted({MAIN_SERVICE, *sidecars})
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostname": "sandbox",
+        "hostAliases": [{"ip": "127.0.0.1", "hostnames": names}],
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": init_containers(task, images, options),
+        "containers": [
+            main_container(task, images, options),
+            *(
+                sidecar_container(task, s, images.services[n], options.image_pull_policy)
+                for n, s in sidecars.items()
+            ),
+        ],
+        "volumes": [{"name": HELPER_VOLUME, "emptyDir": {}}, *pod_volumes(task)],
+    }
+    if not task.config.agent_network():
+        spec["dnsPolicy"] = "None"
+        spec["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": [], "options": []}
+    optional = {
+        "runtimeClassName": options.runtime_class,
+        "activeDeadlineSeconds": options.ttl_seconds,
+        "serviceAccountName": options.service_account,
+    }
+    spec.update({key: value for key, value in optional.items() if value is not None})
+    metadata: dict[str, Any] = {
+        "labels": environment_labels(task, options),
+        "annotations": {ANNOTATION_TASK: task.id},
+    }
+    if options.generate_name:
+        metadata["generateName"] = options.generate_name
+    else:
+        metadata["name"] = options.name or f"envfarm-{options.environment_id}"
+    if options.owner is not None:
+        metadata["ownerReferences"] = [options.owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

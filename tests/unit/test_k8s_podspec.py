@@ -1,0 +1,228 @@
+"""The environment pod of a task does what the Docker backend does with the same task.
+
+The Docker side is read from the Docker backend's own pure configuration functions (no engine
+is needed): the main container's configuration, the sidecars' environment, healthchecks,
+capabilities, limits, network aliases, volumes and copied files.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import shlex
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from envfarm.errors import TaskSpecError
+from envfarm.sandbox.docker import services as docker_services
+from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
+from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
+from envfarm.sandbox.kubernetes.podimages import ImageNaming, cluster_images
+from envfarm.sandbox.kubernetes.podspec import (
+    LABEL_ENVIRONMENT,
+    LABEL_NETWORK,
+    LABEL_RUN,
+    LABEL_TASK,
+    PodOptions,
+    environment_pod,
+)
+from envfarm.spec.task import Task, load_task
+
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
+
+
+@pytest.fixture(scope="module")
+def pg_task() -> Task:
+    return load_task(TASKS / "pg-schema-migration")
+
+
+def _docker_main(task: Task) -> DockerSandboxConfig:
+    """What ``DockerBackend.create`` then ``DockerEnvironment`` configure for the main one."""
+    env = task.config.environment
+    base = DockerSandboxConfig(
+        image="task-image",
+        network=task.config.agent_network(),
+        cpus=env.cpus,
+        memory_mb=env.memory_mb,
+        workdir=env.workdir,
+        env=env.env,
+        run_id="run-1",
+        task_id=task.id,
+    )
+    return docker_services.main_config(task, base, "env1")
+
+
+def _pod(task: Task, **options) -> dict:
+    return environment_pod(
+        task, cluster_images(task), PodOptions(environment_id="env1", run_id="run-1", **options)
+    )
+
+
+def _containers(pod: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in pod["spec"]["containers"]}
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container["env"]}
+
+
+def test_environment_variables_match_the_docker_backend(pg_task):
+    containers = _containers(_pod(pg_task))
+    assert _env(containers["main"]) == _docker_main(pg_task).env
+    assert _env(containers["main"])["PGHOST"] == "db"
+    assert _env(containers["db"]) == pg_task.compose.services["db"].environment
+    assert containers["main"]["workingDir"] == _docker_main(pg_task).workdir
+
+
+def test_healthchecks_become_readiness_probes(pg_task):
+    db = _containers(_pod(pg_task))["db"]
+    check = pg_task.compose.services["db"].healthcheck
+    probe = db["readinessProbe"]
+    assert probe["exec"]["command"] == pg_task.compose.services["db"].health_argv()
+    assert probe["exec"]["command"] == ["/bin/sh", "-c", "pg_isready -U app -d shop"]
+    assert (probe["periodSeconds"], probe["timeoutSeconds"]) == (check.interval, check.timeout)
+    assert probe["failureThreshold"] == check.retries
+    assert "readinessProbe" not in _containers(_pod(pg_task))["main"]
+
+
+def test_redis_command_and_cmd_healthcheck():
+    task = load_task(TASKS / "redis-rate-limiter")
+    cache = _containers(_pod(task))["cache"]
+    service = task.compose.services["cache"]
+    assert cache["args"] == service.command == ["redis-server", "--save", "", "--appendonly", "no"]
+    assert "command" not in cache
+    assert cache["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
+    assert _env(_containers(_pod(task))["main"])["REDIS_URL"] == "redis://cache:6379/0"
+
+
+def test_hardening_and_limits_match(pg_task):
+    pod = _pod(pg_task)
+    main, db = _containers(pod)["main"], _containers(pod)["db"]
+    docker = _docker_main(pg_task)
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": docker.cap_add}
+    assert db["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": DEFAULT_CAPS}
+    for container in (*pod["spec"]["initContainers"], main, db):
+        assert (
+            container["securityContext"]["allowPrivilegeEscalation"] is False
+        )  # no-new-privileges
+    assert main["resources"]["limits"]["memory"] == f"{docker.memory_mb}Mi"
+    assert main["resources"]["limits"]["cpu"] == f"{round(docker.cpus * 1000)}m"
+    storage = pg_task.config.environment.storage_mb
+    assert main["resources"]["limits"]["ephemeral-storage"] == f"{storage}Mi"
+    assert db["resources"]["limits"] == {
+        "cpu": f"{round(SIDECAR_CPUS * 1000)}m",
+        "memory": f"{SIDECAR_MEMORY_MB}Mi",
+    }
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_network_rules_match(pg_task):
+    pod = _pod(pg_task)
+    docker = _docker_main(pg_task)
+    docker_names = set(docker.network_aliases) | set(pg_task.compose.sidecars)
+    aliases = pod["spec"]["hostAliases"]
+    assert aliases == [{"ip": "127.0.0.1", "hostnames": sorted(docker_names)}]
+    assert docker.network is False
+    assert pod["metadata"]["labels"][LABEL_NETWORK] == "none"
+    assert pod["spec"]["dnsPolicy"] == "None"
+    assert pod["spec"]["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+
+
+def test_volumes_and_copied_files_match(pg_task):
+    pod = _pod(pg_task)
+    db_service = pg_task.compose.services["db"]
+    names = docker_services.volume_names("env1", pg_task.compose.volumes, db_service)
+    docker_binds = docker_services.volume_binds(db_service.volumes, names)
+    mounts = _containers(pod)["db"]["volumeMounts"]
+    volume_targets = [m["mountPath"] for m in mounts if m["name"].startswith("vol-")]
+    assert volume_targets == [bind.split(":")[1] for bind in docker_binds]
+    bind_mounts = {m["mountPath"]: m for m in mounts if m["name"] == "envfarm-binds"}
+    docker_archive = docker_services.files_archive(pg_task.environment_dir, db_service.volumes)
+    with tarfile.open(fileobj=io.BytesIO(docker_archive)) as archive:
+        docker_files = {
+            "/" + m.name: (archive.extractfile(m).read(), m.mode) for m in archive if m.isfile()
+        }
+    unpack = pod["spec"]["initContainers"][1]
+    encoded = unpack["env"][0]["value"]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(base64.b64decode(encoded)))) as archive:
+        ours = {m.name: (archive.extractfile(m).read(), m.mode, m.uid) for m in archive}
+    assert set(bind_mounts) == set(docker_files)
+    for target, (content, mode) in docker_files.items():
+        copied = ours[bind_mounts[target]["subPath"]]
+        assert copied == (content, mode, 0)
+        assert bind_mounts[target]["readOnly"] is True
+
+
+def test_labels_owner_ttl_runtime_and_images(pg_task):
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u1"}
+    pod = _pod(pg_task, runtime_class="gvisor", ttl_seconds=900, owner=owner)
+    labels = pod["metadata"]["labels"]
+    assert labels[LABEL_ENVIRONMENT] == "env1"
+    assert labels[LABEL_RUN] == "run-1"
+    assert labels[LABEL_TASK].startswith("envfarm-pg-schema-migration-")
+    assert pod["metadata"]["annotations"]["envfarm.dev/task-id"] == pg_task.id
+    assert pod["metadata"]["ownerReferences"] == [owner]
+    assert pod["spec"]["runtimeClassName"] == "gvisor"
+    assert pod["spec"]["activeDeadlineSeconds"] == 900
+    images = cluster_images(pg_task, ImageNaming(registry="registry.example/team"))
+    assert images.services["db"] == "registry.example/team/envfarm/postgres:bookworm"
+    assert images.main.startswith("registry.example/team/envfarm-task/")
+
+
+def test_main_runs_the_helper_with_stdin_open(pg_task):
+    main = _containers(_pod(pg_task))["main"]
+    assert main["command"] == ["/.envfarm/sandboxd"]
+    assert (main["stdin"], main["stdinOnce"], main["tty"]) == (True, False, False)
+
+
+def test_non_root_main_drops_every_capability(pg_task):
+    main = _containers(_pod(pg_task, run_as_user=1000))["main"]
+    context = main["securityContext"]
+    assert (context["runAsUser"], context["runAsNonRoot"]) == (1000, True)
+    assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def _compose_task(tmp_path: Path, compose: str, toml: str = "") -> Task:
+    root = tmp_path / "task"
+    (root / "environment").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "task.toml").write_text('schema_version = "1.4"\n' + toml)
+    (root / "instruction.md").write_text("Do it.\n")
+    (root / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (root / "environment" / "docker-compose.yaml").write_text(compose)
+    return load_task(root)
+
+
+def test_a_named_sidecar_user_is_a_clear_error(tmp_path):
+    task = _compose_task(tmp_path, "services:\n  cache:\n    image: redis:7\n    user: redis\n")
+    with pytest.raises(TaskSpecError, match=r"services.cache.user.*numeric"):
+        _pod(task)
+
+
+def test_numeric_sidecar_user_and_internet_tasks(tmp_path):
+    compose = "services:\n  cache:\n    image: redis:7\n    user: '999:998'\n"
+    task = _compose_task(tmp_path, compose, '[environment]\nnetwork_mode = "public"\n')
+    pod = _pod(task)
+    context = _containers(pod)["cache"]["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (
+        999,
+        998,
+        True,
+    )
+    assert pod["metadata"]["labels"][LABEL_NETWORK] == "internet"
+    assert "dnsPolicy" not in pod["spec"]
+
+
+def test_main_healthcheck_runs_like_the_helper_runs_it(tmp_path):
+    toml = '[environment.healthcheck]\ncommand = "test -f /ready"\nretries = 4\n'
+    task = _compose_task(tmp_path, "services:\n  main: {}\n", toml)
+    probe = _containers(_pod(task))["main"]["readinessProbe"]
+    assert probe["failureThreshold"] == 4
+    script = probe["exec"]["command"][2]
+    assert shlex.quote("test -f /ready") in script
+    assert "/bin/bash" in script
