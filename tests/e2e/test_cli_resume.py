@@ -76,7 +76,8 @@ def test_a_killed_run_resumes_and_every_episode_ends_exactly_once(tmp_path):
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
 
     lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
-    assert len(lines) == 4 and len({t["episode_id"] for t in lines}) == 4
+    assert len(lines) == 4
+    assert len({t["episode_id"] for t in lines}) == 4
     assert all(t["reward"]["value"] == 1.0 and t["task_id"] == TASK_ID for t in lines)
     with sqlite3.connect(out / "envfarm.db") as conn:
         attempts = conn.execute("select episode_id, final, error_type from attempts").fetchall()
@@ -86,7 +87,8 @@ def test_a_killed_run_resumes_and_every_episode_ends_exactly_once(tmp_path):
     assert all(not final for _, final, error in attempts if error == "WorkerLost")
     assert len(lost) + before <= 4
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["episodes"] == 4 and summary["completed"] == 4
+    assert summary["episodes"] == 4
+    assert summary["completed"] == 4
     client = docker.from_env()
     left = client.containers.list(all=True, filters={"label": f"{LABEL_TASK}={TASK_ID}"})
     assert left == []
