@@ -13,6 +13,8 @@ from envfarm.policy.server import PolicyServer
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ("store_fixtures",)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

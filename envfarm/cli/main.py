@@ -12,9 +12,11 @@ import click
 
 import envfarm
 from envfarm.cli.check import check
+from envfarm.cli.export import export
 from envfarm.cli.gc import gc
 from envfarm.cli.regrade import regrade
 from envfarm.cli.run import run
+from envfarm.cli.serve import serve, worker
 from envfarm.models.trajectory import trajectory_json_schema
 
 
@@ -45,6 +47,9 @@ cli.add_command(run)
 cli.add_command(check)
 cli.add_command(regrade)
 cli.add_command(gc)
+cli.add_command(serve)
+cli.add_command(worker)
+cli.add_command(export)
 
 
 def main() -> None:

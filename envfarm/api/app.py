@@ -1,0 +1,89 @@
+"""The REST API for trainers: one FastAPI app around one controller.
+
+The app owns no state of its own: jobs, groups and cursors live in the controller's store, so
+several API processes may serve one database. ``create_app`` takes the controller (anything
+with the ``JobService`` operations), the bearer token, and the request-body limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Response
+from fastapi.openapi.utils import get_openapi
+from prometheus_client import CONTENT_TYPE_LATEST
+
+import envfarm
+from envfarm.api.guards import OPEN_PATHS, Guard
+from envfarm.api.metrics import Metrics
+from envfarm.api.problems import Problem, install_problem_handlers
+from envfarm.api.routes import router
+from envfarm.api.service import JobService
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_KEEPALIVE_S = 15.0
+
+DESCRIPTION = """\
+Submit rollout jobs, read graded GRPO groups as they complete, acknowledge them, and publish
+the trainer's policy version. Every error is an RFC 9457 problem (`application/problem+json`).
+With a token configured, every route but `/healthz` needs `Authorization: Bearer TOKEN`.
+See docs/api.md for cursor, acknowledgement and streaming semantics.
+"""
+
+
+def create_app(
+    controller: JobService,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    keepalive_s: float = DEFAULT_KEEPALIVE_S,
+) -> FastAPI:
+    """The API app. ``keepalive_s``: seconds between SSE keepalive comments."""
+    app = FastAPI(title="envfarm", version=envfarm.__version__, description=DESCRIPTION)
+    app.state.service = controller
+    app.state.keepalive_s = keepalive_s
+    registry = Metrics()
+    install_problem_handlers(app)
+    app.include_router(router)
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> dict[str, str]:
+        """Liveness; needs no token."""
+        return {"status": "ok"}
+
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
+    async def metrics() -> Response:
+        """Prometheus text format: queue depth, episodes by state, sandbox start seconds,
+        policy latency, tokens per second, staleness."""
+        text = registry.render(await controller.metrics())
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    app.openapi = lambda: _openapi(app, secured=token is not None)  # type: ignore[method-assign]
+    app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
+    return app
+
+
+def _openapi(app: FastAPI, *, secured: bool) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        components = schema.setdefault("components", {})
+        components.setdefault("schemas", {})["Problem"] = Problem.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        for name, sub in Problem.model_json_schema().get("$defs", {}).items():
+            components["schemas"].setdefault(name, sub)
+        if secured:
+            components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            schema["security"] = [{"bearer": []}]
+            for path in OPEN_PATHS:
+                for operation in schema["paths"].get(path, {}).values():
+                    operation["security"] = []
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -1,0 +1,57 @@
+"""The ``text/event-stream`` variant of the groups route: completed groups pushed as they land.
+
+Each group is one ``event: group`` whose ``id`` is its cursor and whose ``data`` is the group's
+JSON (the same object as in a ``GroupPage``), so a reconnecting ``EventSource`` resumes with
+``Last-Event-ID`` exactly where it stopped. A comment line (``: keepalive``) is sent whenever
+nothing arrived for a while, to keep proxies from closing the connection. When the job has ended
+and every group was sent, one ``event: end`` carries the job's final view and the stream closes.
+The stream itself never acknowledges: a consumer acks with ``POST .../ack`` as for long-polling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from envfarm.api.service import JobService
+from envfarm.models.jobs import TERMINAL_STATUSES
+
+SSE_MEDIA_TYPE = "text/event-stream"
+RETRY_MS = 2000
+
+
+async def group_events(
+    service: JobService,
+    job_id: str,
+    *,
+    after: int | None,
+    consumer: str,
+    limit: int,
+    keepalive_s: float,
+) -> AsyncIterator[str]:
+    cursor = after
+    yield f"retry: {RETRY_MS}\n\n"
+    while True:
+        view = await service.job(job_id)
+        page = await service.groups(
+            job_id, after=cursor, limit=limit, wait_s=keepalive_s, consumer=consumer
+        )
+        for group in page.groups:
+            yield f"id: {group.cursor}\nevent: group\ndata: {group.model_dump_json()}\n\n"
+            cursor = group.cursor
+        if page.groups:
+            continue
+        if view.status in TERMINAL_STATUSES:
+            # The job had ended before the poll began, so the poll saw its last group.
+            yield f"event: end\ndata: {view.model_dump_json()}\n\n"
+            return
+        yield ": keepalive\n\n"
+
+
+def wants_events(accept: str | None) -> bool:
+    """True when the Accept header prefers an event stream to JSON."""
+    if not accept:
+        return False
+    kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    if SSE_MEDIA_TYPE not in kinds:
+        return False
+    return "application/json" not in kinds[: kinds.index(SSE_MEDIA_TYPE)]

@@ -1,0 +1,188 @@
+"""``envfarm serve`` (the REST API, with a worker by default) and ``envfarm worker`` (no HTTP).
+
+Both open one controller on the store at ``--db``; every process pointed at the same database
+shares its jobs, so ``envfarm worker`` processes (on this machine or others, with PostgreSQL)
+add capacity to a server. SIGTERM and SIGINT stop them gracefully: the API stops taking
+requests (in-flight ones get a few seconds), then the worker stops and gives back its episodes
+(another worker, or this one after a restart, retries them), then the store closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.markup import escape
+
+from envfarm.api import create_app
+from envfarm.api.app import DEFAULT_MAX_BODY_BYTES
+from envfarm.api.server import ApiServer
+from envfarm.cli.render import console
+from envfarm.controller.service import open_controller
+from envfarm.controller.summary import EXIT_BAD_INPUT
+from envfarm.controller.worker import WorkerConfig
+from envfarm.errors import EnvfarmError
+from envfarm.sandbox.base import SandboxBackend
+from envfarm.spec.task import Task, discover_tasks
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_DATA_DIR = Path("envfarm-data")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def controller_options(command: F) -> F:
+    """``--db``, ``--data-dir``, ``--tasks``, ``--concurrency``, ``--runtime``."""
+    options = [
+        click.option("--runtime", default=None, metavar="NAME",
+                     help="Container runtime of every sandbox (e.g. runsc); default: the "
+                     "engine's."),
+        click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+                     help="Episodes this process runs at once (all jobs together)."),
+        click.option("--tasks", "tasks_dir", type=click.Path(path_type=Path), default=Path("tasks"),
+                     show_default=True,
+                     help="Directory of task directories; jobs name tasks by id."),
+        click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA_DIR,
+                     show_default=True,
+                     help="Where the default SQLite store and grading artifacts live."),
+        click.option("--db", default=None, metavar="URL",
+                     help="Store: sqlite:///FILE or postgresql://USER:PASSWORD@HOST/DB "
+                     "[default: DATA_DIR/envfarm.db]. Processes sharing one database share "
+                     "its jobs."),
+    ]  # fmt: skip
+    for option in options:
+        command = option(command)
+    return command
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on (0: any free port; the URL is printed).")  # fmt: skip
+@click.option("--token", envvar="ENVFARM_TOKEN", default=None,
+              help="Bearer token all routes but /healthz require (or ENVFARM_TOKEN).")  # fmt: skip
+@click.option("--worker/--no-worker", default=True, show_default=True,
+              help="Also run episodes in this process (--no-worker: API only; run "
+              "`envfarm worker` processes on the same --db).")  # fmt: skip
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_BODY_BYTES,
+              show_default=True, help="Larger request bodies get 413.")  # fmt: skip
+@click.option("--access-log", is_flag=True, help="Log every HTTP request.")
+@controller_options
+def serve(
+    host: str,
+    port: int,
+    token: str | None,
+    worker: bool,
+    max_body_bytes: int,
+    access_log: bool,
+    db: str | None,
+    data_dir: Path,
+    tasks_dir: Path,
+    concurrency: int,
+    runtime: str | None,
+) -> None:
+    """Serve the REST API for trainers (docs/api.md), running episodes in this process too."""
+    tasks = _load_tasks(tasks_dir)
+    url = db or str(data_dir / "envfarm.db")
+
+    async def main(stopping: asyncio.Event) -> None:
+        backend = _docker_backend(runtime) if worker else None
+        config = WorkerConfig(concurrency=concurrency) if worker else None
+        async with open_controller(
+            url, tasks, backend=backend, worker=config, artifacts_root=data_dir / "artifacts"
+        ) as controller:
+            app = create_app(controller, token=token, max_body_bytes=max_body_bytes)
+            server = ApiServer(app, host, port, access_log=access_log)
+            await server.start()
+            mode = f"worker: {concurrency} at once" if worker else "no worker"
+            console.print(
+                f"envfarm: serving on {server.url} ({len(tasks)} tasks, store "
+                f"{escape(_redacted(url))}, {mode}){'' if token else '; no token: open to all'}",
+                soft_wrap=True,
+            )
+            serving = asyncio.create_task(server.wait())
+            await asyncio.wait([serving, asyncio.create_task(stopping.wait())],
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            server.stop()
+            await serving
+
+    _run(main)
+
+
+@click.command()
+@controller_options
+def worker(
+    db: str | None, data_dir: Path, tasks_dir: Path, concurrency: int, runtime: str | None
+) -> None:
+    """Run episodes of the jobs in the store at --db, without serving HTTP."""
+    tasks = _load_tasks(tasks_dir)
+    url = db or str(data_dir / "envfarm.db")
+
+    async def main(stopping: asyncio.Event) -> None:
+        async with open_controller(
+            url,
+            tasks,
+            backend=_docker_backend(runtime),
+            worker=WorkerConfig(concurrency=concurrency),
+            artifacts_root=data_dir / "artifacts",
+        ):
+            console.print(
+                f"envfarm: worker on {escape(_redacted(url))} ({len(tasks)} tasks, "
+                f"{concurrency} at once)",
+                soft_wrap=True,
+            )
+            await stopping.wait()
+
+    _run(main)
+
+
+def _run(main: Callable[[asyncio.Event], Any]) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    async def guarded() -> None:
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, _on_signal, stopping, signum)
+        await main(stopping)
+
+    try:
+        asyncio.run(guarded())
+    except EnvfarmError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        sys.exit(1 if exc.infrastructure else EXIT_BAD_INPUT)
+    console.print("envfarm: stopped")
+
+
+def _on_signal(stopping: asyncio.Event, signum: int) -> None:
+    if stopping.is_set():
+        raise KeyboardInterrupt  # a second signal: stop now
+    console.print(f"envfarm: {signal.Signals(signum).name}: stopping (again to force)")
+    stopping.set()
+
+
+def _load_tasks(tasks_dir: Path) -> dict[str, Task]:
+    if not tasks_dir.is_dir():
+        raise click.BadParameter(f"{tasks_dir} is not a directory", param_hint="--tasks")
+    tasks, errors = discover_tasks([tasks_dir])
+    for error in errors:
+        console.print(f"[yellow]bad task (not served):[/] {escape(str(error))}", soft_wrap=True)
+    return {task.id: task for task in tasks}
+
+
+def _docker_backend(runtime: str | None) -> SandboxBackend:
+    from envfarm.sandbox.docker.backend import DockerBackend
+
+    return DockerBackend(runtime)
+
+
+def _redacted(url: str) -> str:
+    return re.sub(r"://([^:/@]+):[^@/]*@", r"://\1:***@", url)

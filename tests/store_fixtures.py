@@ -1,0 +1,65 @@
+"""Database fixtures: a fresh PostgreSQL database per test module, and ``db_url`` over both stores.
+
+PostgreSQL is the real server ``scripts/setup`` starts, reached as the role ``envfarm`` (which
+may create databases) at ``ENVFARM_TEST_PG_URL`` (default: loopback, port 5432, database
+``postgres``). Like Docker, a missing server fails the tests that need it instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+DEFAULT_PG_URL = "postgresql+psycopg://envfarm:envfarm@127.0.0.1:5432/postgres"
+
+
+def _admin_url() -> str:
+    return os.environ.get("ENVFARM_TEST_PG_URL", DEFAULT_PG_URL)
+
+
+def _libpq(url: str) -> str:
+    """SQLAlchemy's ``postgresql+psycopg://`` URL as plain libpq accepts it."""
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+def _with_database(url: str, database: str) -> str:
+    base, _, query = url.partition("?")
+    base = base.rsplit("/", 1)[0] + "/" + database
+    return f"{base}?{query}" if query else base
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database for this test module, dropped afterwards."""
+    admin = _admin_url()
+    name = f"envfarm_test_{uuid.uuid4().hex[:12]}"
+    try:
+        connection = psycopg.connect(_libpq(admin), autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at ENVFARM_TEST_PG_URL ({exc}); run scripts/setup"
+        )
+    with connection:
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_database(admin, name)
+    finally:
+        with psycopg.connect(_libpq(admin), autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The URL of an empty database, once on a SQLite file and once on PostgreSQL."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    directory: Path = tmp_path_factory.mktemp("sqlite")
+    return f"sqlite:///{directory / 'envfarm.db'}"
