@@ -192,7 +192,8 @@ class SimulatedKubelet:
         scheduled = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
         self._set_status(pod, scheduled, nodeName=self.node_name)
         if self.start_delay_s:
-            await asyncio.sleep(self.start_delay_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping[uid].wait(), self.start_delay_s)
         pod = self._current(uid, namespace, name)
         if pod is None or self._stopping[uid].is_set():
             return

@@ -1,0 +1,164 @@
+"""Kubernetes as a ``SandboxBackend``: one pod per environment, over any ``KubeApi``.
+
+``prepare`` names the task's images (``podimages``; building and pushing them is done ahead,
+no image is built on a cluster). ``create`` builds the pod (``podspec``) with this backend's
+namespace, runtime class, TTL and owner, labelled with the run and with the owner process
+(``envfarm.dev/owner-host`` and ``envfarm.dev/owner-process``). Readiness comes from one pod
+watch per backend (``podwatch``), never a poller per pod.
+
+``reap`` deletes the environment pods nobody will use again: those that ended (a pod that
+outlived its TTL stays as Failed until deleted) and those an earlier process on this host
+started (its process label differs). ``activeDeadlineSeconds`` bounds everything else: a pod
+left by a controller that died elsewhere ends within its TTL and is reaped then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.errors import KubeError, KubeNotFound, SandboxError
+from envfarm.k8s.api import PODS, KubeApi
+from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.docker.health import HealthPolicy
+from envfarm.sandbox.kubernetes.podimages import ImageNaming, PodImages, cluster_images
+from envfarm.sandbox.kubernetes.podspec import (
+    MANAGED_BY,
+    PodOptions,
+    environment_pod,
+    label_value,
+)
+from envfarm.sandbox.kubernetes.podwatch import PodWatch
+from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
+from envfarm.spec.task import Task
+
+LABEL_OWNER_HOST = "envfarm.dev/owner-host"
+LABEL_OWNER_PROCESS = "envfarm.dev/owner-process"
+SANDBOX_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
+_PROCESS = label_value(f"{os.getpid()}-{int(time.time())}-{uuid.uuid4().hex[:6]}")
+
+
+class KubernetesBackendConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = "envfarm-sandboxes"
+    images: ImageNaming = Field(default_factory=ImageNaming)
+    runtime_class: str | None = None
+    """``gvisor`` for the RuntimeClass of manifests/; None: the cluster's default runtime."""
+    ttl_seconds: int | None = None
+    """Environment lifetime; None: the task's agent and verifier timeouts plus ``ttl_slack_s``."""
+    ttl_slack_s: int = 1800
+    start_timeout_s: float = 900.0
+    """Scheduling and image pulls, on top of the services' healthcheck budget."""
+    cpu_request_ratio: float = Field(default=1.0, gt=0, le=1)
+    run_as_user: int | None = None
+    owner: dict[str, Any] | None = None
+    """An ownerReference for every pod (a RolloutJob, say): deleting it removes them."""
+    channel: Literal["attach", "exec"] = "attach"
+    output_cap: int = 4 * 1024 * 1024
+
+
+class KubernetesBackend(SandboxBackend):
+    name = "kubernetes"
+
+    def __init__(self, api: KubeApi, config: KubernetesBackendConfig | None = None) -> None:
+        self.api = api
+        self.config = config or KubernetesBackendConfig()
+        self.pods = PodWatch(api, self.config.namespace, SANDBOX_SELECTOR)
+        self._images: dict[tuple[str, str], PodImages] = {}
+        self.host = label_value(socket.gethostname())
+
+    def images(self, task: Task) -> PodImages:
+        key = (str(task.root), task.content_hash)
+        if key not in self._images:
+            self._images[key] = cluster_images(task, self.config.images)
+        return self._images[key]
+
+    async def prepare(self, task: Task) -> PreparedImage:
+        images = self.images(task)
+        return PreparedImage(tag=images.main, cached=True, warnings=images.warnings)
+
+    def ttl_seconds(self, task: Task) -> int:
+        if self.config.ttl_seconds is not None:
+            return self.config.ttl_seconds
+        agent = task.config.agent.timeout_sec or 3600
+        return int(agent + task.config.verifier.timeout_sec + self.config.ttl_slack_s)
+
+    def health_budget_s(self, task: Task) -> float:
+        """The Docker backend's budget: the slowest service's start_period + retries x
+        (interval + timeout), and the main container's healthcheck."""
+        budgets = [0.0]
+        checks = [s.healthcheck for s in task.compose.services.values()] if task.compose else []
+        for check in checks:
+            if check is not None and check.argv() is not None:
+                policy = HealthPolicy(
+                    interval_s=check.interval,
+                    timeout_s=check.timeout,
+                    retries=check.retries,
+                    start_period_s=check.start_period,
+                )
+                budgets.append(policy.budget_s())
+        if (main := task.config.environment.healthcheck) is not None:
+            policy = HealthPolicy(
+                interval_s=main.interval_sec,
+                timeout_s=main.timeout_sec,
+                retries=main.retries,
+                start_period_s=main.start_period_sec,
+            )
+            budgets.append(policy.budget_s())
+        return max(budgets)
+
+    def pod_options(self, task: Task, run_id: str, **overrides: Any) -> PodOptions:
+        config = self.config
+        options: dict[str, Any] = {
+            "environment_id": uuid.uuid4().hex[:12],
+            "run_id": run_id,
+            "runtime_class": config.runtime_class,
+            "ttl_seconds": self.ttl_seconds(task),
+            "owner": config.owner,
+            "run_as_user": config.run_as_user,
+            "cpu_request_ratio": config.cpu_request_ratio,
+            "labels": {LABEL_OWNER_HOST: self.host, LABEL_OWNER_PROCESS: _PROCESS},
+        }
+        return PodOptions(**(options | overrides))
+
+    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
+        pod = environment_pod(task, self.images(task), self.pod_options(task, run_id))
+        return KubernetesSandbox(self, task, pod)
+
+    async def reap(self) -> list[str]:
+        try:
+            listing = await self.api.list(
+                PODS, self.config.namespace, label_selector=SANDBOX_SELECTOR
+            )
+        except KubeError as exc:
+            raise SandboxError(f"could not list environment pods to reap: {exc}") from exc
+        doomed = []
+        for pod in listing.items:
+            labels = pod["metadata"].get("labels") or {}
+            ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            earlier = labels.get(LABEL_OWNER_HOST) == self.host and labels.get(
+                LABEL_OWNER_PROCESS
+            ) not in (None, _PROCESS)
+            if (ended or earlier) and not pod["metadata"].get("deletionTimestamp"):
+                doomed.append(pod["metadata"]["name"])
+
+        async def delete(name: str) -> None:
+            with contextlib.suppress(KubeNotFound):
+                await self.api.delete(PODS, self.config.namespace, name)
+
+        results = await asyncio.gather(*(delete(n) for n in doomed), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise SandboxError(f"could not reap {len(failures)} environment pods: {failures[0]}")
+        return doomed
+
+    async def close(self) -> None:
+        await self.pods.close()

@@ -1,0 +1,184 @@
+"""One environment as a pod: created, awaited on the backend's shared watch, driven through the
+in-sandbox helper over one long-lived attach stream, deleted.
+
+``start`` creates the pod (``podspec``), waits until it is Ready (every service healthy) within
+``start_timeout_s`` plus the Docker backend's healthcheck budget, then opens the stream
+(``pods/attach`` to the main container's helper, or with ``channel="exec"`` one long-lived
+exec of a second helper, which keeps the protocol out of the container's log) and pings the
+helper. Every tool call is one request on that stream: never an API-server exec per command,
+and one stream (one connection) per sandbox. When the stream ends, calls fail with
+``SandboxGone`` saying what happened to the pod (TTL expired, OOM-killed, deleted).
+``stop`` closes the stream, deletes the pod and waits until it is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, NoReturn
+
+from envfarm.errors import KubeError, KubeNotFound, SandboxError, SandboxGone, SandboxStartError
+from envfarm.k8s.api import PODS, KubeObject
+from envfarm.sandbox.base import ExecResult, Sandbox
+from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.kubernetes.podspec import HELPER_PATH, LABEL_NETWORK, MAIN_CONTAINER
+from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
+from envfarm.spec.task import Task
+
+if TYPE_CHECKING:
+    from envfarm.sandbox.kubernetes.backend import KubernetesBackend
+
+DELETE_WAIT_S = 120.0
+
+
+class KubernetesSandbox(Sandbox):
+    def __init__(self, backend: KubernetesBackend, task: Task, pod: KubeObject) -> None:
+        self.backend = backend
+        self.task = task
+        self.pod = pod
+        self.namespace = backend.config.namespace
+        self.name: str = pod["metadata"].get("name", "")
+        self._channel: Channel | None = None
+        self._created = False
+
+    @property
+    def channel(self) -> Channel | None:
+        return self._channel
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            with contextlib.suppress(SandboxError):  # the start's own failure is the news
+                await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        api, config = self.backend.api, self.backend.config
+        try:
+            created = await api.create(PODS, self.namespace, self.pod)
+        except KubeError as exc:
+            raise SandboxStartError(f"could not create the environment pod: {exc}") from exc
+        self._created = True
+        self.name = created["metadata"]["name"]
+        budget = config.start_timeout_s + self.backend.health_budget_s(self.task)
+        await self.wait_ready(budget)
+        await self.connect()
+
+    async def wait_ready(self, budget: float) -> None:
+        try:
+            await self.backend.pods.wait(self.namespace, self.name, start_verdict, budget)
+        except TimeoutError:
+            seen = self.backend.pods.current(self.namespace, self.name)
+            where = describe(seen) if seen is not None else "never seen by the watch"
+            raise SandboxStartError(
+                f"environment pod {self.name} was not ready within {budget:g} s: {where}"
+            ) from None
+
+    async def connect(self) -> None:
+        """Open the stream to the helper and ping it."""
+        api, config = self.backend.api, self.backend.config
+        command = [HELPER_PATH] if config.channel == "exec" else None
+        try:
+            stream = await api.attach(self.namespace, self.name, MAIN_CONTAINER, command=command)
+            self._channel = await Channel.over_stream(stream, name=self.name)
+            await self._channel.ping()
+        except (KubeError, SandboxError, OSError) as exc:
+            raise SandboxStartError(
+                f"the sandbox helper of {self.name} did not answer: {exc}"
+            ) from exc
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        channel = self._ready_channel()
+        started = time.monotonic()
+        try:
+            outcome = await channel.exec(
+                command,
+                cwd=workdir,
+                env=env,
+                user=user,
+                timeout=timeout,
+                output_cap=self.backend.config.output_cap,
+            )
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
+        return ExecResult(
+            exit_code=outcome.docker_exit_code(),
+            stdout=outcome.stdout.decode(errors="replace"),
+            stderr=outcome.stderr.decode(errors="replace"),
+            timed_out=outcome.timed_out,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
+        channel = self._ready_channel()
+        try:
+            return await channel.read_file(path, user=user)
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
+
+    async def write_file(
+        self, path: str, data: bytes, mode: int = 0o644, *, user: str | None = None
+    ) -> None:
+        if not path.startswith("/"):
+            raise ValueError(f"sandbox paths must be absolute, got {path!r}")
+        channel = self._ready_channel()
+        try:
+            await channel.write_file(path, data, mode=mode, user=user)
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
+
+    async def enter_verifier_phase(self) -> None:
+        """The verifier's network setting: the NetworkPolicy follows the pod's label."""
+        network = "internet" if self.task.config.verifier_network() else "none"
+        patch = {"metadata": {"labels": {LABEL_NETWORK: network}}}
+        try:
+            await self.backend.api.patch(PODS, self.namespace, self.name, patch)
+        except KubeError as exc:
+            raise SandboxError(
+                f"could not switch {self.name} to the verifier's network: {exc}"
+            ) from exc
+
+    def _ready_channel(self) -> Channel:
+        if self._channel is None:
+            raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
+        return self._channel
+
+    async def _explain_gone(self, exc: SandboxGone) -> NoReturn:
+        """The stream ended: say what happened to the pod, as far as the API tells."""
+        try:
+            pod: KubeObject | None = await self.backend.api.get(PODS, self.namespace, self.name)
+        except KubeNotFound:
+            pod = None
+        except KubeError:
+            raise exc from None
+        raise SandboxGone(f"environment {self.name} is gone ({exc}): {describe(pod)}") from exc
+
+    async def _teardown(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        if not self._created or not self.name:
+            return
+        api = self.backend.api
+        try:
+            await api.delete(PODS, self.namespace, self.name)
+        except KubeNotFound:
+            return
+        except KubeError as exc:
+            raise SandboxError(f"could not delete environment pod {self.name}: {exc}") from exc
+        try:
+            await self.backend.pods.wait(
+                self.namespace, self.name, lambda pod: True if pod is None else None, DELETE_WAIT_S
+            )
+        except TimeoutError:
+            raise SandboxError(
+                f"environment pod {self.name} was not gone {DELETE_WAIT_S:g} s after its deletion"
+            ) from None
