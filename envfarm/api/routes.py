@@ -50,7 +50,7 @@ class Ack(Body):
 
 
 class PolicyVersion(Body):
-    version: str = Field(min_length=1, max_length=256)
+    version: str = Field(min_length=1, max_length=200)
 
 
 def _service(request: Request) -> JobService:
@@ -151,13 +151,14 @@ async def job_groups(
     last_event_id: Annotated[
         str | None, Header(description="SSE only: resume after this cursor.")
     ] = None,
-) -> GroupPage | StreamingResponse:
+) -> Response:
     """Completed groups in cursor order, each with its trajectories. Delivery is at least once
     until acknowledged: pass `after` to page forward, and acknowledge with `POST .../ack`."""
     if not wants_events(accept):
-        return await service.groups(
+        page = await service.groups(
             job_id, after=after, limit=limit, wait_s=wait, consumer=consumer
         )
+        return Response(page.json(), media_type="application/json")
     if last_event_id:
         if not last_event_id.strip().isdigit():
             message = "must be a group cursor (an integer)"

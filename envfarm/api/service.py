@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from envfarm.models.jobs import GroupPage, JobRequest, JobView, TaskInfo
+from envfarm.models.jobs import JobRequest, JobView, RawGroupPage, TaskInfo
 
 
 class JobService(Protocol):
@@ -35,7 +35,7 @@ class JobService(Protocol):
         limit: int,
         wait_s: float,
         consumer: str = "default",
-    ) -> GroupPage: ...
+    ) -> RawGroupPage: ...
 
     async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None: ...
 

@@ -36,7 +36,7 @@ async def group_events(
             job_id, after=cursor, limit=limit, wait_s=keepalive_s, consumer=consumer
         )
         for group in page.groups:
-            yield f"id: {group.cursor}\nevent: group\ndata: {group.model_dump_json()}\n\n"
+            yield f"id: {group.cursor}\nevent: group\ndata: {group.json()}\n\n"
             cursor = group.cursor
         if page.groups:
             continue

@@ -106,7 +106,7 @@ class Job:
                 for group in groups:
                     self._cursor = group.cursor
                     done = self.events.on_group(
-                        [Trajectory.model_validate(t) for t in group.trajectories]
+                        [Trajectory.model_validate_json(t) for t in group.trajectories]
                     )
                     if done is not None:
                         await done

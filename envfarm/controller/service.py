@@ -24,7 +24,7 @@ from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig
 from envfarm.errors import UnknownTask
 from envfarm.grading.judges import RubricGrading
 from envfarm.grading.script import TestScriptGrader
-from envfarm.models.jobs import GroupPage, JobPolicy, JobRequest, JobView, TaskInfo
+from envfarm.models.jobs import JobPolicy, JobRequest, JobView, RawGroupPage, TaskInfo
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import SandboxBackend
 from envfarm.spec.task import Task
@@ -95,7 +95,7 @@ class Controller:
         limit: int,
         wait_s: float,
         consumer: str = "default",
-    ) -> GroupPage:
+    ) -> RawGroupPage:
         """Completed groups after ``after`` (default: the consumer's last ack), waiting up to
         ``wait_s`` for the first one when none is there yet."""
         deadline = time.monotonic() + wait_s
@@ -115,7 +115,7 @@ class Controller:
                     await asyncio.wait_for(changed.wait(), waiting)
                 else:
                     await asyncio.sleep(waiting)
-        return GroupPage(groups=found, next_cursor=found[-1].cursor if found else after)
+        return RawGroupPage(groups=found, next_cursor=found[-1].cursor if found else after)
 
     async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None:
         await self.store.ack(job_id, cursor, consumer)

@@ -7,6 +7,8 @@ to a client (``JobView`` carries the request with keys redacted).
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -103,7 +105,7 @@ class JobView(Wire):
     """Cursor of the newest completed group."""
 
 
-class DeliveredGroup(Wire):
+class GroupMeta(Wire):
     cursor: int
     group_id: str
     task_id: str
@@ -113,6 +115,9 @@ class DeliveredGroup(Wire):
     """Versions the trainer published after ``dispatch_version``, when the group completed."""
     stale: bool = False
     zero_variance: bool | None = None
+
+
+class DeliveredGroup(GroupMeta):
     trajectories: list[dict[str, Any]]
 
 
@@ -120,6 +125,46 @@ class GroupPage(Wire):
     groups: list[DeliveredGroup]
     next_cursor: int | None = None
     """The cursor to pass as ``after`` for the next page (the last group's)."""
+
+
+@dataclass(frozen=True)
+class RawGroup:
+    """A delivered group whose trajectories are the JSON text the store keeps: the server sends
+    them as they are, never parsing and re-serializing megabytes of token ids."""
+
+    meta: GroupMeta
+    trajectories: list[str]
+
+    @property
+    def cursor(self) -> int:
+        return self.meta.cursor
+
+    def json(self) -> str:
+        """The group as a ``DeliveredGroup`` JSON object."""
+        head = self.meta.model_dump_json()[:-1]
+        return f'{head},"trajectories":[{",".join(self.trajectories)}]}}'
+
+    def parsed(self) -> DeliveredGroup:
+        return DeliveredGroup.model_validate_json(self.json())
+
+    @classmethod
+    def of(cls, group: DeliveredGroup) -> RawGroup:
+        meta = GroupMeta.model_validate(group.model_dump(exclude={"trajectories"}))
+        return cls(meta, [json.dumps(t) for t in group.trajectories])
+
+
+@dataclass(frozen=True)
+class RawGroupPage:
+    groups: list[RawGroup]
+    next_cursor: int | None = None
+
+    def json(self) -> bytes:
+        """The page as ``GroupPage`` JSON."""
+        groups = ",".join(group.json() for group in self.groups)
+        return f'{{"groups":[{groups}],"next_cursor":{json.dumps(self.next_cursor)}}}'.encode()
+
+    def parsed(self) -> GroupPage:
+        return GroupPage.model_validate_json(self.json())
 
 
 class TaskInfo(Wire):

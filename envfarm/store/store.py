@@ -22,11 +22,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from envfarm.errors import EnvfarmError, InvalidJobState, JobNotFound, StoreError
 from envfarm.models.jobs import (
     TERMINAL_STATUSES,
-    DeliveredGroup,
+    GroupMeta,
     JobCounts,
     JobRequest,
     JobStatus,
     JobView,
+    RawGroup,
     redacted,
 )
 from envfarm.models.trajectory import Trajectory
@@ -226,11 +227,11 @@ class Store:
 
     async def delivered(
         self, job_id: str, *, after: int | None, limit: int, consumer: str
-    ) -> tuple[list[DeliveredGroup], int]:
+    ) -> tuple[list[RawGroup], int]:
         """Completed groups with a cursor above ``after`` (default: the consumer's ack), in
         order, and the job's last cursor."""
 
-        def read(conn: Connection) -> tuple[list[DeliveredGroup], int]:
+        def read(conn: Connection) -> tuple[list[RawGroup], int]:
             job = _job_row(conn, job_id)
             start = after if after is not None else _acked(conn, job_id, consumer)
             rows = conn.execute(
@@ -394,14 +395,14 @@ def _acked(conn: Connection, job_id: str, consumer: str, *, create: bool = False
     return int(acked or 0)
 
 
-def _delivered(conn: Connection, group: Any) -> DeliveredGroup:
+def _delivered(conn: Connection, group: Any) -> RawGroup:
     rows = conn.execute(
         select(trajectories.c.data)
         .join(episodes, episodes.c.id == trajectories.c.episode_id)
         .where(trajectories.c.group_id == group["id"])
         .order_by(episodes.c.index)
     ).all()
-    return DeliveredGroup(
+    meta = GroupMeta(
         cursor=group["cursor"],
         group_id=group["id"],
         task_id=group["task_id"],
@@ -409,8 +410,8 @@ def _delivered(conn: Connection, group: Any) -> DeliveredGroup:
         staleness=group["staleness"],
         stale=bool(group["stale"]),
         zero_variance=group["zero_variance"],
-        trajectories=[json.loads(row.data) for row in rows],
     )
+    return RawGroup(meta, [row.data for row in rows])
 
 
 def _job_view(conn: Connection, row: Any) -> JobView:

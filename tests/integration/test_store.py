@@ -71,7 +71,8 @@ async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(
     page, last = await store.delivered(job, after=None, limit=10, consumer="c")
     assert last == 1
     assert [g.cursor for g in page] == [1]
-    assert [t["advantage"] for t in page[0].trajectories] == pytest.approx([1.0, -1.0], abs=1e-4)
+    advantages = [t["advantage"] for t in page[0].parsed().trajectories]
+    assert advantages == pytest.approx([1.0, -1.0], abs=1e-4)
     for lease in second:
         await store.record("w1", result(lease, 1.0), final=True)
     view = await store.job(job)
@@ -82,7 +83,7 @@ async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(
     await store.ack(job, 1, "c")
     page, _ = await store.delivered(job, after=None, limit=10, consumer="c")
     assert [g.cursor for g in page] == [2]
-    assert page[0].zero_variance is True
+    assert page[0].meta.zero_variance is True
     other, _ = await store.delivered(job, after=None, limit=10, consumer="other")
     assert [g.cursor for g in other] == [1, 2]
     with pytest.raises(InvalidJobState):
@@ -177,7 +178,8 @@ async def test_stale_groups_are_dropped_and_rerun_or_marked(store):
     [rerun] = await store.lease("w", 1, 30, READY)
     assert rerun.job_id == dropping
     assert rerun.dispatch_version == "3"
-    [marked], _ = await store.delivered(marking, after=0, limit=5, consumer="c")
+    [raw], _ = await store.delivered(marking, after=0, limit=5, consumer="c")
+    marked = raw.parsed()
     assert marked.stale
     assert marked.staleness == 2
     assert marked.dispatch_version == "1"

@@ -21,6 +21,8 @@ from envfarm.models.jobs import (
     JobRequest,
     JobStatus,
     JobView,
+    RawGroup,
+    RawGroupPage,
     TaskInfo,
     redacted,
 )
@@ -112,7 +114,7 @@ class MemoryService:
         limit: int,
         wait_s: float,
         consumer: str = "default",
-    ) -> GroupPage:
+    ) -> RawGroupPage:
         await self.job(job_id)
         start = self.acked.get((job_id, consumer), 0) if after is None else after
         loop = asyncio.get_running_loop()
@@ -125,7 +127,8 @@ class MemoryService:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), remaining)
-        return GroupPage(groups=ready, next_cursor=ready[-1].cursor if ready else None)
+        page = GroupPage(groups=ready, next_cursor=ready[-1].cursor if ready else None)
+        return RawGroupPage([RawGroup.of(group) for group in page.groups], page.next_cursor)
 
     async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None:
         await self.job(job_id)

@@ -1,0 +1,229 @@
+"""Delivery throughput of the REST API, and the controller's memory per 1,000 queued episodes.
+
+A store is filled with completed groups of realistic trajectories (token ids, logprobs, tool
+output) by the store's own lease/record path, then ``envfarm serve --no-worker`` serves it as
+a real process on loopback. Measured in one run:
+
+- the baseline: the same groups read straight from the store, in this process;
+- long-poll: ``GET /v1/jobs/{id}/groups`` pages with acks, through ``envfarm.client``;
+- streaming: the server-sent-event variant of the same route;
+- memory: the server's resident memory with one job of ``--queued`` queued episodes against
+  an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
+
+Prints a table and, last, one JSON object.
+
+    python bench/api.py [--groups 500] [--group-size 4] [--queued 100000] [--db URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from envfarm.client import EnvfarmClient
+from envfarm.controller.groups import finalize_group
+from envfarm.models.jobs import JobPolicy, JobRequest
+from envfarm.models.trajectory import Provenance, Reward, ToolResult, Trajectory, Turn
+from envfarm.store.store import Store
+
+TURNS, PROMPT_TOKENS, COMPLETION_TOKENS = 8, 600, 150
+
+
+def trajectory(lease, index: int) -> Trajectory:
+    turns = [
+        Turn(
+            index=t,
+            prompt_token_ids=list(range(t * 50, t * 50 + PROMPT_TOKENS)),
+            completion_token_ids=list(range(COMPLETION_TOKENS)),
+            logprobs=[-0.25] * COMPLETION_TOKENS,
+            finish_reason="tool_calls",
+            tool_results=[
+                ToolResult(
+                    call_id=f"c{t}",
+                    name="bash",
+                    arguments='{"command": "ls"}',
+                    output="file.py\n" * 40,
+                    exit_code=0,
+                )
+            ],
+        )
+        for t in range(TURNS)
+    ]
+    return Trajectory(
+        trajectory_id=f"{lease.episode_id}-a0",
+        episode_id=lease.episode_id,
+        job_id=lease.job_id,
+        group_id=lease.group_id,
+        task_id=lease.task_id,
+        turns=turns,
+        reward=Reward(value=float(index % 2), valid=True),
+        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="bench"),
+    )
+
+
+async def fill(url: str, groups: int, group_size: int) -> str:
+    store = await Store.open(url, finalize=finalize_group)
+    try:
+        tasks = [f"bench/t{i}" for i in range(groups)]
+        done = await store.create_job(
+            JobRequest(tasks=tasks, policy=JobPolicy(base_url="nop"), group_size=group_size),
+            {task: f"hash-{task}" for task in tasks},
+        )
+        ready = [f"hash-{task}" for task in tasks]
+        while leases := await store.lease("bench", 256, 3600, ready):
+            for lease in leases:
+                await store.record("bench", trajectory(lease, lease.index), final=True)
+        return done
+    finally:
+        await store.close()
+
+
+async def queue(url: str, queued: int) -> str:
+    """A store holding one job of ``queued`` episodes that no worker has taken."""
+    store = await Store.open(url)
+    try:
+        waiting = [f"bench/q{i}" for i in range(max(1, queued // 100))]
+        return await store.create_job(
+            JobRequest(tasks=waiting, policy=JobPolicy(base_url="nop"), group_size=100),
+            dict.fromkeys(waiting, "hash-queued"),
+        )
+    finally:
+        await store.close()
+
+
+async def baseline(url: str, job_id: str) -> tuple[int, float]:
+    store = await Store.open(url)
+    try:
+        started, count, after = time.perf_counter(), 0, 0
+        while True:
+            page, _ = await store.delivered(job_id, after=after, limit=100, consumer="baseline")
+            if not page:
+                break
+            count += sum(len(g.trajectories) for g in page if g.json())
+            after = page[-1].cursor
+        return count, time.perf_counter() - started
+    finally:
+        await store.close()
+
+
+def serve(db: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    (workdir / "tasks").mkdir(exist_ok=True)
+    log = (workdir / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfarm", "serve", "--no-worker", "--port", "0", "--db", db,
+         "--tasks", str(workdir / "tasks"), "--data-dir", str(workdir)],
+        stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env={**os.environ, "COLUMNS": "500"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = re.search(r"serving on (http://\S+?) ", (workdir / "serve.log").read_text())
+        if found:
+            return proc, found.group(1)
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit((workdir / "serve.log").read_text())
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def consume(url: str, job_id: str, mode: str) -> tuple[int, float]:
+    async with EnvfarmClient(url) as client:
+        started, count = time.perf_counter(), 0
+        if mode == "long-poll":
+            async for group in client.groups(job_id, consumer=mode, wait_s=0.0):
+                count += len(group.trajectories)
+        else:
+            async for group in client.stream(job_id, consumer=mode):
+                count += len(group.trajectories)
+                if group.cursor == (await client.job(job_id)).last_cursor:
+                    break
+        return count, time.perf_counter() - started
+
+
+async def memory(url: str, job_id: str) -> None:
+    async with EnvfarmClient(url) as client:
+        await client.job(job_id)
+        await client.page(job_id, wait_s=0.0)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=500)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument("--db", default=None, help="database URL (default: a SQLite file)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        db = args.db or f"sqlite:///{work / 'bench.db'}"
+        started = time.perf_counter()
+        done = await fill(db, args.groups, args.group_size)
+        fill_s = time.perf_counter() - started
+        count, base_s = await baseline(db, done)
+        results = {"baseline": (count, base_s)}
+        proc, url = serve(db, work)
+        try:
+            for mode in ("long-poll", "stream"):
+                results[mode] = await consume(url, done, mode)
+        finally:
+            proc.terminate()
+            proc.wait()
+        rss = {}
+        for name, queued in (("empty", 0), ("queued", args.queued)):
+            directory = work / name
+            directory.mkdir()
+            url_of_store = f"sqlite:///{directory / 'store.db'}"
+            job = await queue(url_of_store, queued) if queued else None
+            if job is None:
+                await (await Store.open(url_of_store)).close()
+            proc, url = serve(url_of_store, directory)
+            try:
+                if job is not None:
+                    await memory(url, job)
+                rss[name] = rss_mb(proc.pid)
+            finally:
+                proc.terminate()
+                proc.wait()
+        empty_rss, loaded_rss = rss["empty"], rss["queued"]
+        db_bytes = (work / "bench.db").stat().st_size if args.db is None else None
+    rates = {mode: n / s for mode, (n, s) in results.items()}
+    print(f"{'mode':<10} {'trajectories':>12} {'seconds':>8} {'traj/s':>9} {'vs store':>9}")
+    for mode, (n, s) in results.items():
+        print(f"{mode:<10} {n:>12} {s:>8.2f} {rates[mode]:>9.0f} "
+              f"{rates[mode] / rates['baseline']:>8.2f}x")  # fmt: skip
+    per_1000 = (loaded_rss - empty_rss) / (args.queued / 1000)
+    print(f"server RSS: {empty_rss:.1f} MB empty, {loaded_rss:.1f} MB with {args.queued} queued "
+          f"episodes (+ {per_1000:.3f} MB per 1,000); store filled in {fill_s:.1f}s")  # fmt: skip
+    figures = {
+        "groups": args.groups,
+        "group_size": args.group_size,
+        "store_traj_per_s": round(rates["baseline"]),
+        "longpoll_traj_per_s": round(rates["long-poll"]),
+        "stream_traj_per_s": round(rates["stream"]),
+        "longpoll_vs_store": round(rates["long-poll"] / rates["baseline"], 3),
+        "stream_vs_store": round(rates["stream"] / rates["baseline"], 3),
+        "server_rss_empty_mb": round(empty_rss, 1),
+        "server_rss_queued_mb": round(loaded_rss, 1),
+        "queued_episodes": args.queued,
+        "rss_mb_per_1000_queued": round(per_1000, 4),
+    }
+    if db_bytes is not None:
+        figures["db_bytes_total"] = db_bytes
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
