@@ -4,7 +4,8 @@ Like the API server's watch cache: every change gets the store's next resourceVe
 kept in a window of the most recent ``history`` events; a watch from a version older than the
 window fails with ``KubeGone`` (410), and so does a watcher that falls ``buffer`` events behind
 (the server drops slow watchers). A watch with a label selector sees an object that starts
-matching as ADDED and one that stops matching as DELETED, as the server's cacher does.
+matching as ADDED and one that stops matching as DELETED (with its previous content, so the
+labels that selected it are still there), as the server's cacher does.
 """
 
 from __future__ import annotations
@@ -60,7 +61,12 @@ class Watcher:
         before = event.old is not None and self.selects(event.old)
         if now:
             return ("MODIFIED" if before else "ADDED", event.obj)
-        return ("DELETED", event.obj) if before else None
+        if not before or event.old is None:
+            return None
+        # As the API server's cacher does: the previous content, at the event's version.
+        last = dict(event.old)
+        last["metadata"] = {**event.old["metadata"], "resourceVersion": str(event.rv)}
+        return ("DELETED", last)
 
 
 class WatchHub:

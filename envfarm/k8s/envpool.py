@@ -1,0 +1,237 @@
+"""The EnvPool reconciler: keep ``spec.replicas`` warm, unclaimed environment pods of a task.
+
+Level-based, as Kubernetes controllers are: each pass reads the pool and its pods (label
+``envfarm.dev/pool=<name>``), then creates what is missing, deletes the surplus (stale first,
+then not ready, newest first), deletes pods that ended, and writes ``status`` (``replicas``,
+``readyReplicas``, ``selector`` for the scale subresource, ``observedGeneration`` and the
+``Ready`` condition). Pods are owned by the pool (owner reference), so deleting the pool
+removes them without a finalizer. The pod template comes from a ``TemplateSource`` (the
+operator renders it from the pool's task); its hash labels each pod, and with
+``updateStrategy.type: Recreate`` pods of an older template are replaced at once (with
+``OnReplenish``, only as they are claimed or deleted).
+
+A claim takes one ready pod out of the pool with a single merge patch carrying the pod's
+``resourceVersion``: the pool label and the pool's owner reference go, ``envfarm.dev/claimed-by``
+and the claimer's owner (if any) come. Two claimers racing for one pod: one wins, the other
+gets 409 and tries another pod. The pod no longer matches the pool's selector, so the next
+pass replaces it. ``PoolClaimer`` keeps the pool's pods in a watch-fed cache, so a claim costs
+one API request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from envfarm.errors import KubeConflict, KubeNotFound
+from envfarm.k8s.api import ENV_POOLS, PODS, KubeApi, KubeObject
+from envfarm.k8s.conditions import set_condition
+from envfarm.k8s.informer import Informer
+from envfarm.k8s.objects import name_of, owner_reference, resource_version
+
+POOL_LABEL = "envfarm.dev/pool"
+CLAIMED_LABEL = "envfarm.dev/claimed-by"
+TEMPLATE_HASH = "envfarm.dev/template-hash"
+CREATE_BATCH = 50
+
+TemplateSource = Callable[[KubeObject], Awaitable[KubeObject]]
+"""EnvPool -> pod template (``metadata`` with labels and annotations, ``spec``)."""
+
+
+def template_hash(template: KubeObject) -> str:
+    text = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def pool_selector(pool_name: str) -> str:
+    return f"{POOL_LABEL}={pool_name}"
+
+
+def pod_ready(pod: KubeObject) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _ended(pod: KubeObject) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _surplus_first(pods: list[KubeObject], fresh: str) -> list[KubeObject]:
+    """Stale pods first, then not ready ones, newest first within each."""
+    newest = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+    return sorted(
+        newest,
+        key=lambda p: (
+            (p["metadata"].get("labels") or {}).get(TEMPLATE_HASH) == fresh,
+            pod_ready(p),
+        ),
+    )
+
+
+class EnvPoolReconciler:
+    def __init__(self, api: KubeApi, templates: TemplateSource) -> None:
+        self.api = api
+        self.templates = templates
+
+    def new_pod(self, pool: KubeObject, template: KubeObject, digest: str) -> KubeObject:
+        metadata = dict(template.get("metadata") or {})
+        labels = {
+            **(metadata.get("labels") or {}),
+            POOL_LABEL: name_of(pool),
+            TEMPLATE_HASH: digest,
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{name_of(pool)[:50]}-",
+                "labels": labels,
+                "annotations": dict(metadata.get("annotations") or {}),
+                "ownerReferences": [owner_reference(pool)],
+            },
+            "spec": template["spec"],
+        }
+
+    async def reconcile(self, namespace: str, name: str) -> None:
+        try:
+            pool = await self.api.get(ENV_POOLS, namespace, name)
+        except KubeNotFound:
+            return  # deleted: its pods go with it (owner references)
+        if pool["metadata"].get("deletionTimestamp"):
+            return
+        template = await self.templates(pool)
+        digest = template_hash(template)
+        spec = pool.get("spec") or {}
+        desired = int(spec.get("replicas", 1))
+        recreate = (spec.get("updateStrategy") or {}).get("type") == "Recreate"
+        listing = await self.api.list(PODS, namespace, label_selector=pool_selector(name))
+        pods = [p for p in listing.items if not p["metadata"].get("deletionTimestamp")]
+        doomed = [p for p in pods if _ended(p)]
+        live = [p for p in pods if not _ended(p)]
+        if recreate:
+            doomed += [p for p in live if p["metadata"]["labels"].get(TEMPLATE_HASH) != digest]
+            live = [p for p in live if p["metadata"]["labels"].get(TEMPLATE_HASH) == digest]
+        if len(live) > desired:
+            live = _surplus_first(live, digest)
+            doomed += live[: len(live) - desired]
+            live = live[len(live) - desired :]
+        await self._delete(namespace, doomed)
+        missing = max(desired - len(live), 0)
+        created = await self._create(namespace, pool, template, digest, missing)
+        ready = sum(1 for p in live if pod_ready(p))
+        status = {
+            "replicas": len(live) + created,
+            "readyReplicas": ready,
+            "selector": pool_selector(name),
+            "observedGeneration": pool["metadata"].get("generation", 1),
+        }
+        await self._write_status(pool, status, desired)
+
+    async def _delete(self, namespace: str, pods: list[KubeObject]) -> None:
+        async def delete(pod: KubeObject) -> None:
+            with contextlib.suppress(KubeNotFound):
+                await self.api.delete(PODS, namespace, name_of(pod))
+
+        await asyncio.gather(*(delete(p) for p in pods))
+
+    async def _create(
+        self, namespace: str, pool: KubeObject, template: KubeObject, digest: str, count: int
+    ) -> int:
+        """Create up to ``CREATE_BATCH`` pods now (the next pass creates the rest)."""
+        batch = min(count, CREATE_BATCH)
+        body = self.new_pod(pool, template, digest)
+        await asyncio.gather(*(self.api.create(PODS, namespace, body) for _ in range(batch)))
+        return batch
+
+    async def _write_status(self, pool: KubeObject, status: dict[str, Any], desired: int) -> None:
+        ready = status["readyReplicas"] >= desired
+        reason = "WarmEnvironmentsReady" if ready else "WarmingUp"
+        message = f"{status['readyReplicas']} of {desired} environments ready"
+        await set_condition(
+            self.api, ENV_POOLS, pool, "Ready", ready, reason, message, extra_status=status
+        )
+
+
+class NoWarmEnvironment(KubeConflict):
+    """The pool has no ready, unclaimed environment right now (retry, or start one cold)."""
+
+
+def claim_patch(pod: KubeObject, claimer: str, owner: dict[str, Any] | None) -> KubeObject:
+    return {
+        "metadata": {
+            "resourceVersion": resource_version(pod),
+            "labels": {POOL_LABEL: None, CLAIMED_LABEL: claimer},
+            "ownerReferences": [owner] if owner is not None else None,
+        }
+    }
+
+
+async def claim(
+    api: KubeApi,
+    namespace: str,
+    pool: str,
+    claimer: str,
+    *,
+    owner: dict[str, Any] | None = None,
+    candidates: list[KubeObject] | None = None,
+) -> KubeObject:
+    """Take a ready pod out of ``pool`` for ``claimer``; ``NoWarmEnvironment`` when none is."""
+    if candidates is None:
+        listing = await api.list(PODS, namespace, label_selector=pool_selector(pool))
+        candidates = listing.items
+    ready = [p for p in candidates if pod_ready(p)]
+    random.shuffle(ready)
+    for pod in ready:
+        try:
+            return await api.patch(PODS, namespace, name_of(pod), claim_patch(pod, claimer, owner))
+        except (KubeConflict, KubeNotFound):
+            continue  # another claimer took it, or it changed: try the next one
+    raise NoWarmEnvironment(
+        f"pool {pool} has no ready environment to claim", status=409, reason="NoWarmEnvironment"
+    )
+
+
+class PoolClaimer:
+    """Claims from a pool through a watch-fed cache of its pods (one request per claim)."""
+
+    def __init__(self, api: KubeApi, namespace: str, pool: str) -> None:
+        self.api, self.namespace, self.pool = api, namespace, pool
+        self.informer = Informer(api, PODS, namespace, label_selector=pool_selector(pool))
+        self.conflicts = 0
+
+    async def start(self) -> None:
+        self.informer.start()
+        await self.informer.synced.wait()
+
+    async def claim(self, claimer: str, *, owner: dict[str, Any] | None = None) -> KubeObject:
+        taken: set[str] = set()
+        while True:
+            ready = [
+                p for p in self.informer.cache.values() if pod_ready(p) and name_of(p) not in taken
+            ]
+            if not ready:
+                raise NoWarmEnvironment(
+                    f"pool {self.pool} has no ready environment to claim",
+                    status=409,
+                    reason="NoWarmEnvironment",
+                )
+            pod = random.choice(ready)
+            try:
+                patch = claim_patch(pod, claimer, owner)
+                return await self.api.patch(PODS, self.namespace, name_of(pod), patch)
+            except (KubeConflict, KubeNotFound):
+                self.conflicts += 1
+                taken.add(name_of(pod))
+
+    async def close(self) -> None:
+        await self.informer.stop()
