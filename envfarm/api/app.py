@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 import envfarm
 from envfarm.api.guards import OPEN_PATHS, Guard
 from envfarm.api.metrics import Metrics
-from envfarm.api.problems import Problem, install_problem_handlers
+from envfarm.api.problems import PROBLEM_CONTENT, Problem, install_problem_handlers
 from envfarm.api.routes import router
 from envfarm.api.service import JobService
 
@@ -74,11 +74,18 @@ def _openapi(app: FastAPI, *, secured: bool) -> dict[str, Any]:
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         components = schema.setdefault("components", {})
-        components.setdefault("schemas", {})["Problem"] = Problem.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        )
-        for name, sub in Problem.model_json_schema().get("$defs", {}).items():
-            components["schemas"].setdefault(name, sub)
+        schemas = components.setdefault("schemas", {})
+        problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(problem.pop("$defs", {}), Problem=problem)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)  # FastAPI's default 422 shape; ours is a problem
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    if status.isdigit() and int(status) >= 400:
+                        response["content"] = dict(PROBLEM_CONTENT)
+                        if status == "422":
+                            response["description"] = "Invalid request; `errors` names each field."
         if secured:
             components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
             schema["security"] = [{"bearer": []}]

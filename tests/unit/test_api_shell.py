@@ -201,6 +201,9 @@ async def test_openapi_documents_routes_problems_and_bearer_auth(api) -> None:
     assert post["description"]
     assert "application/problem+json" in post["responses"]["422"]["content"]
     assert "Problem" in schema["components"]["schemas"]
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    not_found = paths["/v1/jobs/{job_id}"]["get"]["responses"]["404"]["content"]
+    assert list(not_found) == ["application/problem+json"]
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert paths["/healthz"]["get"]["security"] == []
     status, _, page = await call(session, "GET", url + "/docs")
