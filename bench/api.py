@@ -146,9 +146,10 @@ async def consume(url: str, job_id: str, mode: str) -> tuple[int, float]:
             async for group in client.groups(job_id, consumer=mode, wait_s=0.0):
                 count += len(group.trajectories)
         else:
+            last = (await client.job(job_id)).last_cursor
             async for group in client.stream(job_id, consumer=mode):
                 count += len(group.trajectories)
-                if group.cursor == (await client.job(job_id)).last_cursor:
+                if group.cursor == last:
                     break
         return count, time.perf_counter() - started
 

@@ -30,21 +30,25 @@ async def group_events(
 ) -> AsyncIterator[str]:
     cursor = after
     yield f"retry: {RETRY_MS}\n\n"
+    wait_s = keepalive_s
     while True:
-        view = await service.job(job_id)
+        view = await service.job(job_id) if wait_s == 0 else None
         page = await service.groups(
-            job_id, after=cursor, limit=limit, wait_s=keepalive_s, consumer=consumer
+            job_id, after=cursor, limit=limit, wait_s=wait_s, consumer=consumer
         )
         for group in page.groups:
             yield f"id: {group.cursor}\nevent: group\ndata: {group.json()}\n\n"
             cursor = group.cursor
         if page.groups:
+            wait_s = keepalive_s
             continue
-        if view.status in TERMINAL_STATUSES:
+        if view is not None and view.status in TERMINAL_STATUSES:
             # The job had ended before the poll began, so the poll saw its last group.
             yield f"event: end\ndata: {view.model_dump_json()}\n\n"
             return
-        yield ": keepalive\n\n"
+        if view is not None:
+            yield ": keepalive\n\n"
+        wait_s = 0 if view is None else keepalive_s
 
 
 def wants_events(accept: str | None) -> bool:

@@ -73,7 +73,7 @@ class JobRequest(Wire):
     """Extra attempts of an episode that failed for an infrastructure reason."""
     max_turns: int = Field(default=50, ge=1)
     leave_one_out: bool = False
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=200)
 
 
 class JobCounts(Wire):
