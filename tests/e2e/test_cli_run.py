@@ -122,8 +122,10 @@ def test_unreachable_endpoint_is_an_infra_error_and_the_key_is_never_written(tmp
     }
     assert trajectory["artifacts"] is None  # no grading ran: nothing kept
     assert trajectory["error"]["phase"] == "agent"
-    everything = proc.stdout + proc.stderr + "".join(p.read_text() for p in out.iterdir())
-    assert secret not in everything
+    written = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    assert (out / "envfarm.db").is_file()  # the run's store holds no key either
+    assert secret not in proc.stdout + proc.stderr
+    assert secret.encode() not in written
 
 
 def test_check_and_help():
