@@ -132,7 +132,9 @@ def make_task(root: Path, budget: int | None) -> Any:
     (root / "environment").mkdir(parents=True)
     (root / "tests").mkdir()
     agent = f"[agent]\ncontext_budget_tokens = {budget}\n" if budget else ""
-    (root / "task.toml").write_text(agent + '[environment]\nworkdir = "/app"\n')
+    # shared: the fake sandbox grades in place (it has no files to carry to a fresh container)
+    verifier = '[verifier]\nenvironment_mode = "shared"\n'
+    (root / "task.toml").write_text(agent + verifier + '[environment]\nworkdir = "/app"\n')
     (root / "instruction.md").write_text("Run the steps.\n")
     (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
     (root / "tests" / "test.sh").write_text("true\n")
