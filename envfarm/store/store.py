@@ -42,6 +42,7 @@ from envfarm.store.schema import (
     episodes,
     groups,
     jobs,
+    metadata,
     policy_versions,
     trajectories,
     workers,
@@ -83,7 +84,11 @@ class Store:
     @classmethod
     async def open(cls, url: str, finalize: grp.Finalize | None = None) -> Store:
         store = cls(url, finalize)
-        await store.run(lambda: upgrade(store.engine))
+        if store.url.database in (None, "", ":memory:") and is_sqlite(store.url):
+            # An in-memory store lives and dies with this process: nothing to migrate later.
+            await store.run(lambda: metadata.create_all(store.engine))
+        else:
+            await store.run(lambda: upgrade(store.engine))
         return store
 
     async def close(self) -> None:
