@@ -4,11 +4,13 @@ N sessions run at once through the real controller (Job, EpisodeRunner, agent lo
 against a zero-latency policy served over loopback HTTP in this process and the fake sandbox
 backend (every command answers at once), so what is measured is envfarm's own work per turn:
 building the request, the HTTP round trip, parsing the completion, running the tool call,
-recording the turn. Each session makes ``--turns`` bash calls, then submits.
+recording the turn. Each session makes ``--turns`` bash calls, then submits. The job's own
+fixed cost (opening its store, leasing, completing the group: about 50-100 ms) is spread over
+the turns, so sessions are long enough (100 turns) for the per-turn figure to be the loop's.
 
 Prints, per concurrency, wall time per turn (total wall / total turns), the p50/p99 of the
 client-observed request latency, and the ratio against concurrency 1 (the baseline measured in
-the same run). Usage: python bench/loop.py [--sessions 1,100,1000] [--turns 20]
+the same run). Usage: python bench/loop.py [--sessions 1,100,1000] [--turns 100]
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ from envfarm.spec.task import Task, load_task
 def make_task(root: Path) -> Task:
     for sub in ("environment", "tests"):
         (root / sub).mkdir(parents=True)
-    (root / "task.toml").write_text('[environment]\nworkdir = "/app"\n')
+    # shared: a fake sandbox has no files to carry into a clean-room verifier
+    (root / "task.toml").write_text(
+        '[verifier]\nenvironment_mode = "shared"\n[environment]\nworkdir = "/app"\n'
+    )
     (root / "instruction.md").write_text("Run a few commands, then submit.\n")
     (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
     (root / "tests" / "test.sh").write_text("true\n")
@@ -113,6 +118,6 @@ async def main(levels: list[int], turns: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", default="1,100,1000")
-    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--turns", type=int, default=100)
     args = parser.parse_args()
     asyncio.run(main([int(n) for n in args.sessions.split(",")], args.turns))
