@@ -33,9 +33,9 @@ from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.errors import EnvfarmError
 from envfarm.models.jobs import JobRequest
 from envfarm.models.trajectory import Trajectory
+from envfarm.processes import host_name, pid_alive
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task
-from envfarm.store.engine import host_name
 from envfarm.store.leases import Lease
 from envfarm.store.store import Store, is_terminal
 
@@ -116,7 +116,7 @@ class Worker:
         stop = stop or asyncio.Event()
         await self.store.register_worker(self.id, host_name(), os.getpid())
         await self.store.reclaim_dead_workers(
-            host_name(), lambda pid: pid != os.getpid() and _alive(pid)
+            host_name(), lambda pid: pid != os.getpid() and pid_alive(pid)
         )
         await self.backend.reap()
         try:
@@ -282,16 +282,6 @@ class Worker:
         self._runtimes.clear()
         with contextlib.suppress(EnvfarmError):
             await self.store.stop_worker(self.id)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.asynccontextmanager

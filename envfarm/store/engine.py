@@ -9,7 +9,6 @@ write lock from its start or two of them could both read the same free episode.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +76,3 @@ def open_engine(url: URL) -> Engine:
 
 def default_url(data_dir: Path) -> str:
     return str(data_dir / "envfarm.db")
-
-
-def host_name() -> str:
-    return os.uname().nodename

@@ -10,13 +10,13 @@ Resources owned by live processes, or by other hosts sharing the engine, are lef
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 from collections.abc import Mapping
 
 import docker.errors
 
 from envfarm.errors import SandboxError
+from envfarm.processes import pid_alive
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.networks import remove_network
 from envfarm.sandbox.docker.sandbox import LABEL_MANAGED, LABEL_OWNER
@@ -24,19 +24,9 @@ from envfarm.sandbox.docker.sandbox import LABEL_MANAGED, LABEL_OWNER
 MANAGED: dict[str, str | list[str] | bool] = {"label": [f"{LABEL_MANAGED}=true"]}
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _orphaned(labels: Mapping[str, str] | None, host: str) -> bool:
     owner_host, _, pid = (labels or {}).get(LABEL_OWNER, "").rpartition(":")
-    return owner_host == host and pid.isdigit() and not _pid_alive(int(pid))
+    return owner_host == host and pid.isdigit() and not pid_alive(int(pid))
 
 
 def reap_orphans() -> list[str]:
