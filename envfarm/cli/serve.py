@@ -38,8 +38,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def controller_options(command: F) -> F:
-    """``--db``, ``--data-dir``, ``--tasks``, ``--concurrency``, ``--runtime``."""
+    """``--db``, ``--data-dir``, ``--tasks``, ``--concurrency``, ``--warm-pool``, ``--runtime``."""
     options = [
+        click.option("--warm-pool", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Started sandboxes kept ready per environment, so an episode starts "
+                     "in milliseconds (each is used once; pools refill in the background)."),
         click.option("--runtime", default=None, metavar="NAME",
                      help="Container runtime of every sandbox (e.g. runsc); default: the "
                      "engine's."),
@@ -85,6 +88,7 @@ def serve(
     data_dir: Path,
     tasks_dir: Path,
     concurrency: int,
+    warm_pool: int,
     runtime: str | None,
 ) -> None:
     """Serve the REST API for trainers (docs/api.md), running episodes in this process too."""
@@ -95,7 +99,12 @@ def serve(
         backend = _docker_backend(runtime) if worker else None
         config = WorkerConfig(concurrency=concurrency) if worker else None
         async with open_controller(
-            url, tasks, backend=backend, worker=config, artifacts_root=data_dir / "artifacts"
+            url,
+            tasks,
+            backend=backend,
+            worker=config,
+            artifacts_root=data_dir / "artifacts",
+            warm_pool=warm_pool,
         ) as controller:
             app = create_app(controller, token=token, max_body_bytes=max_body_bytes)
             server = ApiServer(app, host, port, access_log=access_log)
@@ -118,7 +127,12 @@ def serve(
 @click.command()
 @controller_options
 def worker(
-    db: str | None, data_dir: Path, tasks_dir: Path, concurrency: int, runtime: str | None
+    db: str | None,
+    data_dir: Path,
+    tasks_dir: Path,
+    concurrency: int,
+    warm_pool: int,
+    runtime: str | None,
 ) -> None:
     """Run episodes of the jobs in the store at --db, without serving HTTP."""
     tasks = _load_tasks(tasks_dir)
@@ -131,6 +145,7 @@ def worker(
             backend=_docker_backend(runtime),
             worker=WorkerConfig(concurrency=concurrency),
             artifacts_root=data_dir / "artifacts",
+            warm_pool=warm_pool,
         ):
             console.print(
                 f"envfarm: worker on {escape(_redacted(url))} ({len(tasks)} tasks, "

@@ -11,22 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.metrics import MetricsSnapshot
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.controller.versions import PolicyVersionBoard
-from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig
-from envfarm.errors import UnknownTask
+from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig, WorkerEvents
+from envfarm.errors import EnvfarmError, UnknownTask
 from envfarm.grading.judges import RubricGrading
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest, JobView, RawGroupPage, TaskInfo
 from envfarm.policy.base import SamplingParams
-from envfarm.sandbox.base import SandboxBackend
+from envfarm.processes import host_name
+from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task
 from envfarm.store.store import Store, is_terminal
 
@@ -154,7 +157,9 @@ class Controller:
             self.worker.wake()
 
 
-def default_runners(backend: SandboxBackend, artifacts_root: Path | None) -> RunnerFactory:
+def default_runners(
+    backend: SandboxBackend, artifacts_root: Path | None, pools: WarmPools | None = None
+) -> RunnerFactory:
     """Opens each job's policy (one endpoint pool or built-in server per job) as a runner."""
 
     @asynccontextmanager
@@ -171,6 +176,7 @@ def default_runners(backend: SandboxBackend, artifacts_root: Path | None) -> Run
                 max_turns=request.max_turns,
                 rubrics=RubricGrading(None, allow_unjudged=policy.needs_solution),
                 artifacts_dir=artifacts_root / job_id if artifacts_root else None,
+                pools=pools,
             )
 
     return runners
@@ -184,20 +190,39 @@ async def open_controller(
     backend: SandboxBackend | None = None,
     worker: WorkerConfig | None = None,
     artifacts_root: Path | None = None,
+    warm_pool: int = 0,
 ) -> AsyncIterator[Controller]:
     """A controller on ``db_url``; with ``backend`` and ``worker``, it also runs episodes (in a
-    background task, stopped on exit)."""
+    background task, stopped on exit), under host admission, taking sandboxes from warm pools
+    of ``warm_pool`` started sandboxes per environment when that is above 0."""
     store = await Store.open(db_url, finalize=finalize_group)
     running: asyncio.Task[None] | None = None
     stop = asyncio.Event()
+    pools = None
     try:
         work = None
         if backend is not None and worker is not None:
-            work = Worker(store, tasks, backend, default_runners(backend, artifacts_root), worker)
+            if warm_pool > 0:
+                pools = WarmPools(backend, size=warm_pool, run_id=f"pool-{host_name()}")
+            events = WorkerEvents(on_image=_warming(pools))
+            runners = default_runners(backend, artifacts_root, pools)
+            work = Worker(store, tasks, backend, runners, worker, events, Admission())
             running = asyncio.create_task(work.run(stop=stop))
         yield Controller(store, tasks, work)
     finally:
         stop.set()
         if running is not None:
             await running
+        if pools is not None:
+            await pools.close()
         await store.close()
+
+
+def _warming(
+    pools: WarmPools | None,
+) -> Callable[[Task, PreparedImage | None, EnvfarmError | None], None]:
+    def warm(task: Task, image: PreparedImage | None, error: EnvfarmError | None) -> None:
+        if pools is not None and image is not None:
+            pools.warm(task, image)
+
+    return warm
