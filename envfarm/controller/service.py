@@ -19,7 +19,7 @@ from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.metrics import MetricsSnapshot
-from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig, WorkerEvents
 from envfarm.errors import EnvfarmError, UnknownTask
@@ -27,6 +27,7 @@ from envfarm.grading.judges import RubricGrading
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest, JobView, RawGroupPage, TaskInfo
 from envfarm.policy.base import SamplingParams
+from envfarm.policy.builtin import BUILTIN_POLICIES
 from envfarm.processes import host_name
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
@@ -166,7 +167,13 @@ def default_runners(
     async def runners(
         job_id: str, request: JobRequest, board: PolicyVersionBoard
     ) -> AsyncIterator[EpisodeRunner]:
-        async with open_policy(policy_spec(request.policy), board) as policy:
+        judge = request.judge
+        builtin = request.policy.base_url in BUILTIN_POLICIES  # as `envfarm run` does
+        judge_spec = JudgeSpec.model_validate(judge.model_dump()) if judge else None
+        async with (
+            open_policy(policy_spec(request.policy), board) as policy,
+            open_judge(judge_spec) as rubric_judge,
+        ):
             yield EpisodeRunner(
                 backend=backend,
                 policy=policy,
@@ -174,7 +181,8 @@ def default_runners(
                 run_id=job_id,
                 sampling=SamplingParams(**request.sampling.model_dump()),
                 max_turns=request.max_turns,
-                rubrics=RubricGrading(None, allow_unjudged=policy.needs_solution),
+                rubrics=RubricGrading(rubric_judge, allow_unjudged=builtin),
+                context_budget=request.context_budget,
                 artifacts_dir=artifacts_root / job_id if artifacts_root else None,
                 pools=pools,
             )

@@ -47,6 +47,14 @@ class JobPolicy(Wire):
         return self
 
 
+class JudgeRequest(Wire):
+    """The rubric judge of a job's rubric tasks (docs/rubrics.md); may differ from the policy."""
+
+    base_url: str = Field(min_length=1)
+    model: str = "default"
+    api_key: SecretStr | None = None
+
+
 class Sampling(Wire):
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
@@ -72,6 +80,11 @@ class JobRequest(Wire):
     max_retries: int = Field(default=2, ge=0, le=20)
     """Extra attempts of an episode that failed for an infrastructure reason."""
     max_turns: int = Field(default=50, ge=1)
+    context_budget: int | None = Field(default=None, ge=1)
+    """Prompt tokens before the agent summarizes its work and restarts its context."""
+    judge: JudgeRequest | None = None
+    """Without one, rubric tasks are graded by their tests alone and flagged
+    ``rubric:unjudged`` when the policy is built in, else their rewards are invalid."""
     leave_one_out: bool = False
     name: str | None = Field(default=None, max_length=200)
 
@@ -181,4 +194,6 @@ def redacted(request: JobRequest) -> dict[str, Any]:
     policy.pop("api_key", None)
     for endpoint in policy.get("endpoints", []):
         endpoint.pop("api_key", None)
+    if data.get("judge"):
+        data["judge"].pop("api_key", None)
     return data

@@ -66,6 +66,8 @@ def request_json(request: JobRequest) -> str:
     for raw, endpoint in zip(policy["endpoints"], request.policy.endpoints, strict=True):
         if endpoint.api_key is not None:
             raw["api_key"] = endpoint.api_key.get_secret_value()
+    if request.judge is not None and request.judge.api_key is not None:
+        data["judge"]["api_key"] = request.judge.api_key.get_secret_value()
     return json.dumps(data)
 
 

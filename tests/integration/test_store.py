@@ -198,9 +198,18 @@ async def test_job_transitions_and_unknown_jobs(store):
 
 
 async def test_api_keys_are_kept_for_workers_and_never_shown(store):
-    secret = request(policy=JobPolicy(base_url="http://x/v1", api_key="sk-secret"))
+    secret = request(
+        policy=JobPolicy(base_url="http://x/v1", api_key="sk-secret"),
+        judge={"base_url": "http://judge/v1", "api_key": "sk-judge"},
+    )
     job = await store.create_job(secret, HASHES)
-    assert "sk-secret" not in (await store.job(job)).model_dump_json()
+    shown = (await store.job(job)).model_dump_json()
+    assert "sk-secret" not in shown
+    assert "sk-judge" not in shown
+    assert "http://judge/v1" in shown
     stored = await store.job_request(job)
     assert stored.policy.api_key is not None
     assert stored.policy.api_key.get_secret_value() == "sk-secret"
+    assert stored.judge is not None
+    assert stored.judge.api_key is not None
+    assert stored.judge.api_key.get_secret_value() == "sk-judge"
