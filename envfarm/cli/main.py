@@ -14,6 +14,7 @@ import envfarm
 from envfarm.cli.check import check
 from envfarm.cli.export import export
 from envfarm.cli.gc import gc
+from envfarm.cli.operator import operator
 from envfarm.cli.regrade import regrade
 from envfarm.cli.run import run
 from envfarm.cli.serve import serve, worker
@@ -50,6 +51,7 @@ cli.add_command(gc)
 cli.add_command(serve)
 cli.add_command(worker)
 cli.add_command(export)
+cli.add_command(operator)
 
 
 def main() -> None:

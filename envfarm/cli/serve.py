@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import signal
 import sys
@@ -96,7 +97,7 @@ def serve(
     url = db or str(data_dir / "envfarm.db")
 
     async def main(stopping: asyncio.Event) -> None:
-        backend = _docker_backend(runtime) if worker else None
+        backend = _backend(runtime) if worker else None
         config = WorkerConfig(concurrency=concurrency) if worker else None
         async with open_controller(
             url,
@@ -142,7 +143,7 @@ def worker(
         async with open_controller(
             url,
             tasks,
-            backend=_docker_backend(runtime),
+            backend=_backend(runtime),
             worker=WorkerConfig(concurrency=concurrency),
             artifacts_root=data_dir / "artifacts",
             warm_pool=warm_pool,
@@ -191,6 +192,31 @@ def _load_tasks(tasks_dir: Path) -> dict[str, Task]:
     for error in errors:
         console.print(f"[yellow]bad task (not served):[/] {escape(str(error))}", soft_wrap=True)
     return {task.id: task for task in tasks}
+
+
+def _backend(runtime: str | None) -> SandboxBackend:
+    """Docker, or with ``ENVFARM_SANDBOX_BACKEND=kubernetes`` pods in the namespace
+    ``ENVFARM_SANDBOX_NAMESPACE`` (``--runtime`` is then the pods' RuntimeClass)."""
+    kind = os.environ.get("ENVFARM_SANDBOX_BACKEND") or "docker"
+    if kind == "kubernetes":
+        namespace = os.environ.get("ENVFARM_SANDBOX_NAMESPACE") or "envfarm-sandboxes"
+        return _kubernetes_backend(runtime, namespace)
+    if kind != "docker":
+        raise click.BadParameter(f"ENVFARM_SANDBOX_BACKEND={kind!r}: expected docker or kubernetes")
+    return _docker_backend(runtime)
+
+
+def _kubernetes_backend(runtime_class: str | None, namespace: str) -> SandboxBackend:
+    """Pods of the cluster this process runs in (its service account), or else of the
+    kubeconfig's current context."""
+    from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
+    from envfarm.k8s.rest import RestKubeApi
+    from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
+
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    config = in_cluster_config() if in_cluster else load_kubeconfig()
+    settings = KubernetesBackendConfig(namespace=namespace, runtime_class=runtime_class)
+    return KubernetesBackend(RestKubeApi(config), settings)
 
 
 def _docker_backend(runtime: str | None) -> SandboxBackend:

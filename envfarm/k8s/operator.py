@@ -17,9 +17,10 @@ owner's key; ``workers`` tasks take keys and call ``reconcile(namespace, name)``
 * ``resync_s`` re-enqueues every known object now and then, the safety net of level-based
   controllers.
 
-Controllers: ``envpool_controller`` (``envpool.py``). The RolloutJob controller registers the
-same way (``Controller(ROLLOUT_JOBS, reconcile, owned=...)``); its reconciler drives jobs
-through the controller API, so it takes the API's client, not the store.
+Controllers: ``envpool_controller`` (``envpool.py``) and ``rolloutjob_controller``
+(``rolloutjob.py``, which drives jobs through the controller API's client, not the store). A
+reconcile may return a delay: the key runs again after it (a RolloutJob follows its job in the
+API, which has no watch).
 """
 
 from __future__ import annotations
@@ -31,14 +32,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from envfarm.errors import EnvfarmError, KubeError
-from envfarm.k8s.api import ENV_POOLS, PODS, KubeApi, KubeObject, ResourceLike, resolve
+from envfarm.k8s.api import (
+    ENV_POOLS,
+    PODS,
+    ROLLOUT_JOBS,
+    KubeApi,
+    KubeObject,
+    ResourceLike,
+    resolve,
+)
 from envfarm.k8s.conditions import set_condition
 from envfarm.k8s.envpool import POOL_LABEL, EnvPoolReconciler
 from envfarm.k8s.informer import Informer
+from envfarm.k8s.rolloutjob import RolloutJobReconciler
 
 log = logging.getLogger(__name__)
 
-Reconcile = Callable[[str, str], Awaitable[None]]
+Reconcile = Callable[[str, str], Awaitable[float | None]]
+"""(namespace, name) -> None, or the delay after which to reconcile the object again."""
 OwnerOf = Callable[[KubeObject], str | None]
 Key = tuple[int, str, str]
 """(controller index, namespace, name)."""
@@ -64,6 +75,10 @@ def envpool_controller(reconciler: EnvPoolReconciler) -> Controller:
         return (pod["metadata"].get("labels") or {}).get(POOL_LABEL)
 
     return Controller(ENV_POOLS, reconciler.reconcile, [Owned(PODS, POOL_LABEL, pool_of)])
+
+
+def rolloutjob_controller(reconciler: RolloutJobReconciler) -> Controller:
+    return Controller(ROLLOUT_JOBS, reconciler.reconcile)
 
 
 class WorkQueue:
@@ -199,7 +214,7 @@ class Operator:
         controller = self.controllers[index]
         self.reconciles += 1
         try:
-            await controller.reconcile(namespace, name)
+            again = await controller.reconcile(namespace, name)
         except EnvfarmError as exc:
             if exc.retryable:
                 self._retry(key, exc)
@@ -211,6 +226,8 @@ class Operator:
             self._retry(key, exc)
         else:
             self.failures.pop(key, None)
+            if again is not None:
+                self.queue.add_after(key, again)
 
     def _retry(self, key: Key, exc: Exception) -> None:
         attempts = self.failures.get(key, 0)
