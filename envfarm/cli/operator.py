@@ -24,9 +24,7 @@ from envfarm.cli.render import console
 from envfarm.cli.serve import _load_tasks, _run
 from envfarm.client import EnvfarmClient
 from envfarm.k8s.envpool import EnvPoolReconciler
-from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
 from envfarm.k8s.operator import Operator, envpool_controller, rolloutjob_controller
-from envfarm.k8s.rest import RestKubeApi
 from envfarm.k8s.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import Task, discover_tasks
@@ -96,6 +94,9 @@ def operator(
         in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
     async def main(stopping: asyncio.Event) -> None:
+        from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
+        from envfarm.k8s.rest import RestKubeApi
+
         config = in_cluster_config() if in_cluster else load_kubeconfig(kubeconfig, context)
         kube = RestKubeApi(config)
         async with EnvfarmClient(api_url, token, retry_for_s=30.0) as client:

@@ -14,11 +14,7 @@ Each pass reads the RolloutJob and drives its job through the API's client:
   job is not over, the pass asks to run again after ``poll_s`` (the API has no watch).
 * **Deleted**: cancel the job, then remove the finalizer.
 
-Tasks: the API runs tasks from its own library (``GET /v1/tasks``), so the spec's task source
-says which tasks, and the API must already hold them. A ConfigMap's archive is read and each
-task in it must be served with the same content hash (``archive_tasks`` turns the archive
-into ``{id: content_hash}``); a volume or image source cannot be read here and names the
-tasks through ``spec.tasks.ids`` (default: every task the API serves).
+How the spec becomes a request (task sources, Secrets) is ``rolloutjob_spec.py``.
 
 Errors: an unreachable API (``ApiConnectionError``), a 5xx answer or a Kubernetes conflict
 are temporary (the operator retries with a delay); a bad spec, an unknown task, a missing
@@ -28,20 +24,35 @@ reason; the next change of the object, or the operator's resync, tries again).
 
 from __future__ import annotations
 
-import base64
-import binascii
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from envfarm.client.errors import ApiError
 from envfarm.errors import EnvfarmError, KubeNotFound
-from envfarm.k8s.api import CONFIG_MAPS, ROLLOUT_JOBS, SECRETS, KubeApi, KubeObject
+from envfarm.k8s.api import ROLLOUT_JOBS, KubeApi, KubeObject
 from envfarm.k8s.conditions import set_condition
-from envfarm.k8s.objects import name_of, resource_version, uid_of
+from envfarm.k8s.objects import name_of, resource_version
+from envfarm.k8s.rolloutjob_spec import (
+    ArchiveTasks,
+    InvalidRolloutJob,
+    JobRejected,
+    JobRequestBuilder,
+    SecretNotFound,
+    UnknownTask,
+    job_name,
+)
 from envfarm.models.jobs import TERMINAL_STATUSES, JobCounts, JobRequest, JobView, TaskInfo
 
+__all__ = [
+    "ApiUnavailable",
+    "InvalidRolloutJob",
+    "JobRejected",
+    "RolloutJobReconciler",
+    "SecretNotFound",
+    "UnknownTask",
+]
+
 FINALIZER = "envfarm.dev/cancel-job"
-DEFAULT_ARCHIVE_KEY = "tasks.tar.gz"
 PHASES = {
     "queued": "Queued",
     "running": "Running",
@@ -50,8 +61,6 @@ PHASES = {
     "cancelled": "Cancelled",
     "failed": "Failed",
 }
-ArchiveTasks = Callable[[bytes], Mapping[str, str]]
-"""A task archive's bytes -> ``{task id: content hash}``; raises ``InvalidRolloutJob``."""
 
 
 class JobApi(Protocol):
@@ -72,22 +81,6 @@ class JobApi(Protocol):
     async def tasks(self) -> list[TaskInfo]: ...
 
 
-class InvalidRolloutJob(EnvfarmError):
-    """The spec cannot become a job (a bad field, an unreadable task archive)."""
-
-
-class UnknownTask(InvalidRolloutJob):
-    """A task the spec names is not served by the API, or is served in another version."""
-
-
-class SecretNotFound(InvalidRolloutJob):
-    """A Secret (or its key) that the policy names does not exist."""
-
-
-class JobRejected(InvalidRolloutJob):
-    """The API refused the job (4xx): the request is wrong, retrying cannot help."""
-
-
 class ApiUnavailable(EnvfarmError):
     """The API answered 5xx: retry later."""
 
@@ -105,11 +98,6 @@ def counts_status(counts: JobCounts) -> dict[str, int]:
         "infraErrors": counts.infra_errors,
         "groupsCompleted": counts.groups_completed,
     }
-
-
-def job_name(job: KubeObject) -> str:
-    metadata = job["metadata"]
-    return f"rolloutjob/{metadata['namespace']}/{metadata['name'][:80]}/{uid_of(job)}"
 
 
 def translated(exc: ApiError) -> EnvfarmError:
@@ -133,7 +121,7 @@ class RolloutJobReconciler:
         self.api = api
         self.jobs = jobs
         self.api_url = api_url.rstrip("/")
-        self.archive_tasks = archive_tasks
+        self.builder = JobRequestBuilder(api, archive_tasks)
         self.poll_s = poll_s
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
@@ -245,112 +233,5 @@ class RolloutJobReconciler:
 
     async def request(self, job: KubeObject) -> dict[str, Any]:
         """The job request a RolloutJob's spec stands for (API keys included)."""
-        spec = job.get("spec") or {}
-        namespace = job["metadata"]["namespace"]
-        body: dict[str, Any] = {
-            "name": job_name(job),
-            "tasks": await self._task_ids(namespace, spec.get("tasks") or {}),
-            "policy": await self._policy(namespace, spec.get("policy") or {}),
-            "sampling": _sampling(spec.get("sampling") or {}),
-            "group_size": spec.get("groupSize", 1),
-            "priority": spec.get("priority", 0),
-            "stale_policy": spec.get("stalePolicy", "drop"),
-            "max_retries": spec.get("maxRetries", 2),
-            "max_turns": spec.get("maxTurns", 50),
-            "leave_one_out": spec.get("leaveOneOut", False),
-        }
-        for field, key in (("concurrency", "concurrency"), ("maxStaleness", "max_staleness")):
-            if spec.get(field) is not None:
-                body[key] = spec[field]
-        try:
-            JobRequest.model_validate(body)
-        except ValueError as exc:
-            raise InvalidRolloutJob(
-                f"spec of RolloutJob {namespace}/{name_of(job)}: {exc}"
-            ) from exc
-        return body
-
-    async def _task_ids(self, namespace: str, source: dict[str, Any]) -> list[str]:
-        served = {t.id: t.content_hash for t in await self.jobs.tasks()}
-        wanted: list[str] | None = source.get("ids")
-        if "configMap" in source:
-            archived = await self._archived(namespace, source["configMap"])
-            for task_id in wanted or []:
-                if task_id not in archived:
-                    raise UnknownTask(f"spec.tasks.ids: task {task_id!r} is not in the archive")
-            for task_id, digest in archived.items():
-                if served.get(task_id) not in (None, digest):
-                    raise UnknownTask(
-                        f"task {task_id!r}: the API serves a different version of it "
-                        f"(content hash {served[task_id][:12]}, the archive's {digest[:12]})"
-                    )
-            wanted = wanted or sorted(archived)
-        wanted = wanted or sorted(served)
-        missing = [task_id for task_id in wanted if task_id not in served]
-        if missing:
-            raise UnknownTask(
-                f"spec.tasks: the API does not serve {', '.join(map(repr, missing[:5]))}"
-                f"{' and more' if len(missing) > 5 else ''} (it serves {len(served)} tasks; "
-                "tasks must be in the controllers' task library)"
-            )
-        if not wanted:
-            raise InvalidRolloutJob("spec.tasks: no task to run (the API serves none)")
-        return wanted
-
-    async def _archived(self, namespace: str, ref: dict[str, Any]) -> Mapping[str, str]:
-        name, key = ref.get("name", ""), ref.get("key", DEFAULT_ARCHIVE_KEY)
-        try:
-            config_map = await self.api.get(CONFIG_MAPS, namespace, name)
-        except KubeNotFound as exc:
-            raise InvalidRolloutJob(f"spec.tasks.configMap: no ConfigMap {name!r}") from exc
-        encoded = (config_map.get("binaryData") or {}).get(key)
-        if encoded is None:
-            raise InvalidRolloutJob(f"ConfigMap {name!r} has no binaryData key {key!r}")
-        if self.archive_tasks is None:
-            raise InvalidRolloutJob("this operator cannot read task archives")
-        try:
-            return self.archive_tasks(base64.b64decode(encoded, validate=True))
-        except binascii.Error as exc:
-            raise InvalidRolloutJob(f"ConfigMap {name!r} key {key!r}: not base64") from exc
-
-    async def _policy(self, namespace: str, policy: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "server_profile": policy.get("serverProfile", "auto"),
-            "routed_experts": policy.get("routedExperts", False),
-        }
-        if policy.get("baseUrl"):
-            body["base_url"] = policy["baseUrl"]
-        if policy.get("model"):
-            body["model"] = policy["model"]
-        if ref := policy.get("apiKeySecretRef"):
-            body["api_key"] = await self._secret(namespace, ref, "spec.policy.apiKeySecretRef")
-        endpoints = []
-        for index, endpoint in enumerate(policy.get("endpoints") or []):
-            entry = {"url": endpoint.get("url", ""), "weight": endpoint.get("weight", 1)}
-            if ref := endpoint.get("apiKeySecretRef"):
-                where = f"spec.policy.endpoints[{index}].apiKeySecretRef"
-                entry["api_key"] = await self._secret(namespace, ref, where)
-            endpoints.append(entry)
-        if endpoints:
-            body["endpoints"] = endpoints
-        return body
-
-    async def _secret(self, namespace: str, ref: dict[str, Any], where: str) -> str:
-        name, key = ref.get("name", ""), ref.get("key", "")
-        try:
-            secret = await self.api.get(SECRETS, namespace, name)
-        except KubeNotFound as exc:
-            raise SecretNotFound(f"{where}: no Secret {name!r} in {namespace}") from exc
-        value = (secret.get("data") or {}).get(key)
-        if value is None:
-            raise SecretNotFound(f"{where}: Secret {name!r} has no key {key!r}")
-        try:
-            return base64.b64decode(value, validate=True).decode().strip()
-        except (binascii.Error, UnicodeDecodeError) as exc:
-            raise SecretNotFound(f"{where}: Secret {name!r} key {key!r} is not text") from exc
-
-
-def _sampling(sampling: dict[str, Any]) -> dict[str, Any]:
-    names = {"temperature": "temperature", "topP": "top_p", "maxTokens": "max_tokens",
-             "seed": "seed"}  # fmt: skip
-    return {names[k]: v for k, v in sampling.items() if k in names and v is not None}
+        served = {task.id: task.content_hash for task in await self.jobs.tasks()}
+        return await self.builder.request(job, served)
