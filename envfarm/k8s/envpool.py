@@ -202,36 +202,51 @@ async def claim(
 
 
 class PoolClaimer:
-    """Claims from a pool through a watch-fed cache of its pods (one request per claim)."""
+    """Claims from a pool through a watch-fed cache of its pods (one request per claim).
+
+    Pods being claimed by this claimer are set aside, so its concurrent claims never race each
+    other; a 409 only comes from another claimer (another process) taking the same pod."""
 
     def __init__(self, api: KubeApi, namespace: str, pool: str) -> None:
         self.api, self.namespace, self.pool = api, namespace, pool
         self.informer = Informer(api, PODS, namespace, label_selector=pool_selector(pool))
         self.conflicts = 0
+        self._taken: set[str] = set()
 
     async def start(self) -> None:
         self.informer.start()
         await self.informer.synced.wait()
 
+    def _candidates(self, skipped: set[str]) -> list[KubeObject]:
+        return [
+            pod
+            for pod in self.informer.cache.values()
+            if pod_ready(pod) and name_of(pod) not in self._taken and name_of(pod) not in skipped
+        ]
+
     async def claim(self, claimer: str, *, owner: dict[str, Any] | None = None) -> KubeObject:
-        taken: set[str] = set()
-        while True:
-            ready = [
-                p for p in self.informer.cache.values() if pod_ready(p) and name_of(p) not in taken
-            ]
-            if not ready:
-                raise NoWarmEnvironment(
-                    f"pool {self.pool} has no ready environment to claim",
-                    status=409,
-                    reason="NoWarmEnvironment",
-                )
+        skipped: set[str] = set()
+        while ready := self._candidates(skipped):
             pod = random.choice(ready)
+            name = name_of(pod)
+            self._taken.add(name)
             try:
-                patch = claim_patch(pod, claimer, owner)
-                return await self.api.patch(PODS, self.namespace, name_of(pod), patch)
+                claimed = await self.api.patch(
+                    PODS, self.namespace, name, claim_patch(pod, claimer, owner)
+                )
             except (KubeConflict, KubeNotFound):
                 self.conflicts += 1
-                taken.add(name_of(pod))
+                skipped.add(name)
+                continue
+            finally:
+                self._taken.discard(name)
+            self.informer.cache.pop((self.namespace, name), None)
+            return claimed
+        raise NoWarmEnvironment(
+            f"pool {self.pool} has no ready environment to claim",
+            status=409,
+            reason="NoWarmEnvironment",
+        )
 
     async def close(self) -> None:
         await self.informer.stop()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 from envfarm.errors import KubeConflict, KubeInvalid
 from envfarm.k8s.api import (
@@ -102,9 +102,8 @@ class MemoryKubeApi(ObjectStore):
         labels, fields = parse_label_selector(label_selector), parse_field_selector(field_selector)
         items = [
             deep_copy(obj)
-            for (key, ns, _), obj in sorted(self._objects.items())
-            if key == res.key
-            and namespace in (None, ns)
+            for (ns, _), obj in self.of_kind(res)
+            if namespace in (None, ns)
             and labels.matches(obj.get("metadata", {}).get("labels") or {})
             and fields.matches(obj)
         ]
@@ -179,7 +178,7 @@ class MemoryKubeApi(ObjectStore):
         label_selector: str | None = None,
         field_selector: str | None = None,
         timeout_seconds: float | None = None,
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         await self._request("watch")
         res = self._resource(resource)
         watcher = Watcher(
@@ -191,8 +190,8 @@ class MemoryKubeApi(ObjectStore):
         if resource_version in (None, "", "0"):
             first = [
                 StoredEvent(self._rv, "ADDED", res.key, ns, obj)
-                for (key, ns, _), obj in sorted(self._objects.items())
-                if key == res.key and namespace in (None, ns)
+                for (ns, _), obj in self.of_kind(res)
+                if namespace in (None, ns)
             ]
         else:
             first = [
@@ -247,7 +246,7 @@ class MemoryKubeApi(ObjectStore):
 
     def objects(self, resource: ResourceLike) -> builtins.list[KubeObject]:
         res = self._resource(resource)
-        return [deep_copy(o) for (k, _, _), o in sorted(self._objects.items()) if k == res.key]
+        return [deep_copy(obj) for _, obj in self.of_kind(res)]
 
     def all_keys(self) -> builtins.list[Key]:
         return sorted(self._objects)

@@ -39,6 +39,8 @@ class ObjectStore:
     def __init__(self, *, history: int, watch_buffer: int) -> None:
         self._by_key: dict[str, Resource] = {}
         self._objects: dict[Key, KubeObject] = {}
+        self._kinds: dict[str, dict[tuple[str, str], KubeObject]] = {}
+        """Resource key -> (namespace, name) -> object: lists scan one type, not the store."""
         self._rv = 1
         self.hub = WatchHub(history=history, buffer=watch_buffer)
         self.owners = OwnerIndex(self)
@@ -61,6 +63,10 @@ class ObjectStore:
 
     def find(self, key: Key) -> KubeObject | None:
         return self._objects.get(key)
+
+    def of_kind(self, res: Resource) -> list[tuple[tuple[str, str], KubeObject]]:
+        """((namespace, name), object) of one resource type, in key order (as the server)."""
+        return sorted(self._kinds.get(res.key, {}).items())
 
     def create_now(self, res: Resource, namespace: str, body: KubeObject) -> KubeObject:
         obj = deep_copy(body)
@@ -206,6 +212,7 @@ class ObjectStore:
         metadata = obj["metadata"]
         metadata["resourceVersion"] = str(self._rv)
         self._objects[(res.key, metadata["namespace"], metadata["name"])] = obj
+        self._kinds.setdefault(res.key, {})[(metadata["namespace"], metadata["name"])] = obj
         kind: EventType = "ADDED" if old is None else "MODIFIED"
         self.hub.emit(StoredEvent(self._rv, kind, res.key, metadata["namespace"], obj, old))
         if self.kubelet is not None and res == PODS:
@@ -217,6 +224,7 @@ class ObjectStore:
         if self._objects.get(key) is None:
             return
         del self._objects[key]
+        del self._kinds[res.key][(metadata["namespace"], metadata["name"])]
         self._rv += 1
         last = deep_copy(current)
         last["metadata"]["resourceVersion"] = str(self._rv)

@@ -1,0 +1,186 @@
+"""The HTTP implementation of KubeApi against the in-memory API served on loopback in the API
+server's REST shapes: request building, streaming watches, error translation, WebSocket attach,
+and the whole sandbox backend over the network."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+
+from envfarm.errors import (
+    KubeConflict,
+    KubeError,
+    KubeGone,
+    KubeInvalid,
+    KubeNotFound,
+    KubeUnavailable,
+)
+from envfarm.k8s.api import CONFIG_MAPS, ENV_POOLS, PODS
+from envfarm.k8s.kubeconfig import KubeConfig, in_cluster_config, load_kubeconfig
+from envfarm.k8s.kubelet import SimulatedKubelet
+from envfarm.k8s.memory import MemoryKubeApi
+from envfarm.k8s.memory_http import serve
+from envfarm.k8s.objects import owner_reference
+from envfarm.k8s.rest import RestKubeApi
+from envfarm.sandbox.fake import FakeSandbox, ok
+from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
+from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
+from envfarm.spec.task import load_task
+
+NS = "envs"
+TASKS = Path(__file__).resolve().parents[2] / "tasks"
+
+
+class Served:
+    def __init__(self, token: str | None = "secret") -> None:
+        self.memory = MemoryKubeApi()
+        self.token = token
+
+    async def __aenter__(self) -> Served:
+        self.runner, self.url = await serve(self.memory, token=self.token)
+        self.api = RestKubeApi(KubeConfig(server=self.url, token=self.token))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.api.close()
+        await self.memory.close()
+        await self.runner.cleanup()
+
+
+async def test_crud_and_the_errors_of_each_over_http():
+    async with Served() as served:
+        api = served.api
+        created = await api.create(CONFIG_MAPS, NS, {"metadata": {"name": "a"}, "data": {"k": "v"}})
+        assert created["metadata"]["uid"]
+        assert (await api.get(("v1", "ConfigMap"), NS, "a"))["data"] == {"k": "v"}
+        listing = await api.list(CONFIG_MAPS, NS, label_selector="")
+        assert [(i["kind"], i["metadata"]["name"]) for i in listing.items] == [("ConfigMap", "a")]
+        with pytest.raises(KubeConflict) as exists:
+            await api.create(CONFIG_MAPS, NS, {"metadata": {"name": "a"}})
+        assert (exists.value.status, exists.value.reason) == (409, "AlreadyExists")
+        with pytest.raises(KubeNotFound):
+            await api.get(CONFIG_MAPS, NS, "missing")
+        with pytest.raises(KubeInvalid) as invalid:
+            await api.create(CONFIG_MAPS, NS, {"metadata": {"name": "Not Valid"}})
+        assert invalid.value.status == 422
+        stale = dict(created, data={"k": "first"})
+        await api.replace(CONFIG_MAPS, NS, "a", stale)
+        with pytest.raises(KubeConflict, match="has been modified"):
+            await api.replace(CONFIG_MAPS, NS, "a", stale)
+        patched = await api.patch(CONFIG_MAPS, NS, "a", {"data": {"k": None, "n": "1"}})
+        assert patched["data"] == {"n": "1"}
+        with pytest.raises(KubeConflict):
+            await api.delete(CONFIG_MAPS, NS, "a", resource_version="1")
+        await api.delete(CONFIG_MAPS, NS, "a")
+        assert served.memory.all_keys() == []
+
+
+async def test_subresources_and_cascading_deletion_over_http():
+    async with Served() as served:
+        api = served.api
+        pool = await api.create(ENV_POOLS, NS, {"metadata": {"name": "p"}, "spec": {"replicas": 1}})
+        pod = {
+            "metadata": {"name": "p-1", "ownerReferences": [owner_reference(pool)]},
+            "spec": {"containers": [{"name": "main", "image": "x"}]},
+        }
+        await api.create(PODS, NS, pod)
+        await api.patch(ENV_POOLS, NS, "p", {"spec": {"replicas": 4}}, subresource="scale")
+        scale = await api.get(ENV_POOLS, NS, "p", subresource="scale")
+        assert scale["spec"] == {"replicas": 4}
+        await api.patch(ENV_POOLS, NS, "p", {"status": {"replicas": 1}}, subresource="status")
+        assert (await api.get(ENV_POOLS, NS, "p"))["status"] == {"replicas": 1}
+        marked = await api.delete(ENV_POOLS, NS, "p", propagation="Foreground")
+        assert marked["metadata"]["deletionTimestamp"]
+        assert served.memory.all_keys() == []
+
+
+async def test_watch_streams_large_objects_and_reports_410():
+    async with Served() as served:
+        api = served.api
+        start = (await api.list(CONFIG_MAPS, NS)).resource_version
+        big = "x" * 200_000  # one watch line far past 64 KiB
+        await api.create(CONFIG_MAPS, NS, {"metadata": {"name": "big"}, "data": {"blob": big}})
+        stream = api.watch(CONFIG_MAPS, NS, resource_version=start)
+        event = await anext(stream)
+        assert (event.type, event.object["data"]["blob"]) == ("ADDED", big)
+        waiting = asyncio.ensure_future(anext(stream))
+        await api.patch(CONFIG_MAPS, NS, "big", {"data": {"blob": "small"}})
+        assert (await waiting).type == "MODIFIED"
+        await stream.aclose()
+        served.memory.compact_history()
+        with pytest.raises(KubeGone) as gone:
+            await anext(api.watch(CONFIG_MAPS, NS, resource_version=start))
+        assert gone.value.status == 410
+
+
+async def test_authentication_and_unreachable_servers():
+    async with Served() as served:
+        anonymous = RestKubeApi(KubeConfig(server=served.url))
+        with pytest.raises(KubeError) as refused:
+            await anonymous.list(PODS, NS)
+        assert refused.value.status == 401
+        assert not refused.value.retryable
+        await anonymous.close()
+        url = served.url
+    nobody = RestKubeApi(KubeConfig(server=url), timeout_s=5)
+    with pytest.raises(KubeUnavailable) as down:
+        await nobody.get(PODS, NS, "x")
+    assert down.value.retryable
+    await nobody.close()
+
+
+async def test_the_sandbox_backend_over_http_and_websocket_attach():
+    async with Served() as served:
+        runtime = FakePodRuntime(lambda pod: FakeSandbox(lambda c: ok(f"ran: {c}")))
+        SimulatedKubelet(served.memory, runtime=runtime, probe_period_s=0.01)
+        task = load_task(TASKS / "redis-rate-limiter")
+        for channel in ("attach", "exec"):
+            config = KubernetesBackendConfig(namespace=NS, channel=channel)
+            backend = KubernetesBackend(served.api, config)
+            sandbox = backend.create(task, await backend.prepare(task), run_id="http")
+            await sandbox.start()
+            result = await sandbox.exec("redis-cli ping")
+            assert (result.exit_code, result.stdout) == (0, "ran: redis-cli ping")
+            payload = bytes(range(256)) * 8000  # 2 MB: several stdin messages
+            await sandbox.write_file("/data/blob", payload)
+            assert await sandbox.read_file("/data/blob") == payload
+            await sandbox.stop()
+            await backend.close()
+        assert served.memory.all_keys() == []
+
+
+def test_kubeconfig_file_and_in_cluster_settings(tmp_path, monkeypatch):
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    (tmp_path / "token").write_text("from-file\n")
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: dev\n"
+        "contexts:\n- name: dev\n  context: {cluster: c, user: u, namespace: envs}\n"
+        "- name: cloud\n  context: {cluster: c, user: plugin}\n"
+        "clusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1:6443/\n"
+        f"    certificate-authority-data: {base64.b64encode(ca.encode()).decode()}\n"
+        "users:\n- name: u\n  user: {tokenFile: token}\n"
+        "- name: plugin\n  user: {exec: {command: gcloud}}\n"
+    )
+    loaded = load_kubeconfig(config)
+    assert (loaded.server, loaded.ca_pem, loaded.namespace) == ("https://10.0.0.1:6443", ca, "envs")
+    assert loaded.token_file == str(tmp_path / "token")
+    with pytest.raises(KubeInvalid, match=r"users.plugin.exec: credential plugins"):
+        load_kubeconfig(config, context="cloud")
+    with pytest.raises(KubeInvalid, match="no context named 'nope'"):
+        load_kubeconfig(config, context="nope")
+    account = tmp_path / "sa"
+    account.mkdir()
+    (account / "token").write_text("t")
+    (account / "ca.crt").write_text(ca)
+    (account / "namespace").write_text("envfarm-sandboxes")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    cluster = in_cluster_config(account)
+    assert (cluster.server, cluster.namespace) == ("https://10.96.0.1:443", "envfarm-sandboxes")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    with pytest.raises(KubeInvalid, match="not running in a cluster"):
+        in_cluster_config(account)
