@@ -30,16 +30,19 @@ from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.metrics import WorkerMetrics
 from envfarm.controller.versions import PolicyVersionBoard
-from envfarm.errors import EnvfarmError
+from envfarm.errors import EnvfarmError, ImageError, StoreError
 from envfarm.models.jobs import JobRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.processes import host_name, pid_alive
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task
 from envfarm.store.leases import Lease
+from envfarm.store.results import Recorded
 from envfarm.store.store import Store, is_terminal
 
 log = logging.getLogger(__name__)
+BUILD_RETRY_S = 300.0
+RECORD_RETRY_MAX_S = 16.0
 
 RunnerFactory = Callable[
     [str, JobRequest, PolicyVersionBoard], AbstractAsyncContextManager[EpisodeRunner]
@@ -102,6 +105,7 @@ class Worker:
         self._runtimes: dict[str, _Runtime] = {}
         self._runtime_locks: dict[str, asyncio.Lock] = {}
         self._renewed = 0.0
+        self._failed_at: dict[str, float] = {}
 
     def wake(self) -> None:
         """Look for work now rather than at the next poll (a job was submitted or resumed)."""
@@ -127,6 +131,8 @@ class Worker:
                         return
                 except EnvfarmError as exc:
                     log.warning("worker %s: %s (retrying)", self.id, exc)
+                except Exception:
+                    log.exception("worker %s: unexpected error (retrying)", self.id)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
                 self._wake.clear()
@@ -138,6 +144,7 @@ class Worker:
         return status is not None and is_terminal(status) and not self._running
 
     async def _tick(self) -> None:
+        self._forget_failed_builds()
         work = await self.store.open_work()
         for job_id, keys in work.items():
             for key in keys:
@@ -163,19 +170,30 @@ class Worker:
             async with self._build_slots:
                 try:
                     image = await self.backend.prepare(task)
-                except EnvfarmError as exc:
+                except Exception as raw:
+                    exc = raw if isinstance(raw, EnvfarmError) else ImageError(f"{task.id}: {raw}")
                     self.events.on_image(task, None, exc)
                     if not exc.infrastructure:
                         for job, keys in (await self.store.open_work()).items():
                             if f"{task.id}\0{task.content_hash}" in keys:
                                 await self.store.fail_task(job, task.content_hash, str(exc))
                     self._images[task.content_hash] = (None, exc)
+                    self._failed_at[task.content_hash] = time.monotonic()
                     return
             self.events.on_image(task, image, None)
             self._images[task.content_hash] = (image, None)
         finally:
             self._builds.pop(task.content_hash, None)
             self.wake()
+
+    def _forget_failed_builds(self) -> None:
+        """An image that failed for an infrastructure reason is tried again after a while (a
+        long-running worker must not hold a passing fault against a task forever)."""
+        in_use = {lease.task_hash for lease, _ in self._running.values()}
+        for task_hash, failed in list(self._failed_at.items()):
+            if time.monotonic() - failed > BUILD_RETRY_S and task_hash not in in_use:
+                del self._failed_at[task_hash]
+                self._images.pop(task_hash, None)
 
     async def _heartbeat(self) -> None:
         self._renewed = time.monotonic()
@@ -244,7 +262,7 @@ class Worker:
             or not error_info.retryable
             or lease.attempt >= runtime.request.max_retries
         )
-        recorded = await self.store.record(self.id, trajectory, final)
+        recorded = await self._record(trajectory, final)
         self.metrics.attempt(trajectory, final)
         if recorded.status == "lost":
             log.warning(
@@ -259,6 +277,19 @@ class Worker:
             delivered = self.events.on_group(lease.job_id)
             if delivered is not None:
                 await delivered
+
+    async def _record(self, trajectory: Trajectory, final: bool) -> Recorded:
+        """Record a result, riding out a short store outage (the lease is renewed meanwhile)."""
+        delay = 0.5
+        while True:
+            try:
+                return await self.store.record(self.id, trajectory, final)
+            except StoreError as exc:
+                if delay > RECORD_RETRY_MAX_S:
+                    raise
+                log.warning("episode %s: %s; retrying in %.1fs", trajectory.episode_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay *= 2
 
     async def _runtime(self, job_id: str) -> _Runtime:
         async with self._runtime_locks.setdefault(job_id, asyncio.Lock()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,10 @@ def make_task(root: Path):
     (root / "environment").mkdir(parents=True)
     (root / "tests").mkdir()
     (root / "solution").mkdir()
-    (root / "task.toml").write_text('[environment]\nworkdir = "/app"\n')
+    # shared: a fake sandbox has no files to carry into a clean-room verifier
+    (root / "task.toml").write_text(
+        '[verifier]\nenvironment_mode = "shared"\n[environment]\nworkdir = "/app"\n'
+    )
     (root / "instruction.md").write_text("do it\n")
     (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
     (root / "tests" / "test.sh").write_text("true\n")
@@ -79,3 +83,27 @@ async def test_missing_reward_is_invalid_and_not_retried(tmp_path):
     assert len(backend.created) == 1
     assert trajectory.error is not None
     assert trajectory.error.phase == "grading"
+
+
+class BrokenBuilds(FakeBackend):
+    """A backend whose image builds fail with a foreign (non-envfarm) error."""
+
+    async def prepare(self, task):
+        raise RuntimeError("the engine said something unexpected")
+
+
+async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_path):
+    task = make_task(tmp_path / "t")
+    backend = BrokenBuilds()
+    async with open_policy(PolicySpec(target="nop")) as policy:
+        runner = EpisodeRunner(
+            backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
+        )
+        result = await asyncio.wait_for(Job([task], runner, JobConfig(group_size=2)).run(), 60)
+    assert len(result.trajectories) == 2
+    for trajectory in result.trajectories:
+        assert trajectory.error is not None
+        assert trajectory.error.phase == "build"
+        assert "something unexpected" in trajectory.error.message
+        assert trajectory.reward.valid is False
+    assert backend.created == []
