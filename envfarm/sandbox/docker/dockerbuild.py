@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import tempfile
@@ -72,11 +73,13 @@ def threadsafe_log(on_log: LogFn | None) -> LogFn:
 @contextlib.asynccontextmanager
 async def exclusive(tag: str) -> AsyncIterator[None]:
     """Hold while checking for and building ``tag``: one builder per event loop (a lock) and
-    per machine (an flock on a file named after the tag, polled so cancellation is clean)."""
+    per machine and engine (an flock on a file named after the tag and DOCKER_HOST, polled so
+    cancellation is clean)."""
     per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
     async with per_loop.setdefault(tag, asyncio.Lock()):
         LOCK_DIR.mkdir(exist_ok=True)
-        path = LOCK_DIR / (re.sub(r"[^\w.-]", "_", tag) + ".lock")
+        engine = hashlib.sha256(os.environ.get("DOCKER_HOST", "").encode()).hexdigest()[:8]
+        path = LOCK_DIR / (re.sub(r"[^\w.-]", "_", tag) + f".{engine}.lock")  # per engine
         fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
             while True:
