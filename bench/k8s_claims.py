@@ -14,10 +14,13 @@ adds a round trip to every request). Measured in one run:
 - baselines in the same run: one merge patch of a pod on the same API (the floor of any claim),
   and the naive claim that lists the pool for every claim instead of using the watch cache.
 
+The reconciler reads pool members from its watch cache (``--listing``: lists them each pass).
+
 Prints a table and, last, one JSON object. The in-memory API is one process with the operator,
 so these figures are the operator's own cost, not an API server's.
 
     python bench/k8s_claims.py [--pool 500] [--claims 1000] [--rate 75] [--concurrency 50]
+                               [--latency-ms 0] [--listing]
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from envfarm.k8s.envpool import EnvPoolReconciler, NoWarmEnvironment, PoolClaime
 from envfarm.k8s.kubelet import SimulatedKubelet
 from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.k8s.operator import Operator, envpool_controller
+from envfarm.k8s.poolcache import PoolPods
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import load_task
 
@@ -134,9 +138,12 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     SimulatedKubelet(api, probe_period_s=0.01)
     task = load_task(TASK)
     operator = Operator(api, NS, workers=args.workers, retry_delay_s=0.05, resync_s=None)
-    operator.add(envpool_controller(EnvPoolReconciler(api, TaskTemplates({task.id: task}))))
+    pods = None if args.listing else PoolPods(api, NS)
+    reconciler = EnvPoolReconciler(api, TaskTemplates({task.id: task}), pods)
+    operator.add(envpool_controller(reconciler))
     await operator.start()
     results: dict[str, object] = {"pool": args.pool, "claims": args.claims}
+    results["reconciler"] = "listing" if args.listing else "watch cache"
     print("| phase | environments | claim p50 | claim p99 |")
     print("| --- | ---: | ---: | ---: |")
 
@@ -192,4 +199,7 @@ if __name__ == "__main__":
     parser.add_argument("--naive", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument(
+        "--listing", action="store_true", help="the reconciler lists pods (no watch cache)"
+    )
     asyncio.run(main(parser.parse_args()))

@@ -33,8 +33,9 @@ from envfarm.k8s.api import ENV_POOLS, PODS, KubeApi, KubeObject
 from envfarm.k8s.conditions import set_condition
 from envfarm.k8s.informer import Informer
 from envfarm.k8s.objects import name_of, owner_reference, resource_version
+from envfarm.k8s.poolcache import POOL_LABEL as POOL_LABEL
+from envfarm.k8s.poolcache import PoolPods
 
-POOL_LABEL = "envfarm.dev/pool"
 CLAIMED_LABEL = "envfarm.dev/claimed-by"
 TEMPLATE_HASH = "envfarm.dev/template-hash"
 CREATE_BATCH = 50
@@ -79,9 +80,14 @@ def _surplus_first(pods: list[KubeObject], fresh: str) -> list[KubeObject]:
 
 
 class EnvPoolReconciler:
-    def __init__(self, api: KubeApi, templates: TemplateSource) -> None:
+    """``pods``: read pool members from a watch-fed cache (``poolcache``) instead of a list."""
+
+    def __init__(
+        self, api: KubeApi, templates: TemplateSource, pods: PoolPods | None = None
+    ) -> None:
         self.api = api
         self.templates = templates
+        self.pods = pods
 
     def new_pod(self, pool: KubeObject, template: KubeObject, digest: str) -> KubeObject:
         metadata = dict(template.get("metadata") or {})
@@ -114,8 +120,12 @@ class EnvPoolReconciler:
         spec = pool.get("spec") or {}
         desired = int(spec.get("replicas", 1))
         recreate = (spec.get("updateStrategy") or {}).get("type") == "Recreate"
-        listing = await self.api.list(PODS, namespace, label_selector=pool_selector(name))
-        pods = [p for p in listing.items if not p["metadata"].get("deletionTimestamp")]
+        if self.pods is not None:
+            members, pending = self.pods.members(namespace, name)
+        else:
+            listing = await self.api.list(PODS, namespace, label_selector=pool_selector(name))
+            members, pending = listing.items, 0
+        pods = [p for p in members if not p["metadata"].get("deletionTimestamp")]
         doomed = [p for p in pods if _ended(p)]
         live = [p for p in pods if not _ended(p)]
         if recreate:
@@ -125,22 +135,24 @@ class EnvPoolReconciler:
             live = _surplus_first(live, digest)
             doomed += live[: len(live) - desired]
             live = live[len(live) - desired :]
-        await self._delete(namespace, doomed)
-        missing = max(desired - len(live), 0)
+        await self._delete(namespace, name, doomed)
+        missing = max(desired - len(live) - pending, 0)
         created = await self._create(namespace, pool, template, digest, missing)
         ready = sum(1 for p in live if pod_ready(p))
         status = {
-            "replicas": len(live) + created,
+            "replicas": len(live) + pending + created,
             "readyReplicas": ready,
             "selector": pool_selector(name),
             "observedGeneration": pool["metadata"].get("generation", 1),
         }
         await self._write_status(pool, status, desired)
 
-    async def _delete(self, namespace: str, pods: list[KubeObject]) -> None:
+    async def _delete(self, namespace: str, pool: str, pods: list[KubeObject]) -> None:
         async def delete(pod: KubeObject) -> None:
             with contextlib.suppress(KubeNotFound):
                 await self.api.delete(PODS, namespace, name_of(pod))
+            if self.pods is not None:
+                self.pods.deleted(namespace, pool, name_of(pod))
 
         await asyncio.gather(*(delete(p) for p in pods))
 
@@ -150,7 +162,10 @@ class EnvPoolReconciler:
         """Create up to ``CREATE_BATCH`` pods now (the next pass creates the rest)."""
         batch = min(count, CREATE_BATCH)
         body = self.new_pod(pool, template, digest)
-        await asyncio.gather(*(self.api.create(PODS, namespace, body) for _ in range(batch)))
+        made = await asyncio.gather(*(self.api.create(PODS, namespace, body) for _ in range(batch)))
+        if self.pods is not None:
+            for pod in made:
+                self.pods.created(namespace, name_of(pool), name_of(pod))
         return batch
 
     async def _write_status(self, pool: KubeObject, status: dict[str, Any], desired: int) -> None:

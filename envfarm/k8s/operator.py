@@ -42,8 +42,9 @@ from envfarm.k8s.api import (
     resolve,
 )
 from envfarm.k8s.conditions import set_condition
-from envfarm.k8s.envpool import POOL_LABEL, EnvPoolReconciler
+from envfarm.k8s.envpool import EnvPoolReconciler
 from envfarm.k8s.informer import Informer
+from envfarm.k8s.poolcache import POOL_LABEL
 from envfarm.k8s.rolloutjob import RolloutJobReconciler
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Owned:
     label_selector: str | None
     owner_of: OwnerOf
     """The name of the owning object, or None."""
+    informer: Informer | None = None
+    """An informer the reconciler reads too (its cache); None: the operator makes one."""
 
 
 @dataclass
@@ -74,7 +77,8 @@ def envpool_controller(reconciler: EnvPoolReconciler) -> Controller:
     def pool_of(pod: KubeObject) -> str | None:
         return (pod["metadata"].get("labels") or {}).get(POOL_LABEL)
 
-    return Controller(ENV_POOLS, reconciler.reconcile, [Owned(PODS, POOL_LABEL, pool_of)])
+    shared = reconciler.pods.informer if reconciler.pods is not None else None
+    return Controller(ENV_POOLS, reconciler.reconcile, [Owned(PODS, POOL_LABEL, pool_of, shared)])
 
 
 def rolloutjob_controller(reconciler: RolloutJobReconciler) -> Controller:
@@ -156,6 +160,10 @@ class Operator:
                 if owner:
                     self.queue.add((index, obj["metadata"]["namespace"], owner))
 
+            if owned.informer is not None:
+                owned.informer.handlers.append(secondary)
+                self.informers.append(owned.informer)
+                continue
             self.informers.append(
                 Informer(
                     self.api,

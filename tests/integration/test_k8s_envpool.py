@@ -21,6 +21,7 @@ from envfarm.k8s.envpool import (
 from envfarm.k8s.kubelet import SimulatedKubelet
 from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.k8s.operator import Operator, envpool_controller
+from envfarm.k8s.poolcache import PoolPods
 from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import load_task
@@ -30,12 +31,13 @@ NS = "envfarm-sandboxes"
 
 
 class Farm:
-    def __init__(self) -> None:
+    def __init__(self, cached: bool = False) -> None:
         self.api = MemoryKubeApi()
         self.kubelet = SimulatedKubelet(self.api, runtime=FakePodRuntime(), probe_period_s=0.01)
         task = load_task(TASKS / "pg-schema-migration")
         self.task_id = task.id
-        self.reconciler = EnvPoolReconciler(self.api, TaskTemplates({task.id: task}))
+        pods = PoolPods(self.api, NS) if cached else None
+        self.reconciler = EnvPoolReconciler(self.api, TaskTemplates({task.id: task}), pods)
         self.operator = Operator(self.api, NS, workers=4, retry_delay_s=0.01, resync_s=None)
         self.operator.add(envpool_controller(self.reconciler))
 
@@ -81,8 +83,9 @@ async def eventually(predicate, attempts: int = 4000) -> None:
     raise AssertionError("the condition never held")
 
 
-async def test_the_pool_holds_its_replicas_through_deletions_and_scales_when_patched():
-    async with Farm() as farm:
+@pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
+async def test_the_pool_holds_its_replicas_through_deletions_and_scales_when_patched(cached):
+    async with Farm(cached) as farm:
         await farm.pool("warm", 3)
         await eventually(lambda: farm.settled("warm", 3))
         status = (await farm.api.get(ENV_POOLS, NS, "warm"))["status"]
@@ -109,8 +112,9 @@ def _names(farm: Farm, pool: str) -> set[str]:
     return {p["metadata"]["name"] for p in farm.members(pool)}
 
 
-async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills():
-    async with Farm() as farm:
+@pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
+async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cached):
+    async with Farm(cached) as farm:
         await farm.pool("warm", 8)
         await eventually(lambda: farm.settled("warm", 8))
         await farm.operator.stop()  # no refill while the claimers race
@@ -145,8 +149,9 @@ async def test_deleting_the_pool_removes_its_pods_and_leaves_nothing():
         await eventually(lambda: farm.api.all_keys() == [])
 
 
-async def test_an_expired_watch_lists_again_and_sees_what_it_missed():
-    async with Farm() as farm:
+@pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
+async def test_an_expired_watch_lists_again_and_sees_what_it_missed(cached):
+    async with Farm(cached) as farm:
         await farm.pool("warm", 2)
         await eventually(lambda: farm.settled("warm", 2))
         lists = [informer.lists for informer in farm.operator.informers]
