@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from envfarm.errors import KubeInvalid
 from envfarm.k8s.api import PODS, KubeObject, PodStream
+from envfarm.k8s.kubelet_status import failed_status, running_status, terminated_status
 from envfarm.k8s.objects import deep_copy, meta, now_rfc3339, uid_of
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class SimulatedKubelet:
     ) -> None:
         """Make ``container`` exit, as a crash or the OOM killer would (reason OOMKilled)."""
         pod = self.api.lookup(PODS, namespace, name)
-        self._set_status(pod, self._terminated_status(pod, {container: (exit_code, reason)}))
+        self._set_status(pod, terminated_status(pod, {container: (exit_code, reason)}))
 
     async def attach(self, pod: KubeObject, container: str, command: list[str] | None) -> PodStream:
         status = pod.get("status") or {}
@@ -201,12 +202,12 @@ class SimulatedKubelet:
             await self.runtime.start(deep_copy(pod))
         except Exception as exc:  # a runtime that cannot start fails the pod
             if (pod := self._current(uid, namespace, name)) is not None:
-                self._set_status(pod, self._failed(pod, "StartError", str(exc)))
+                self._set_status(pod, failed_status(pod, "StartError", str(exc)))
             return
         pod = self._current(uid, namespace, name)
         if pod is None:
             return
-        self._set_status(pod, self._running_status(pod, {}))
+        self._set_status(pod, running_status(pod, {}, self._next_ip))
         await self._probe_until_stopped(uid, namespace, name)
 
     async def _stop_runtime(self, uid: str, namespace: str, name: str) -> None:
@@ -215,7 +216,7 @@ class SimulatedKubelet:
             await self.runtime.stop(deep_copy(pod) if pod else {"metadata": {"uid": uid}})
         pod = self._current(uid, namespace, name)
         if pod is not None and not _terminal(pod):
-            self._set_status(pod, self._terminated_status(pod, None))
+            self._set_status(pod, terminated_status(pod, None))
 
     async def _probe_until_stopped(self, uid: str, namespace: str, name: str) -> None:
         stopping, wake = self._stopping[uid], self._wake[uid]
@@ -229,13 +230,13 @@ class SimulatedKubelet:
             if pod is None or _terminal(pod):
                 return
             if deadline is not None and loop.time() >= deadline:
-                self._set_status(pod, self._failed(pod, "DeadlineExceeded", "active deadline"))
+                self._set_status(pod, failed_status(pod, "DeadlineExceeded", "active deadline"))
                 return
             ready = await self._probe(pod)
             pod = self._current(uid, namespace, name)
             if pod is None:
                 return
-            self._set_status(pod, self._running_status(pod, ready))
+            self._set_status(pod, running_status(pod, ready, self._next_ip))
             wait = None if all(ready.values()) else self.probe_period_s
             if deadline is not None:
                 left = max(deadline - loop.time(), 0.0)
@@ -258,74 +259,6 @@ class SimulatedKubelet:
 
     # -- status shapes
 
-    def _running_status(self, pod: KubeObject, ready: dict[str, bool]) -> dict[str, Any]:
-        old = pod.get("status") or {}
-        started = old.get("startTime") or now_rfc3339()
-        statuses, previous = [], {s["name"]: s for s in old.get("containerStatuses", [])}
-        for container in pod["spec"]["containers"]:
-            before = previous.get(container["name"], {})
-            if "terminated" in before.get("state", {}):
-                statuses.append(before)
-                continue
-            statuses.append(
-                {
-                    "name": container["name"],
-                    "image": container.get("image", ""),
-                    "ready": ready.get(container["name"], False),
-                    "started": True,
-                    "restartCount": 0,
-                    "state": {"running": {"startedAt": started}},
-                }
-            )
-        all_ready = all(s["ready"] for s in statuses)
-        flag = "True" if all_ready else "False"
-        return {
-            "phase": "Running",
-            "startTime": started,
-            "hostIP": "10.0.0.1",
-            "podIP": old.get("podIP") or self._next_ip(),
-            "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Initialized", "status": "True"},
-                {"type": "ContainersReady", "status": flag},
-                {"type": "Ready", "status": flag},
-            ],
-            "containerStatuses": statuses,
-        }
-
     def _next_ip(self) -> str:
         number = next(self._ips)
         return f"10.1.{number // 250}.{number % 250 + 1}"
-
-    def _terminated_status(
-        self, pod: KubeObject, exits: dict[str, tuple[int, str]] | None
-    ) -> dict[str, Any]:
-        """``exits``: container -> (exit code, reason); None: every container stopped (137)."""
-        status = deep_copy(pod.get("status") or {})
-        statuses = status.get("containerStatuses") or [
-            {"name": c["name"], "ready": False, "restartCount": 0, "state": {}}
-            for c in pod["spec"]["containers"]
-        ]
-        for entry in statuses:
-            if exits is not None and entry["name"] not in exits:
-                continue
-            if "terminated" in entry.get("state", {}):
-                continue
-            code, reason = (exits or {}).get(entry["name"], (137, "Error"))
-            entry["ready"] = False
-            entry["state"] = {
-                "terminated": {"exitCode": code, "reason": reason, "finishedAt": now_rfc3339()}
-            }
-        status["containerStatuses"] = statuses
-        for condition in status.get("conditions", []):
-            if condition["type"] in ("Ready", "ContainersReady"):
-                condition["status"] = "False"
-        if exits is None or all("terminated" in s["state"] for s in statuses):
-            codes = [s["state"]["terminated"]["exitCode"] for s in statuses]
-            status["phase"] = "Succeeded" if not any(codes) else "Failed"
-        return status
-
-    def _failed(self, pod: KubeObject, reason: str, message: str) -> dict[str, Any]:
-        status = self._terminated_status(pod, None)
-        status.update(phase="Failed", reason=reason, message=message)
-        return status
