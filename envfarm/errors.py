@@ -7,6 +7,7 @@
       SandboxError         provisioning, exec or file I/O failed (infrastructure)
         SandboxStartError  the environment never came up
         SandboxGone        the sandbox died or vanished mid-episode
+        EnvironmentUnsupported the task needs what the backend, as configured, lacks (permanent)
       PolicyError          the policy endpoint failed (infrastructure)
         PolicyConfigError  bad URL or unknown model: retrying cannot help
         PolicyResponseError the endpoint answered, but not with a usable completion
@@ -73,6 +74,14 @@ class SandboxStartError(SandboxError):
 
 class SandboxGone(SandboxError):
     pass
+
+
+class EnvironmentUnsupported(SandboxError):
+    """The task asks for something this backend, as configured, cannot give it (the network
+    under gVisor, an unregistered runtime): a bad input for this run, not a fault to retry."""
+
+    infrastructure = False
+    retryable = False
 
 
 class PolicyError(EnvfarmError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import shlex
 import time
 from typing import Any
 
@@ -186,7 +185,9 @@ async def _file_tool(args: BaseModel, sandbox: Sandbox, ctx: ToolContext) -> tup
     if isinstance(args, WriteFileArgs):
         return await _write(sandbox, path, args.content, ctx)
     try:
-        content = (await sandbox.read_file(path)).decode(errors="replace")
+        content = (await sandbox.read_file(path, user=_file_user(sandbox, ctx))).decode(
+            errors="replace"
+        )
     except FileNotFoundError:
         return _err(f"no such file: {path}")
     except IsADirectoryError:
@@ -207,12 +208,15 @@ async def _write(
     sandbox: Sandbox, path: str, content: str, ctx: ToolContext
 ) -> tuple[str, str | None]:
     try:
-        await sandbox.write_file(path, content.encode())
+        await sandbox.write_file(path, content.encode(), user=_file_user(sandbox, ctx))
     except OSError as exc:
         return _err(str(exc))
-    if ctx.user and ctx.user not in ("root", "0"):
-        await sandbox.exec(f"chown {shlex.quote(ctx.user)} {shlex.quote(path)}", user="root")
     return f"Wrote {len(content.encode())} bytes to {path}.", None
+
+
+def _file_user(sandbox: Sandbox, ctx: ToolContext) -> str | None:
+    """File tools act with the permissions of the user the agent's commands run as."""
+    return ctx.user or sandbox.default_user
 
 
 def _err(message: str) -> tuple[str, str]:

@@ -152,6 +152,14 @@ tasks still run).
     help="Write each turn's prompt as the ids it adds to the previous context "
     "(prompt_suffix_ids) instead of in full.",
 )
+@click.option(
+    "--runtime",
+    default=None,
+    metavar="NAME",
+    help="Container runtime of every sandbox, as registered with the Docker engine, e.g. "
+    "runsc (gVisor; tasks that need the network are refused under it). Default: the "
+    "engine's. A task with [environment] runtime = 'gvisor' runs under gVisor anyway.",
+)
 @judge_options(
     "Base URL of an OpenAI-compatible endpoint that judges the tasks' rubric items "
     "(docs/rubrics.md); may be another server than the policy."
@@ -182,6 +190,7 @@ def run(
     routed_experts: bool,
     samples: bool,
     compact_tokens: bool,
+    runtime: str | None,
     judge: str | None,
     judge_model: str,
     judge_api_key: str | None,
@@ -251,6 +260,7 @@ def run(
                 output,
                 rubrics=(judge_spec, allow_unjudged),
                 context_budget=context_budget,
+                runtime=runtime,
             )
         )
     except KeyboardInterrupt:
@@ -296,10 +306,10 @@ def _triage_rubric_tasks(
     return runnable
 
 
-def _docker_backend() -> SandboxBackend:
+def _docker_backend(runtime: str | None = None) -> SandboxBackend:
     from envfarm.sandbox.docker.backend import DockerBackend
 
-    return DockerBackend()
+    return DockerBackend(runtime)
 
 
 async def _run_job(
@@ -313,9 +323,10 @@ async def _run_job(
     output: dict[str, bool],
     rubrics: tuple[JudgeSpec | None, bool] = (None, False),
     context_budget: int | None = None,
+    runtime: str | None = None,
 ) -> RunSummary:
     started = time.monotonic()
-    backend = _docker_backend()
+    backend = _docker_backend(runtime)
     lines = (out / "trajectories.jsonl").open("w", encoding="utf-8")
     judge_spec, allow_unjudged = rubrics
     async with open_policy(spec) as policy, open_judge(judge_spec) as judge:

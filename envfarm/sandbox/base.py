@@ -47,14 +47,29 @@ class Sandbox(ABC):
         """Run ``command`` with ``bash -c``; on timeout kill its whole process group."""
 
     @abstractmethod
-    async def read_file(self, path: str) -> bytes:
-        """Raise FileNotFoundError when ``path`` does not exist, OSError when it cannot be read.
+    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
+        """Raise FileNotFoundError when ``path`` does not exist, OSError when it cannot be read
+        (PermissionError when ``user``, default root, may not read it).
 
         SandboxError is reserved for the sandbox itself failing (infrastructure)."""
 
     @abstractmethod
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Create parent directories as needed; OSError when the path cannot be written."""
+    async def write_file(
+        self, path: str, data: bytes, mode: int = 0o644, *, user: str | None = None
+    ) -> None:
+        """Create parent directories as needed; OSError when the path cannot be written (as
+        ``user``, default root; the file then belongs to that user)."""
+
+    @property
+    def default_user(self) -> str | None:
+        """Who runs a command that names no user (the image's user); None: root."""
+        return None
+
+    async def enter_verifier_phase(self) -> None:
+        """Switch to the settings of the verifier phase (the task's ``[verifier]``
+        ``network_mode``); called once, after the agent and before grading. SandboxError when
+        it cannot be done. Here: nothing to switch (a backend without networks)."""
+        return
 
     @abstractmethod
     async def _teardown(self) -> None: ...

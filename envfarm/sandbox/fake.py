@@ -68,7 +68,7 @@ class FakeSandbox(Sandbox):
         result = self.handler(command)
         return await result if isinstance(result, Awaitable) else result
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
         self._check()
         if path in self.files:
             return self.files[path]
@@ -76,7 +76,9 @@ class FakeSandbox(Sandbox):
             raise IsADirectoryError(path)
         raise FileNotFoundError(path)
 
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+    async def write_file(
+        self, path: str, data: bytes, mode: int = 0o644, *, user: str | None = None
+    ) -> None:
         self._check()
         if not path.startswith("/"):
             raise OSError(f"sandbox paths must be absolute, got {path!r}")

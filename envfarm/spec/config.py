@@ -321,6 +321,9 @@ class EnvironmentConfig(_Table):
     network_mode: NetworkMode = None
     allowed_hosts: AllowedHosts = Field(default_factory=list)
     healthcheck: HealthcheckConfig | None = None
+    runtime: Literal["gvisor"] | None = None
+    """envfarm extension: ``"gvisor"`` runs the task's sandboxes under gVisor whatever the
+    run's runtime (docs/sandbox.md); unset, the run decides (``envfarm run --runtime``)."""
 
 
 class SolutionConfig(_Table):
@@ -363,16 +366,6 @@ class TaskConfig(_Table):
         """May tests/test.sh reach the network? Unset everywhere means no (Harbor: yes)."""
         mode = self.verifier.network_mode or self.environment.network_mode
         return mode == "public"
-
-    @model_validator(mode="after")
-    def _one_network_per_sandbox(self) -> TaskConfig:
-        if self.verifier_network() and not self.agent_network():
-            raise ValueError(
-                "verifier.network_mode: a public verifier after a no-network agent is "
-                f"{NOT_YET} (the tests run in the agent's container); install what the tests "
-                'need in the image, or set [agent] network_mode = "public" as well'
-            )
-        return self
 
 
 _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {

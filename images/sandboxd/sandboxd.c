@@ -42,8 +42,10 @@
  * user, missing directory, fork) end it with exit code 126 and a message on stderr, 127 when
  * the program does not exist, as `docker exec` does.
  *
- * Files: read_file and write_file act as `user` when given (setfsuid/setfsgid and its groups,
- * so permissions are those of the user), as root otherwise. write_file creates missing parents
+ * Files: read_file and write_file act as `user` when given (its groups, then its effective gid
+ * and uid, the real and saved ids staying root so the helper can switch back; setfsuid would
+ * do, but gVisor does not implement it), so permissions are those of the user; as root
+ * otherwise. write_file creates missing parents
  * (0755) when mkdir is true and writes a temporary file in the target directory, then renames
  * it over the target: readers never see a partial file.
  *
@@ -65,7 +67,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -571,9 +572,18 @@ static int resolve_user(const char *spec, ident *id, char *err, size_t errlen) {
     return 0;
 }
 
-/* File access as another user: filesystem ids and groups only, restored by fs_restore. */
+/* File access as another user: groups and effective ids only (real and saved ids stay the
+ * helper's, so the user's processes cannot signal it meanwhile), restored by fs_restore. */
 static gid_t saved_groups[MAX_GROUPS];
 static int saved_ngroups;
+
+static void fs_restore(void) {
+    if (setresuid((uid_t)-1, getuid(), (uid_t)-1) || setresgid((gid_t)-1, getgid(), (gid_t)-1) ||
+        setgroups((size_t)saved_ngroups, saved_groups)) {
+        diag("cannot switch back to the helper's own ids: %s", strerror(errno));
+        shutdown_now(1);
+    }
+}
 
 static int fs_become(const char *user, long long id, const char *path) {
     if (!user || !*user) return 0;
@@ -583,19 +593,14 @@ static int fs_become(const char *user, long long id, const char *path) {
         send_error(id, EINVAL, err, path);
         return -1;
     }
-    if (setgroups((size_t)who.ngroups, who.groups)) {
-        send_error(id, errno, "cannot switch groups", path);
+    if (setgroups((size_t)who.ngroups, who.groups) ||
+        setresgid((gid_t)-1, who.gid, (gid_t)-1) || setresuid((uid_t)-1, who.uid, (uid_t)-1)) {
+        int failed = errno;
+        fs_restore();
+        send_error(id, failed, "cannot switch to the user", path);
         return -1;
     }
-    setfsgid(who.gid);
-    setfsuid(who.uid);
     return 1;
-}
-
-static void fs_restore(void) {
-    setfsuid(geteuid());
-    setfsgid(getegid());
-    setgroups((size_t)saved_ngroups, saved_groups);
 }
 
 /* ---------------------------------------------------------------- exec jobs */

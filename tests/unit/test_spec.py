@@ -182,12 +182,17 @@ def test_network_is_off_unless_the_task_asks() -> None:
     assert verifier_only.verifier_network() is False
 
 
-def test_public_verifier_after_a_closed_agent_is_not_supported_yet() -> None:
-    error = config_error(
-        '[agent]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n'
-    )
-    assert "verifier.network_mode" in str(error)
-    assert "not supported by envfarm yet" in str(error)
+def test_each_phase_resolves_its_own_network_mode() -> None:
+    config = parse('[agent]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n')
+    assert (config.agent_network(), config.verifier_network()) == (False, True)
+    config = parse('[agent]\nnetwork_mode = "public"\n')
+    assert (config.agent_network(), config.verifier_network()) == (True, False)
+
+
+def test_runtime_gvisor_is_the_only_runtime_a_task_names() -> None:
+    assert parse('[environment]\nruntime = "gvisor"\n').environment.runtime == "gvisor"
+    error = config_error('[environment]\nruntime = "runc"\n')
+    assert error.field == "environment.runtime"
 
 
 def test_uid_user_is_stored_as_text() -> None:

@@ -3,7 +3,9 @@ plus sidecars on an internal network for a task with a compose file (``environme
 
 ``prepare`` builds every image of the environment (the main one and each sidecar's) before any
 episode is admitted; the sidecars' image ids are remembered per task content hash, so ``create``
-hands them to each episode's environment without another lookup.
+hands them to each episode's environment without another lookup. It first refuses, with
+``EnvironmentUnsupported``, a task the chosen runtime cannot run (``runtimes.py``): the run's
+``runtime``, or gVisor for a task that asks for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.reaper import reap_orphans
+from envfarm.sandbox.docker.runtimes import check_task, choose_runtime
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.spec.task import Task
@@ -27,10 +30,11 @@ class DockerBackend(SandboxBackend):
         self._service_images: dict[tuple[str, str], dict[str, str]] = {}
 
     async def prepare(self, task: Task) -> PreparedImage:
+        await asyncio.to_thread(lambda: check_task(task, self._runtime(task)))
         images = await build_environment_images(task)
         if task.compose is not None:
             self._service_images[(str(task.root), task.content_hash)] = images.service_image_ids()
-            if not task.config.agent_network():
+            if not (task.config.agent_network() and task.config.verifier_network()):
                 await ensure_base_image()  # its perl removes the main container's route
         return images.prepared()
 
@@ -39,11 +43,12 @@ class DockerBackend(SandboxBackend):
         config = DockerSandboxConfig(
             image=image.image_id or image.tag,
             network=task.config.agent_network(),
+            verifier_network=task.config.verifier_network(),
             cpus=env.cpus,
             memory_mb=env.memory_mb,
             workdir=env.workdir,
             env=env.env,
-            runtime=self.runtime,
+            runtime=self._runtime(task),
             run_id=run_id,
             task_id=task.id,
         )
@@ -51,6 +56,10 @@ class DockerBackend(SandboxBackend):
             return DockerSandbox(config)
         known = self._service_images.get((str(task.root), task.content_hash))
         return DockerEnvironment(config, task, service_images=known)
+
+    def _runtime(self, task: Task) -> str | None:
+        """Blocking the first time (the engine's runtimes, then cached)."""
+        return choose_runtime(task, self.runtime)
 
     async def reap(self) -> list[str]:
         return await asyncio.to_thread(reap_orphans)

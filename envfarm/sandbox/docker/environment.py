@@ -7,10 +7,11 @@ file's volumes, then starts every sidecar in dependency order, each as soon as w
 agent, which is what they mean for it. The main container is a ``DockerSandbox`` (the agent
 works in it) that joins the network as ``main`` and, only when the task asks for network
 access, the default bridge too; without network access its default route is removed, so it
-sees its sidecars and nothing else. Sidecars join the internal network alone. ``start`` returns
-once every healthcheck has passed (the sidecars' compose healthchecks and the main container's
-``[environment.healthcheck]``), or raises ``SandboxStartError`` naming the service, after
-removing everything it created.
+sees its sidecars and nothing else. When the verifier phase's network access differs from the
+agent's, ``enter_verifier_phase`` joins or leaves the bridge (``networks.py``). Sidecars join
+the internal network alone. ``start`` returns once every healthcheck has passed (the sidecars'
+compose healthchecks and the main container's ``[environment.healthcheck]``), or raises
+``SandboxStartError`` naming the service, after removing everything it created.
 
 Teardown removes the main container, the sidecars (with their anonymous volumes), the network
 and the episode's volumes. Everything carries envfarm's labels with the owner's host and pid
@@ -176,10 +177,19 @@ class DockerEnvironment(DockerSandbox):
         archive = sidecars.files_archive(self.task.environment_dir, main.volumes)
         if archive is not None:
             await _blocking(sidecars.put_files, self.container_id, archive)
-        if not self.config.network and self.config.runtime is None:
+        if not self.config.network and not self._gvisor:  # gVisor ignores the interfaces
             helper = (await ensure_base_image()).tag
             labels = self.labels("helper", MAIN_SERVICE)
             await _blocking(drop_default_route, self.container_id, helper, labels)
+
+    async def _network_taken_away(self) -> None:
+        """The verifier phase left the bridge: the environment network's default route is
+        back (it leads nowhere, but ``no-network`` means no route)."""
+        if self.task.compose is None or self._gvisor:
+            return
+        helper = (await ensure_base_image()).tag
+        labels = self.labels("helper", MAIN_SERVICE)
+        await _blocking(drop_default_route, self.container_id, helper, labels)
 
     async def _start_sidecar(self, service: ComposeService) -> str:
         assert self.task.compose is not None

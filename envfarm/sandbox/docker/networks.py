@@ -13,6 +13,13 @@ gives its containers a default route to the absent gateway; for a main container
 access ``drop_default_route`` removes it, from a throwaway container that shares only its
 network namespace and holds only ``NET_ADMIN``, so the sandbox's routing table shows the
 environment's subnet and nothing else.
+
+A task whose phases differ in network access (``network_mode`` of ``[agent]`` and
+``[verifier]``) gets the default bridge joined or left between the phases, on a running
+container: a main container without an environment network is created on the bridge and, when
+the agent phase has no network, leaves it before it starts (only loopback is left); in an
+environment, leaving the bridge brings back the environment network's default route, which is
+removed again. The environment network, and so the sidecars, stay reachable throughout.
 """
 
 from __future__ import annotations
@@ -152,8 +159,22 @@ def network_options(network: bool, name: str | None, aliases: list[str]) -> dict
 
 
 def join_default_bridge(container_id: str) -> None:
-    """Also attach a created container to the default bridge (the task asked for network)."""
+    """Also attach a container to the default bridge (the task asked for network)."""
     docker_client().api.connect_container_to_network(container_id, DEFAULT_BRIDGE)
+
+
+def leave_default_bridge(container_id: str) -> None:
+    """Detach a container from the default bridge (created or running)."""
+    docker_client().api.disconnect_container_from_network(container_id, DEFAULT_BRIDGE, force=True)
+
+
+def switch_default_bridge(container_id: str, joined: bool) -> None:
+    """Join or leave the default bridge between two phases of an episode. Blocking."""
+    try:
+        (join_default_bridge if joined else leave_default_bridge)(container_id)
+    except docker.errors.DockerException as exc:
+        what = "give" if joined else "take away"
+        raise SandboxError(f"could not {what} the verifier phase's network: {exc}") from exc
 
 
 def drop_default_route(container_id: str, helper_image: str, labels: dict[str, str]) -> None:

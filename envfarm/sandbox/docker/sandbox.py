@@ -13,6 +13,10 @@ and stdout attached before the container starts: a tool call is one round trip o
 stream. Its stdout is protocol frames, so the log driver is ``none``. When the helper ends, the
 container ends with it and every later call raises ``SandboxGone``. ``channel=False`` keeps
 the engine path (``dockerexec.py``) for engines reached over TLS or ssh.
+
+Under gVisor (``runtimes.py``) the helper's compatibility library comes along, and the engine
+path moves files through commands. A task whose verifier phase has other network access than
+its agent phase gets the default bridge joined or left by ``enter_verifier_phase``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import os
 import socket
 import time
@@ -32,17 +37,24 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
+from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
 from envfarm.sandbox.base import ExecResult, Sandbox
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.networks import join_default_bridge, network_options
+from envfarm.sandbox.docker.networks import (
+    join_default_bridge,
+    leave_default_bridge,
+    network_options,
+    switch_default_bridge,
+)
+from envfarm.sandbox.docker.runtimes import is_gvisor
 from envfarm.sandbox.docker.sandboxd import (
     HELPER_PATH,
     attach_helper,
     ensure_helper,
     helper_mounts,
+    upload_helper,
 )
 from envfarm.sandbox.hardening import DEFAULT_CAPS
 
@@ -61,6 +73,8 @@ class DockerSandboxConfig(BaseModel):
     image: str
     network: bool = False
     """False: ``--network none``. True: the default bridge (the task asked for the network)."""
+    verifier_network: bool | None = None
+    """Network access from ``enter_verifier_phase`` on; None: the same as ``network``."""
     cpus: float = 1.0
     memory_mb: int = 2048
     pids_limit: int = 1024
@@ -110,6 +124,7 @@ class DockerSandbox(Sandbox):
         self._channel: Channel | None = None
         self._default_user = ""
         self._set_home = True
+        self._gvisor = False
 
     @property
     def container_id(self) -> str:
@@ -122,13 +137,26 @@ class DockerSandbox(Sandbox):
         """The command channel once started (None on the ``channel=False`` path)."""
         return self._channel
 
+    @property
+    def default_user(self) -> str | None:
+        """Who runs a command that names no user: the image's ``USER`` (None: root)."""
+        return self._default_user or None
+
     async def start(self) -> None:
-        if self.config.channel:
+        try:
+            self._gvisor = await asyncio.to_thread(is_gvisor, self.config.runtime)
+        except EnvironmentUnsupported:
+            raise
+        except SandboxError as exc:
+            raise SandboxStartError(f"could not start a container: {exc}") from exc
+        if self.config.channel or self._gvisor:  # gVisor: for the helper's companions
             self._helper = await ensure_helper()
         try:
             if self._helper is not None:
                 self._helper_mounts = await asyncio.to_thread(
-                    helper_mounts, self._helper, self.config.image
+                    functools.partial(
+                        helper_mounts, self._helper, self.config.image, gvisor=self._gvisor
+                    )
                 )
             self._container = await asyncio.to_thread(self._run_container)
         except docker.errors.ImageNotFound as exc:
@@ -163,7 +191,7 @@ class DockerSandbox(Sandbox):
             kwargs["runtime"] = cfg.runtime
         if cfg.channel:
             kwargs.update(stdin_open=True, user="0:0", log_config=LogConfig(type="none"))
-            kwargs["mounts"] = self._helper_mounts
+        kwargs["mounts"] = self._helper_mounts
         container = docker_client().containers.create(
             cfg.image,
             command=[HELPER_PATH] if cfg.channel else ["sleep", "infinity"],
@@ -173,7 +201,11 @@ class DockerSandbox(Sandbox):
             working_dir=cfg.workdir,
             environment=cfg.env,
             volumes=cfg.volumes,
-            **network_options(cfg.network, cfg.network_name, cfg.network_aliases),
+            **network_options(
+                cfg.network or self._network_changes(),
+                cfg.network_name,
+                cfg.network_aliases,
+            ),
             cap_drop=["ALL"],
             cap_add=cfg.cap_add,
             security_opt=["no-new-privileges"],
@@ -193,14 +225,38 @@ class DockerSandbox(Sandbox):
         try:
             if cfg.network_name is not None and cfg.network:
                 join_default_bridge(container.id or "")
-            if self._helper is not None:
-                attached = attach_helper(container, self._helper, upload=not self._helper_mounts)
+            elif cfg.network_name is None and self._network_changes() and not cfg.network:
+                leave_default_bridge(container.id or "")  # joined at the verifier phase
+            if self._helper is not None and cfg.channel:
+                attached = attach_helper(
+                    container, self._helper, upload=not self._helper_mounts, gvisor=self._gvisor
+                )
                 self._helper_socket, self._default_user, self._set_home = attached
+            elif self._helper is not None and not self._helper_mounts:
+                upload_helper(container, self._helper, gvisor=self._gvisor)
             container.start()
         except (docker.errors.DockerException, SandboxError):
             container.remove(force=True, v=True)
             raise
         return container
+
+    def _network_changes(self) -> bool:
+        cfg = self.config
+        return cfg.verifier_network is not None and cfg.verifier_network != cfg.network
+
+    async def enter_verifier_phase(self) -> None:
+        """Give the container the verifier phase's network access: join or leave the default
+        bridge (an environment network and its sidecars stay as they are)."""
+        if self._container is None or not self._network_changes():
+            return
+        public = bool(self.config.verifier_network)
+        await asyncio.to_thread(switch_default_bridge, self.container_id, public)
+        self.config = self.config.model_copy(update={"network": public})
+        if not public:
+            await self._network_taken_away()
+
+    async def _network_taken_away(self) -> None:
+        """After leaving the default bridge: nothing more without an environment network."""
 
     async def exec(
         self,
@@ -236,7 +292,12 @@ class DockerSandbox(Sandbox):
 
     def _engine(self) -> dockerexec.EnginePath:
         assert self._container is not None
-        return dockerexec.EnginePath(self._container, self.config.output_cap, self._raise_if_gone)
+        return dockerexec.EnginePath(
+            self._container,
+            self.config.output_cap,
+            self._raise_if_gone,
+            files_by_command=self._gvisor,
+        )
 
     async def _explain_gone(self, exc: SandboxGone) -> NoReturn:
         """The channel ended: say why, from the container's state once the engine knows it."""
@@ -263,13 +324,13 @@ class DockerSandbox(Sandbox):
         return dict(self._container.attrs["State"])
 
     async def read_file(self, path: str, *, user: str | None = None) -> bytes:
-        """``user``: read with that user's permissions (the channel only; default root)."""
+        """``user``: read with that user's permissions (default root)."""
         if self._channel is not None:
             try:
                 return await self._channel.read_file(path, user=user)
             except SandboxGone as exc:
                 await self._explain_gone(exc)
-        return await self._engine().read_file(path)
+        return await self._engine().read_file(path, user)
 
     async def write_file(
         self, path: str, data: bytes, mode: int = 0o644, *, user: str | None = None
@@ -278,7 +339,7 @@ class DockerSandbox(Sandbox):
         if not path.startswith("/"):
             raise ValueError(f"sandbox paths must be absolute, got {path!r}")
         if self._channel is None:
-            await self._engine().write_file(path, data, mode)
+            await self._engine().write_file(path, data, mode, user)
             return
         try:
             await self._channel.write_file(path, data, mode=mode, user=user)

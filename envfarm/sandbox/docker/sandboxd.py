@@ -15,6 +15,12 @@ instead (mode 0755; 30-60 ms a start, as the engine re-executes itself to unpack
 it is there before the container starts, with no network. ``attach_helper`` then attaches to
 the container's stdin and stdout before ``start``; the raw socket it returns is what
 ``channel.Channel`` speaks on.
+
+The same build makes ``gvisor-compat.so`` (``images/sandboxd/gvisor_compat.c``), cached next to
+the helper. A sandbox under gVisor gets it at ``COMPAT_PATH`` and an ``/etc/ld.so.preload``
+naming it, the same way as the helper (read-only bind mounts, else in the upload): it makes
+``ls`` and ``stat`` work on gVisor releases whose ``statx`` rejects ``AT_NO_AUTOMOUNT``
+(``runtimes.py``). Other sandboxes get neither.
 """
 
 from __future__ import annotations
@@ -45,9 +51,13 @@ from envfarm.sandbox.docker.images import ensure_base_image
 
 HELPER_DIR = "/.envfarm"
 HELPER_PATH = f"{HELPER_DIR}/sandboxd"
+COMPAT_PATH = f"{HELPER_DIR}/gvisor-compat.so"
+PRELOAD_PATH = "/etc/ld.so.preload"
 BUILD_TIMEOUT_S = 900.0
-_BUILT_PATH = "/out/sandboxd"
-_RECIPE_FILES = ("sandboxd.c", "Dockerfile")
+_BUILT_DIR = "/out"
+_HELPER_NAME = "sandboxd"
+_COMPAT_NAME = "gvisor-compat.so"
+_RECIPE_FILES = ("sandboxd.c", "gvisor_compat.c", "Dockerfile")
 
 
 def recipe_dir() -> Path:
@@ -77,13 +87,32 @@ def cached_helper_path() -> Path:
     return cache_dir() / f"sandboxd-{platform.machine()}-{helper_key()}"
 
 
+class Companions(NamedTuple):
+    """The files cached next to a helper binary for sandboxes under gVisor."""
+
+    compat: Path
+    preload: Path
+
+
+def companions(binary: Path) -> Companions:
+    return Companions(
+        binary.with_name(f"gvisor-compat-{binary.name}.so"),
+        binary.with_name(f"ld.so.preload-{binary.name}"),
+    )
+
+
+def _cached(target: Path) -> bool:
+    return target.is_file() and all(path.is_file() for path in companions(target))
+
+
 async def ensure_helper(*, on_log: LogFn | None = None) -> Path:
-    """The helper binary on this machine, built first if the cache has none."""
+    """The helper binary on this machine (its companions next to it), built first if the
+    cache has none."""
     target = cached_helper_path()
-    if target.is_file():
+    if _cached(target):
         return target
     async with exclusive(f"sandboxd-{target.name}"):
-        if target.is_file():
+        if _cached(target):
             return target
         base = await ensure_base_image(on_log=on_log)
         tag = f"envfarm/sandboxd-build:{helper_key()}"
@@ -101,23 +130,33 @@ async def ensure_helper(*, on_log: LogFn | None = None) -> Path:
                 timeout=BUILD_TIMEOUT_S,
             )
             await run_build(spec, on_log)
-        binary = await asyncio.to_thread(_extract_binary, tag)
-        await asyncio.to_thread(_store, binary, target)
+        built = await asyncio.to_thread(_extract_built, tag)
+        compat, preload = companions(target)
+        await asyncio.to_thread(_store, built[_COMPAT_NAME], compat, 0o644)
+        await asyncio.to_thread(_store, f"{COMPAT_PATH}\n".encode(), preload, 0o644)
+        await asyncio.to_thread(_store, built[_HELPER_NAME], target, 0o755)
     return target
 
 
-def _extract_binary(tag: str) -> bytes:
+def _extract_built(tag: str) -> dict[str, bytes]:
+    """The files the build left in ``_BUILT_DIR``, by name."""
     client = docker_client()
     try:
         container = client.containers.create(tag, command=["true"], entrypoint=[])
         try:
-            stream, _ = container.get_archive(_BUILT_PATH)
+            stream, _ = container.get_archive(_BUILT_DIR)
+            built: dict[str, bytes] = {}
             with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-                member = archive.next()
-                extracted = archive.extractfile(member) if member else None
-                if extracted is None:
-                    raise ImageError(f"the helper build left no file at {_BUILT_PATH}")
-                return extracted.read()
+                for member in archive:
+                    extracted = archive.extractfile(member) if member.isfile() else None
+                    if extracted is not None:
+                        built[Path(member.name).name] = extracted.read()
+            missing = {_HELPER_NAME, _COMPAT_NAME} - set(built)
+            if missing:
+                raise ImageError(
+                    f"the helper build left no {', '.join(sorted(missing))} in {_BUILT_DIR}"
+                )
+            return built
         finally:
             container.remove(force=True)
             client.images.remove(tag)
@@ -125,30 +164,36 @@ def _extract_binary(tag: str) -> bytes:
         raise ImageError(f"could not copy the sandbox helper out of {tag}: {exc}") from exc
 
 
-def _store(binary: bytes, target: Path) -> None:
+def _store(content: bytes, target: Path, mode: int) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         with os.fdopen(fd, "wb") as handle:
-            handle.write(binary)
-        os.chmod(tmp, 0o755)
+            handle.write(content)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as exc:
         raise ImageError(f"cannot cache the sandbox helper at {target}: {exc}") from exc
 
 
 @functools.lru_cache(maxsize=4)
-def helper_archive(binary: Path) -> bytes:
-    """A tar of ``HELPER_DIR`` holding the helper, ready for ``put_archive`` at ``/``."""
+def helper_archive(binary: Path, gvisor: bool = False) -> bytes:
+    """A tar of ``HELPER_DIR`` holding the helper (and, for gVisor, its companions), ready for
+    ``put_archive`` at ``/``."""
+    files = [(HELPER_PATH, binary, 0o755)]
+    if gvisor:
+        compat, preload = companions(binary)
+        files += [(COMPAT_PATH, compat, 0o644), (PRELOAD_PATH, preload, 0o644)]
     buffer = io.BytesIO()
-    content = binary.read_bytes()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         folder = tarfile.TarInfo(HELPER_DIR.lstrip("/"))
         folder.type, folder.mode = tarfile.DIRTYPE, 0o755
         archive.addfile(folder)
-        info = tarfile.TarInfo(HELPER_PATH.lstrip("/"))
-        info.size, info.mode = len(content), 0o755
-        archive.addfile(info, io.BytesIO(content))
+        for path, source, mode in files:
+            content = source.read_bytes()
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(content), mode
+            archive.addfile(info, io.BytesIO(content))
     return buffer.getvalue()
 
 
@@ -167,9 +212,10 @@ _image_users: dict[str, str] = {}
 _bind_mountable: dict[str, bool] = {}
 
 
-def helper_mounts(binary: Path, image: str) -> list[Mount]:
-    """Blocking. A read-only bind mount of the cached helper at ``HELPER_PATH`` when the engine
-    sees this machine's files, else none (``attach_helper`` uploads it then).
+def helper_mounts(binary: Path, image: str, *, gvisor: bool = False) -> list[Mount]:
+    """Blocking. A read-only bind mount of the cached helper at ``HELPER_PATH`` (and, for
+    gVisor, of its companions) when the engine sees this machine's files, else none
+    (``attach_helper`` uploads them then).
 
     Probed once per process by creating (not starting) a container with the mount: an engine
     on another machine, or in another mount namespace, refuses a source path it lacks.
@@ -192,20 +238,38 @@ def helper_mounts(binary: Path, image: str) -> list[Mount]:
         else:
             api.remove_container(probe["Id"], force=True)
             _bind_mountable[str(binary)] = True
-    return [mount] if _bind_mountable[str(binary)] else []
+    if not _bind_mountable[str(binary)]:
+        return []
+    if not gvisor:
+        return [mount]
+    compat, preload = companions(binary)
+    return [
+        mount,
+        Mount(COMPAT_PATH, str(compat), type="bind", read_only=True),
+        Mount(PRELOAD_PATH, str(preload), type="bind", read_only=True),
+    ]
 
 
-def attach_helper(container: Container, binary: Path, *, upload: bool) -> Attachment:
-    """Before start: put the helper in the container (``upload``: unless it is bind-mounted),
-    attach to the helper's stdin and stdout, and learn the exec defaults."""
+def upload_helper(container: Container, binary: Path, *, gvisor: bool = False) -> None:
+    """Before start: put the helper (and for gVisor its companions) in the container."""
+    if not container.put_archive("/", helper_archive(binary, gvisor)):
+        raise SandboxStartError("the engine refused the upload of the sandbox helper")
+
+
+def attach_helper(
+    container: Container, binary: Path, *, upload: bool, gvisor: bool = False
+) -> Attachment:
+    """Before start: put the helper (and for gVisor its companions) in the container
+    (``upload``: unless they are bind-mounted), attach to the helper's stdin and stdout, and
+    learn the exec defaults."""
     image = str(container.attrs["Image"])
     if image not in _image_users:
         config = docker_client().images.get(image).attrs.get("Config") or {}
         _image_users[image] = str(config.get("User") or "")
     env = container.attrs["Config"].get("Env") or []
     set_home = not any(item.startswith("HOME=") for item in env)
-    if upload and not container.put_archive("/", helper_archive(binary)):
-        raise SandboxStartError("the engine refused the upload of the sandbox helper")
+    if upload:
+        upload_helper(container, binary, gvisor=gvisor)
     params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
     attached = docker_client().api.attach_socket(str(container.id), params=params)
     raw = getattr(attached, "_sock", attached)
