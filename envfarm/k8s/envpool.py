@@ -181,11 +181,17 @@ class NoWarmEnvironment(KubeConflict):
     """The pool has no ready, unclaimed environment right now (retry, or start one cold)."""
 
 
-def claim_patch(pod: KubeObject, claimer: str, owner: dict[str, Any] | None) -> KubeObject:
+def claim_patch(
+    pod: KubeObject,
+    claimer: str,
+    owner: dict[str, Any] | None,
+    labels: dict[str, str] | None = None,
+) -> KubeObject:
+    """The claim: out of the pool, to ``claimer`` (and ``owner``), with extra ``labels``."""
     return {
         "metadata": {
             "resourceVersion": resource_version(pod),
-            "labels": {POOL_LABEL: None, CLAIMED_LABEL: claimer},
+            "labels": {**(labels or {}), POOL_LABEL: None, CLAIMED_LABEL: claimer},
             "ownerReferences": [owner] if owner is not None else None,
         }
     }
@@ -239,7 +245,13 @@ class PoolClaimer:
             if pod_ready(pod) and name_of(pod) not in self._taken and name_of(pod) not in skipped
         ]
 
-    async def claim(self, claimer: str, *, owner: dict[str, Any] | None = None) -> KubeObject:
+    async def claim(
+        self,
+        claimer: str,
+        *,
+        owner: dict[str, Any] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> KubeObject:
         skipped: set[str] = set()
         while ready := self._candidates(skipped):
             pod = random.choice(ready)
@@ -247,7 +259,7 @@ class PoolClaimer:
             self._taken.add(name)
             try:
                 claimed = await self.api.patch(
-                    PODS, self.namespace, name, claim_patch(pod, claimer, owner)
+                    PODS, self.namespace, name, claim_patch(pod, claimer, owner, labels)
                 )
             except (KubeConflict, KubeNotFound):
                 self.conflicts += 1

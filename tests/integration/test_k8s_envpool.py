@@ -22,6 +22,7 @@ from envfarm.k8s.kubelet import SimulatedKubelet
 from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.k8s.operator import Operator, envpool_controller
 from envfarm.k8s.poolcache import PoolPods
+from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import load_task
@@ -199,3 +200,26 @@ async def test_update_strategy_on_a_template_change(strategy, replaced):
         else:
             await eventually(lambda: farm.operator.queue.idle())
             assert _names(farm, "warm") == before
+
+
+async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_without_one():
+    async with Farm(cached=True) as farm:
+        await farm.pool("warm", 1)
+        await eventually(lambda: farm.settled("warm", 1))
+        task = load_task(TASKS / "pg-schema-migration")
+        config = KubernetesBackendConfig(namespace=NS, pools={task.id: "warm"})
+        backend = KubernetesBackend(farm.api, config)
+        image = await backend.prepare(task)
+        warm, cold = (backend.create(task, image, run_id="run-9") for _ in range(2))
+        await warm.start()
+        await cold.start()  # the pool's only pod is taken: a cold start
+        assert (warm.launch, cold.launch) == ("warm", "cold")
+        claimed = await farm.api.get(PODS, NS, warm.name)
+        assert claimed["metadata"]["labels"][CLAIMED_LABEL]
+        assert claimed["metadata"]["labels"]["envfarm.dev/run"] == "run-9"
+        assert (await warm.exec("true")).exit_code == 0
+        await eventually(lambda: farm.settled("warm", 1))  # the pool refilled
+        await warm.stop()
+        await cold.stop()
+        assert {p["metadata"]["name"] for p in farm.api.objects(PODS)} == _names(farm, "warm")
+        await backend.close()

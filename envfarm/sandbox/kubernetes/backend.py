@@ -1,5 +1,7 @@
 """Kubernetes as a ``SandboxBackend``: one pod per environment, over any ``KubeApi``.
 
+A task mapped to an EnvPool (``pools``) starts by claiming one of the pool's ready pods (one
+merge patch, from a watch-fed cache of the pool), and cold-starts only when none is ready.
 ``prepare`` names the task's images (``podimages``; building and pushing them is done ahead,
 no image is built on a cluster). ``create`` builds the pod (``podspec``) with this backend's
 namespace, runtime class, TTL and owner, labelled with the run and with the owner process
@@ -25,11 +27,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import KubeError, KubeNotFound, SandboxError
-from envfarm.k8s.api import PODS, KubeApi
+from envfarm.k8s.api import PODS, KubeApi, KubeObject
+from envfarm.k8s.envpool import NoWarmEnvironment, PoolClaimer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.health import HealthPolicy
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, PodImages, cluster_images
 from envfarm.sandbox.kubernetes.podspec import (
+    LABEL_RUN,
     MANAGED_BY,
     PodOptions,
     environment_pod,
@@ -63,6 +67,8 @@ class KubernetesBackendConfig(BaseModel):
     """An ownerReference for every pod (a RolloutJob, say): deleting it removes them."""
     channel: Literal["attach", "exec"] = "attach"
     output_cap: int = 4 * 1024 * 1024
+    pools: dict[str, str] = Field(default_factory=dict)
+    """Task id -> EnvPool to claim a warm environment from (a cold start when none is ready)."""
 
 
 class KubernetesBackend(SandboxBackend):
@@ -73,6 +79,7 @@ class KubernetesBackend(SandboxBackend):
         self.config = config or KubernetesBackendConfig()
         self.pods = PodWatch(api, self.config.namespace, SANDBOX_SELECTOR)
         self._images: dict[tuple[str, str], PodImages] = {}
+        self._claimers: dict[str, PoolClaimer] = {}
         self.host = label_value(socket.gethostname())
 
     def images(self, task: Task) -> PodImages:
@@ -129,9 +136,32 @@ class KubernetesBackend(SandboxBackend):
         }
         return PodOptions(**(options | overrides))
 
+    async def claim(self, task: Task, run_id: str, claimer: str) -> KubeObject | None:
+        """A warm pod of the task's pool, claimed for this run; None without one."""
+        pool = self.config.pools.get(task.id)
+        if pool is None:
+            return None
+        claimer_of_pool = self._claimers.get(pool)
+        if claimer_of_pool is None:
+            claimer_of_pool = self._claimers[pool] = PoolClaimer(
+                self.api, self.config.namespace, pool
+            )
+            await claimer_of_pool.start()
+        labels = {
+            LABEL_RUN: label_value(run_id),
+            LABEL_OWNER_HOST: self.host,
+            LABEL_OWNER_PROCESS: _PROCESS,
+        }
+        try:
+            return await claimer_of_pool.claim(
+                label_value(claimer), owner=self.config.owner, labels=labels
+            )
+        except NoWarmEnvironment:
+            return None
+
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         pod = environment_pod(task, self.images(task), self.pod_options(task, run_id))
-        return KubernetesSandbox(self, task, pod)
+        return KubernetesSandbox(self, task, pod, run_id)
 
     async def reap(self) -> list[str]:
         try:
@@ -162,3 +192,5 @@ class KubernetesBackend(SandboxBackend):
 
     async def close(self) -> None:
         await self.pods.close()
+        for claimer in self._claimers.values():
+            await claimer.close()

@@ -32,8 +32,13 @@ DELETE_WAIT_S = 120.0
 
 
 class KubernetesSandbox(Sandbox):
-    def __init__(self, backend: KubernetesBackend, task: Task, pod: KubeObject) -> None:
+    def __init__(
+        self, backend: KubernetesBackend, task: Task, pod: KubeObject, run_id: str = "adhoc"
+    ) -> None:
         self.backend = backend
+        self.run_id = run_id
+        self.launch = "cold"
+        """``warm`` when the environment was claimed from an EnvPool."""
         self.task = task
         self.pod = pod
         self.namespace = backend.config.namespace
@@ -55,6 +60,11 @@ class KubernetesSandbox(Sandbox):
 
     async def _start(self) -> None:
         api, config = self.backend.api, self.backend.config
+        warm = await self.backend.claim(self.task, self.run_id, claimer=self.name)
+        if warm is not None:
+            self._created, self.name, self.launch = True, warm["metadata"]["name"], "warm"
+            await self.connect()
+            return
         try:
             created = await api.create(PODS, self.namespace, self.pod)
         except KubeError as exc:
