@@ -80,6 +80,6 @@ async def test_two_endpoints_ride_out_a_storm_and_each_turn_names_its_server(tmp
     }
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"] == f"{a.base_url}, {b.base_url}"
-    written = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    written = b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())  # store too
     assert KEY not in output
-    assert KEY not in written
+    assert KEY.encode() not in written
