@@ -46,6 +46,7 @@ class DockerBackend(SandboxBackend):
             verifier_network=task.config.verifier_network(),
             cpus=env.cpus,
             memory_mb=env.memory_mb,
+            storage_mb=env.storage_mb,
             workdir=env.workdir,
             env=env.env,
             runtime=self._runtime(task),

@@ -56,6 +56,7 @@ from envfarm.sandbox.docker.sandboxd import (
     helper_mounts,
     upload_helper,
 )
+from envfarm.sandbox.docker.storage import storage_options
 from envfarm.sandbox.hardening import DEFAULT_CAPS
 
 LABEL_MANAGED = "io.envfarm.managed"
@@ -77,6 +78,9 @@ class DockerSandboxConfig(BaseModel):
     """Network access from ``enter_verifier_phase`` on; None: the same as ``network``."""
     cpus: float = 1.0
     memory_mb: int = 2048
+    storage_mb: int | None = None
+    """Disk limit of the container's file system where the engine enforces one (``storage.py``);
+    None: no limit."""
     pids_limit: int = 1024
     workdir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -192,6 +196,8 @@ class DockerSandbox(Sandbox):
         if cfg.channel:
             kwargs.update(stdin_open=True, user="0:0", log_config=LogConfig(type="none"))
         kwargs["mounts"] = self._helper_mounts
+        probe = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
+        kwargs.update(storage_options(cfg.storage_mb, cfg.image, probe))
         container = docker_client().containers.create(
             cfg.image,
             command=[HELPER_PATH] if cfg.channel else ["sleep", "infinity"],
