@@ -23,7 +23,14 @@ from collections.abc import Awaitable, Callable
 
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.images import ensure_base_image
-from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.docker.sandbox import (
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    DockerSandbox,
+    DockerSandboxConfig,
+    owner_label,
+)
 from envfarm.sandbox.docker.sandboxd import ensure_helper
 from envfarm.sandbox.docker.storage import storage_support
 
@@ -56,9 +63,8 @@ async def docker_run(image: str) -> tuple[float, float]:
 async def main(n: int, storage_mb: int) -> None:
     image = (await ensure_base_image()).tag
     await ensure_helper()
-    support = await asyncio.to_thread(
-        storage_support, image, {"io.envfarm.managed": "true", "io.envfarm.kind": "probe"}
-    )
+    labels = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
+    support = await asyncio.to_thread(storage_support, image, labels)
     variants: dict[str, Callable[[], Awaitable[tuple[float, float]]]] = {
         f"envfarm, storage_mb={storage_mb}": lambda: sandbox_cycle(image, storage_mb),
         "envfarm, no limit": lambda: sandbox_cycle(image, None),

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.docker.sandbox import (
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    DockerSandbox,
+    DockerSandboxConfig,
+    owner_label,
+)
 from envfarm.sandbox.docker.storage import REMEDY, storage_support
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -29,7 +36,8 @@ def _sandbox(image: str, storage_mb: int | None) -> DockerSandbox:
 
 
 def _require_enforcing_engine(image: str) -> None:
-    support = storage_support(image, {"io.envfarm.managed": "true", "io.envfarm.kind": "probe"})
+    labels = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
+    support = storage_support(image, labels)
     if not support.enforced:
         pytest.fail(f"this Docker engine cannot limit a sandbox's disk: {support.reason}; {REMEDY}")
 
