@@ -97,6 +97,7 @@ def counts_status(counts: JobCounts) -> dict[str, int]:
         "valid": counts.valid,
         "infraErrors": counts.infra_errors,
         "groupsCompleted": counts.groups_completed,
+        "groupsDelivered": counts.groups_acked,
     }
 
 
@@ -139,7 +140,10 @@ class RolloutJobReconciler:
             view = await self._follow(job, job_id)
         except ApiError as exc:
             raise translated(exc) from exc
-        return None if view.status in TERMINAL_STATUSES else self.poll_s
+        if view.status not in TERMINAL_STATUSES:
+            return self.poll_s
+        # Ended: follow the consumers' acknowledgements (groupsDelivered) until they catch up.
+        return None if view.counts.groups_acked >= view.last_cursor else self.poll_s * 6
 
     async def _with_finalizer(self, job: KubeObject) -> KubeObject:
         finalizers = list(job["metadata"].get("finalizers") or [])

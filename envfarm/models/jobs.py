@@ -102,6 +102,8 @@ class JobCounts(Wire):
     groups: int = 0
     groups_completed: int = 0
     groups_dropped: int = 0
+    groups_acked: int = 0
+    """Groups acknowledged by the job's furthest consumer (cursors count groups from 1)."""
     mean_reward: float | None = None
 
 
@@ -116,6 +118,8 @@ class JobView(Wire):
     error: str | None = None
     last_cursor: int = 0
     """Cursor of the newest completed group."""
+    consumers: dict[str, int] = Field(default_factory=dict)
+    """Each consumer's last acknowledged cursor."""
 
 
 class GroupMeta(Wire):

@@ -446,6 +446,12 @@ def _job_view(conn: Connection, row: Any) -> JobView:
             func.avg(attempts.c.reward).filter(final, attempts.c.valid.is_(True)),
         ).where(attempts.c.job_id == job_id)
     ).one()
+    acked: dict[str, int] = {
+        name: int(cursor)
+        for name, cursor in conn.execute(
+            select(consumers.c.name, consumers.c.acked).where(consumers.c.job_id == job_id)
+        ).all()
+    }
     request = JobRequest.model_validate_json(row["request"])
     live_groups = sum(n for state, n in group_states.items() if state != "dropped")
     return JobView(
@@ -463,12 +469,14 @@ def _job_view(conn: Connection, row: Any) -> JobView:
             groups=live_groups,
             groups_completed=group_states.get("completed", 0),
             groups_dropped=group_states.get("dropped", 0),
+            groups_acked=max(acked.values(), default=0),
             mean_reward=None if totals[3] is None else float(totals[3]),
         ),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         error=row["error"],
         last_cursor=row["last_cursor"],
+        consumers=acked,
     )
 
 

@@ -198,6 +198,7 @@ async def test_a_rolloutjob_runs_streams_its_groups_mirrors_counts_and_deletes_c
         assert all(t["reward"]["value"] == 1.0 for g in groups for t in g.trajectories)
 
         await until(lambda: (f.rolloutjob("smoke") or {})["status"].get("phase") == "Completed")
+        await until(lambda: f.rolloutjob("smoke")["status"]["counts"]["groupsDelivered"] == 2)
         view = await f.client.job(job_id)
         status = f.rolloutjob("smoke")["status"]
         assert status["counts"] == {
@@ -208,6 +209,7 @@ async def test_a_rolloutjob_runs_streams_its_groups_mirrors_counts_and_deletes_c
             "valid": view.counts.valid,
             "infraErrors": view.counts.infra_errors,
             "groupsCompleted": view.counts.groups_completed,
+            "groupsDelivered": view.counts.groups_acked,
         }
         assert status["counts"]["episodes"] == 4
         assert status["counts"]["valid"] == 4

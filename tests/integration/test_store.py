@@ -81,6 +81,8 @@ async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(
     assert view.counts.groups_completed == 2
     assert view.counts.mean_reward == pytest.approx(0.75)
     await store.ack(job, 1, "c")
+    acked = await store.job(job)
+    assert (acked.consumers, acked.counts.groups_acked) == ({"c": 1}, 1)
     page, _ = await store.delivered(job, after=None, limit=10, consumer="c")
     assert [g.cursor for g in page] == [2]
     assert page[0].meta.zero_variance is True
