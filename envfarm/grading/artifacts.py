@@ -11,8 +11,9 @@ inspection.json     the tamper and command flags with their evidence, the worksp
 workspace/diff.patch    unified diff of the changed text files (size-capped)
 workspace/changed.tar   the added and modified files as they were after the agent
 collect.json        [[verifier.collect]] hooks: exit code and output tail
+verifier-input.json what a clean or separate verifier's container received from the agent
 collected/<dest>/   declared artifacts and /logs/artifacts (as logs-artifacts/)
-build.log           the image build output (its last 1 MB), when it was built in this run
+build.log           the image build output (its last 1 MB), when the backend kept it
 ```
 
 Regrading needs only ``episode.json``, ``verifier.json``, ``verifier/`` and ``inspection.json``.
@@ -29,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.grading.cleanroom import VerifierInput
 from envfarm.grading.collect import CopiedPath, HookResult
 from envfarm.grading.reports import ParsedReport
 from envfarm.grading.tamper import Inspection
@@ -76,6 +78,7 @@ class Bundle:
     hooks: list[HookResult] = field(default_factory=list)
     copies: list[CopiedPath] = field(default_factory=list)
     build_log: str | None = None
+    verifier_input: VerifierInput | None = None
 
 
 def _safe_relative(name: str) -> PurePosixPath | None:
@@ -168,6 +171,8 @@ def write_bundle(root: Path, bundle: Bundle) -> None:
             (root / "workspace" / "changed.tar").write_bytes(bundle.changed_tar)
     if bundle.hooks:
         _dump(root / "collect.json", [hook.model_dump(mode="json") for hook in bundle.hooks])
+    if bundle.verifier_input is not None:
+        _dump(root / "verifier-input.json", bundle.verifier_input.model_dump(mode="json"))
     for copy in bundle.copies:
         _write_copy(copy, root / "collected", notes)
     if bundle.build_log:

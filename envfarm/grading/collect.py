@@ -21,6 +21,7 @@ from envfarm.spec.task import Task
 ARTIFACTS_DIR = "/logs/artifacts"
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 OUTPUT_TAIL_CHARS = 4000
+MISSING = "does not exist"
 
 
 class HookResult(BaseModel):
@@ -91,7 +92,7 @@ async def copy_out(sandbox: Sandbox, spec: ArtifactSpec) -> CopiedPath:
     copied.is_dir = result.stdout.startswith("dir")
     try:
         if "missing" in result.stdout.splitlines()[:1]:
-            copied.note = "does not exist"
+            copied.note = MISSING
         elif "over " in result.stdout:
             copied.note = f"larger than {MAX_ARTIFACT_BYTES} bytes as a tar; not kept"
         else:
@@ -106,7 +107,8 @@ async def copy_out(sandbox: Sandbox, spec: ArtifactSpec) -> CopiedPath:
 async def collect(
     sandbox: Sandbox, task: Task, *, keep: bool
 ) -> tuple[list[HookResult], list[CopiedPath]]:
-    """Run the hooks; when ``keep``, copy out the declared artifacts and ``/logs/artifacts``."""
+    """Run the hooks; when ``keep``, copy out the declared artifacts and ``/logs/artifacts``
+    (kept with the episode's artifacts, and carried into a clean or separate verifier)."""
     hooks = await run_collect_hooks(sandbox, task) if task.config.verifier.collect else []
     copies: list[CopiedPath] = []
     if keep:

@@ -1,11 +1,15 @@
 """One episode's grading, around the agent: snapshots, hooks, the verifier, flags and artifacts.
 
-The episode runner calls, in order: ``before_agent`` (after provisioning), ``after_agent`` (when
-the agent has stopped: the second snapshot, the command scan, collect hooks and declared
-artifacts), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
+The episode runner calls, in order: ``before_agent`` (after provisioning: the first snapshot,
+and the workdir's listing for a clean-room verifier), ``after_agent`` (when the agent has
+stopped: the second snapshot, the command scan, collect hooks, declared artifacts, the workdir's
+changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
-teardown). A grader other than ``TestScriptGrader`` is called as a plain ``Grader``; its reward
-still gets the flags.
+teardown). ``grade`` runs the verifier where ``[verifier].environment_mode`` says: in the
+agent's sandbox (``shared``), or in a fresh one from ``Sandbox.fork_clean`` that receives the
+agent's outcome (``clean``, ``separate``: ``cleanroom.py``). A grader other than
+``TestScriptGrader`` is called as a plain ``Grader``, in the same place; its reward still gets
+the flags.
 """
 
 from __future__ import annotations
@@ -15,8 +19,16 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envfarm.errors import GradingError
 from envfarm.grading.artifacts import Bundle, EpisodeRecord, write_bundle
 from envfarm.grading.base import Grader
+from envfarm.grading.carry import Listing, WorkspaceCarry, capture_changes, list_workspace
+from envfarm.grading.cleanroom import (
+    apply_copies,
+    apply_workspace,
+    carried_copies,
+    verifier_input,
+)
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.script import TestScriptGrader
@@ -47,6 +59,8 @@ class EpisodeGrading:
     """Take the tamper snapshots (the command scan always runs)."""
     before: Snapshot | None = None
     baseline: bytes | None = None
+    listing: Listing | None = None
+    carry: WorkspaceCarry | None = None
     inspection: Inspection | None = None
     command_flags: list[tuple[str, str]] = field(default_factory=list)
     hooks: list[HookResult] = field(default_factory=list)
@@ -56,17 +70,23 @@ class EpisodeGrading:
     scored: Reward | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def mode(self) -> str:
+        return self.task.config.verifier.environment_mode
+
     async def before_agent(self) -> None:
-        if not self.inspect:
-            return
         workdir = self.task.config.environment.workdir
-        self.before = await take_snapshot(self.sandbox, workdir)
-        if self.before.missing_tools:
-            self.notes.append(f"snapshot tools missing: {', '.join(self.before.missing_tools)}")
-        if self.keep_artifacts:
-            self.baseline = await capture_baseline(self.sandbox, self.before.workdir)
-            if self.baseline is None:
-                self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+        if self.inspect:
+            self.before = await take_snapshot(self.sandbox, workdir)
+            if self.before.missing_tools:
+                missing = ", ".join(self.before.missing_tools)
+                self.notes.append(f"snapshot tools missing: {missing}")
+            if self.keep_artifacts:
+                self.baseline = await capture_baseline(self.sandbox, self.before.workdir)
+                if self.baseline is None:
+                    self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+        if self.mode == "clean":
+            self.listing = await list_workspace(self.sandbox, workdir)
 
     async def after_agent(self, turns: list[Turn]) -> None:
         """Before the verifier runs: what it writes must not pass for the agent's work."""
@@ -78,18 +98,39 @@ class EpisodeGrading:
                 self.changed_tar = await export_changed(
                     self.sandbox, self.before.workdir, self.inspection.workspace.changed()
                 )
-        self.hooks, self.copies = await collect(self.sandbox, self.task, keep=self.keep_artifacts)
+        keep = self.keep_artifacts or self.mode != "shared"
+        self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
+        if self.listing is not None:
+            self.carry = await capture_changes(self.sandbox, self.listing)
 
     async def grade(self) -> Reward:
+        if self.mode == "shared":
+            return await self._grade_in(self.sandbox)
+        if self.mode == "clean" and self.carry is None:
+            raise GradingError("clean-room grading: the workdir was not captured")
+        verifier = await self.sandbox.fork_clean()
+        try:
+            if self.carry is not None:
+                await apply_workspace(verifier, self.carry)
+            workdir = self.carry.workdir if self.carry else None
+            await apply_copies(verifier, carried_copies(self.mode, self.copies, workdir))
+            return await self._grade_in(verifier)
+        finally:
+            await verifier.stop()
+
+    async def _grade_in(self, sandbox: Sandbox) -> Reward:
         if not isinstance(self.grader, TestScriptGrader):
-            self.scored = await self.grader.grade(self.sandbox, self.task)
+            self.scored = await self.grader.grade(sandbox, self.task)
             return self.scored
-        self.output = await self.grader.run_verifier(self.sandbox, self.task)
+        self.output = await self.grader.run_verifier(sandbox, self.task)
         self.scored = score(self.output, self.task.config.verifier, expected_reports(self.task))
         return self.scored
 
     def observed_flags(self) -> list[tuple[str, str]]:
-        return [*(self.inspection.flags if self.inspection else []), *self.command_flags]
+        inspected = self.inspection.flags if self.inspection else []
+        rejected = self.carry.rejected if self.carry else []
+        carried = [("tamper:carry_rejected", f"{path}: {why}") for path, why in rejected]
+        return [*inspected, *self.command_flags, *carried]
 
     def finish(self, reward: Reward) -> Reward:
         zero_on = self.task.config.verifier.zero_on_flags
@@ -117,6 +158,10 @@ class EpisodeGrading:
             copies=self.copies,
             build_log=build_log,
         )
+        if self.mode != "shared":
+            workdir = self.carry.workdir if self.carry else None
+            carried = carried_copies(self.mode, self.copies, workdir)
+            bundle.verifier_input = verifier_input(self.mode, self.carry, carried)
         if self.output is not None:
             bundle.reports = output_reports(self.output, expected_reports(self.task))
         try:

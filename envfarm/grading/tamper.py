@@ -73,7 +73,8 @@ def _relative(path: str, root: str) -> str:
     )
 
 
-def _is_test_file(relative: str) -> bool:
+def is_test_file(relative: str) -> bool:
+    """A test file by its name or a directory above it (paths relative to the workdir)."""
     parts = relative.split("/")
     name = parts[-1]
     return any(fnmatchcase(name, p) for p in _TEST_FILES) or bool(_TEST_DIRS & set(parts[:-1]))
@@ -132,7 +133,7 @@ def _workspace_flags(changes: WorkspaceChanges) -> list[tuple[str, str]]:
         if parts[-1] in _HOOK_NAMES:
             found.append(("tamper:sitecustomize", relative))
     for relative in changes.modified + changes.deleted:
-        if _is_test_file(relative):
+        if is_test_file(relative):
             found.append(("tamper:tests_modified", relative))
     return found
 

@@ -1,7 +1,8 @@
 """The ``Sandbox`` interface: one environment an agent works in.
 
-Five primitives (start, exec, read_file, write_file, stop); everything else (directory upload,
-helpers) is a free function over them in ``sandbox.files``, so every backend stays small.
+Five primitives (start, exec, read_file, write_file, stop), and ``fork_clean`` for a verifier
+that must not run where the agent did; everything else (directory upload, helpers) is a free
+function over them in ``sandbox.files``, so every backend stays small.
 ``stop`` is idempotent and shielded from cancellation: a Ctrl-C during an episode still tears
 the environment down.
 """
@@ -14,6 +15,7 @@ from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.errors import SandboxError
 from envfarm.spec.task import Task
 
 
@@ -71,6 +73,20 @@ class Sandbox(ABC):
         it cannot be done. Here: nothing to switch (a backend without networks)."""
         return
 
+    async def fork_clean(self) -> Sandbox:
+        """A fresh, started sandbox of this one's environment, for a verifier that trusts
+        nothing the agent touched (docs/grading.md, clean-room grading).
+
+        It runs the same image with the same limits and hardening, and shares this sandbox's
+        sidecars, network and volumes (a database keeps what the agent did to it), but none of
+        its filesystem. This sandbox's own processes are stopped first and it takes no more
+        commands; its ``stop()`` still removes everything, the fork included. The caller
+        stops the fork when done. SandboxError when the backend cannot do it."""
+        raise SandboxError(
+            f"{type(self).__name__} cannot start a clean verifier sandbox; grade in the agent's "
+            'with [verifier] environment_mode = "shared"'
+        )
+
     @abstractmethod
     async def _teardown(self) -> None: ...
 
@@ -106,7 +122,7 @@ class PreparedImage(BaseModel):
     cached: bool = False
     warnings: list[str] = []
     build_log: str | None = None
-    """The build's output when it was built now (not cached), its tail if long."""
+    """The build's output, its tail if long; for an image built earlier, the log kept then."""
 
 
 class SandboxBackend(ABC):

@@ -12,7 +12,7 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
 
-from envfarm.errors import EnvfarmError, SandboxGone
+from envfarm.errors import EnvfarmError, SandboxError, SandboxGone
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox, SandboxBackend
 from envfarm.spec.task import Task
 
@@ -40,6 +40,9 @@ class FakeSandbox(Sandbox):
         self.handler = handler
         self.latency_s = latency_s
         self.running = False
+        self.factory: Callable[[], Sandbox] | None = None
+        """Makes the sandbox ``fork_clean`` returns (the backend sets it)."""
+        self.forks: list[Sandbox] = []
 
     async def start(self) -> None:
         if self.start_error is not None:
@@ -84,12 +87,25 @@ class FakeSandbox(Sandbox):
             raise OSError(f"sandbox paths must be absolute, got {path!r}")
         self.files[path] = data
 
+    async def fork_clean(self) -> Sandbox:
+        """A new sandbox from ``factory`` (its own empty files), started; this one stops."""
+        self._check()
+        if self.factory is None:
+            raise SandboxError(f"fake sandbox {self.id} has no factory for a clean fork")
+        self.running = False
+        clean = self.factory()
+        self.forks.append(clean)
+        await clean.start()
+        return clean
+
     async def _teardown(self) -> None:
         self.running = False
+        for fork in self.forks:
+            await fork.stop()
 
 
 class FakeBackend(SandboxBackend):
-    """Hands out ``FakeSandbox``es; ``created`` keeps them for inspection."""
+    """Hands out ``FakeSandbox``es; ``created`` keeps them (clean forks too) for inspection."""
 
     name = "fake"
 
@@ -104,6 +120,7 @@ class FakeBackend(SandboxBackend):
 
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         sandbox = FakeSandbox(self.handler, latency_s=self.latency_s, start_error=self.start_error)
+        sandbox.factory = lambda: self.create(task, image, run_id=run_id)
         self.created.append(sandbox)
         return sandbox
 

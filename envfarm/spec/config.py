@@ -266,14 +266,13 @@ class VerifierConfig(_Table):
     env: EnvVars = Field(default_factory=dict)
     """Values keep ``${VAR}`` / ``${VAR:-default}`` templates; resolved when grading."""
     user: UserName = None
-    environment_mode: Annotated[
-        Literal["shared"],
-        _refuse(
-            "separate",
-            f"environment_mode 'separate' is {NOT_YET}; remove it or set 'shared' (tests run "
-            "in the agent's container after the agent has finished)",
-        ),
-    ] = "shared"
+    environment_mode: Literal["clean", "shared", "separate"] = "clean"
+    """Where tests/test.sh runs (docs/grading.md). ``clean``, envfarm's default and an extension
+    of Harbor's field: a fresh main container of the environment that receives only what the
+    agent changed in the workdir and the declared ``artifacts``, with the workdir's original
+    test files. ``shared`` (Harbor's default): the agent's container, after the agent.
+    ``separate``: a fresh main container that receives only the declared ``artifacts`` and
+    ``/logs/artifacts``. Fresh containers share the sidecars, network and volumes."""
     network_mode: NetworkMode = None
     allowed_hosts: AllowedHosts = Field(default_factory=list)
     rubrics: Annotated[list[RubricItem], AfterValidator(_unique_rubric_names)] = Field(
@@ -371,8 +370,8 @@ class TaskConfig(_Table):
 _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
     ("steps",): f"multi-step tasks are {NOT_YET}; split the steps into separate tasks",
     ("multi_step_reward_strategy",): f"it applies to [[steps]], which are {NOT_YET}; remove it",
-    ("verifier", "environment"): f"a separate verifier environment is {NOT_YET}; remove it "
-    "(the tests run in the agent's container after the agent has finished)",
+    ("verifier", "environment"): f"a verifier image of its own is {NOT_YET}; remove it (a "
+    "clean or separate verifier runs in a fresh container of the task's environment)",
     ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
     ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
     ("environment", "mcp_servers"): f"MCP servers are {NOT_YET} (agents get the bash and "

@@ -13,7 +13,8 @@ addressed, under envfarm's cache directory (``$ENVFARM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/envfarm``, else ``~/.cache/envfarm``), and the ``Task`` points there.
 
 Terminal-Bench gave every task the network, so a legacy task gets ``public`` network access
-unless its client service says ``network_mode: none``.
+unless its client service says ``network_mode: none``. Its tests ran in the agent's container
+and often check state outside the workdir, so a legacy task is graded in ``shared`` mode.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def _config_data(meta: LegacyTaskYaml, env: LegacyEnvironment) -> dict[str, Any]
             "terminal_bench": extra,
         },
         "agent": {"timeout_sec": meta.max_agent_timeout_sec},
-        "verifier": {"timeout_sec": meta.max_test_timeout_sec},
+        "verifier": {"timeout_sec": meta.max_test_timeout_sec, "environment_mode": "shared"},
         "environment": environment,
     }
 

@@ -81,6 +81,7 @@ def test_a_legacy_task_maps_to_the_task_model(tmp_path: Path) -> None:
     config = task.config
     assert config.agent.timeout_sec == 120
     assert config.verifier.timeout_sec == 30.5
+    assert config.verifier.environment_mode == "shared"
     assert [(a.name, a.email) for a in config.task.authors] == [("Jane Doe", "jane@example.com")]
     assert config.task.keywords == ["files", "beginner"]
     assert config.metadata["difficulty"] == "easy"

@@ -121,7 +121,7 @@ def test_minimal_task_gets_the_documented_defaults(tmp_path: Path) -> None:
     assert config.schema_version == "1.4"
     assert config.agent.timeout_sec is None
     assert config.verifier.timeout_sec == 600
-    assert config.verifier.environment_mode == "shared"
+    assert config.verifier.environment_mode == "clean"
     assert (config.environment.cpus, config.environment.memory_mb) == (1, 2048)
     assert (config.environment.storage_mb, config.environment.gpus) == (10240, 0)
     assert config.environment.healthcheck is None
@@ -249,7 +249,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
         ('[[steps]]\nname = "one"\n', "steps"),
         ('multi_step_reward_strategy = "mean"\n', "multi_step_reward_strategy"),
         ('artifacts = [{source = "/app/out.json", service = "db"}]\n', "artifacts[0].service"),
-        ('[verifier]\nenvironment_mode = "separate"\n', "verifier.environment_mode"),
         ("[verifier.environment]\ncpus = 2\n", "verifier.environment"),
         (
             '[[verifier.collect]]\ncommand = "pg_dump"\nservice = "db"\n',
@@ -271,6 +270,18 @@ def test_unsupported_fields_are_refused(toml: str, field: str) -> None:
     error = config_error(toml)
     assert error.field == field
     assert NOT_YET in error.detail
+
+
+@pytest.mark.parametrize("mode", ["clean", "shared", "separate"])
+def test_verifier_environment_modes(mode: str) -> None:
+    config = parse(f'[verifier]\nenvironment_mode = "{mode}"\n')
+    assert config.verifier.environment_mode == mode
+
+
+def test_an_unknown_verifier_environment_mode_is_refused() -> None:
+    error = config_error('[verifier]\nenvironment_mode = "sandbox"\n')
+    assert error.field == "verifier.environment_mode"
+    assert "'clean'" in error.detail
 
 
 def test_empty_unsupported_values_are_harmless() -> None:

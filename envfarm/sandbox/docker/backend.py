@@ -3,7 +3,8 @@ plus sidecars on an internal network for a task with a compose file (``environme
 
 ``prepare`` builds every image of the environment (the main one and each sidecar's) before any
 episode is admitted; the sidecars' image ids are remembered per task content hash, so ``create``
-hands them to each episode's environment without another lookup. It first refuses, with
+hands them to each episode's environment without another lookup. The build's output goes with
+the prepared image (``buildlog.py``), for each episode's artifacts. It first refuses, with
 ``EnvironmentUnsupported``, a task the chosen runtime cannot run (``runtimes.py``): the run's
 ``runtime``, or gVisor for a task that asks for it.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.docker.buildlog import BuildLog
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.reaper import reap_orphans
@@ -31,12 +33,16 @@ class DockerBackend(SandboxBackend):
 
     async def prepare(self, task: Task) -> PreparedImage:
         await asyncio.to_thread(lambda: check_task(task, self._runtime(task)))
-        images = await build_environment_images(task)
+        log = BuildLog()
+        images = await build_environment_images(task, on_log=log)
         if task.compose is not None:
             self._service_images[(str(task.root), task.content_hash)] = images.service_image_ids()
             if not (task.config.agent_network() and task.config.verifier_network()):
                 await ensure_base_image()  # its perl removes the main container's route
-        return images.prepared()
+        prepared = images.prepared()
+        built = not prepared.cached
+        build_log = await asyncio.to_thread(log.settle, prepared.image_id, built)
+        return prepared.model_copy(update={"build_log": build_log})
 
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         env = task.config.environment

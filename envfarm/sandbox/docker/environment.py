@@ -12,6 +12,8 @@ agent's, ``enter_verifier_phase`` joins or leaves the bridge (``networks.py``). 
 the internal network alone. ``start`` returns once every healthcheck has passed (the sidecars'
 compose healthchecks and the main container's ``[environment.healthcheck]``), or raises
 ``SandboxStartError`` naming the service, after removing everything it created.
+``fork_clean`` (a clean-room verifier) kills the main container and starts a fresh one in its
+place: same network alias, volumes and bind files, same sidecars.
 
 Teardown removes the main container, the sidecars (with their anonymous volumes), the network
 and the episode's volumes. Everything carries envfarm's labels with the owner's host and pid
@@ -159,7 +161,7 @@ class DockerEnvironment(DockerSandbox):
             if service.name == MAIN_SERVICE:
                 # Nothing runs in main until the agent starts, so it is created at once; its
                 # dependencies gate its healthcheck and the agent, not its creation.
-                await self._start_main(service)
+                await self._start_main()
                 await dependencies(service)
                 started[service.name].set()
                 await self._main_healthy()
@@ -172,15 +174,22 @@ class DockerEnvironment(DockerSandbox):
 
         await _all_or_nothing([bring_up(s) for s in compose.services.values()])
 
-    async def _start_main(self, main: ComposeService) -> None:
+    async def _start_main(self) -> None:
         await _uncancelled(asyncio.ensure_future(super().start()))
-        archive = sidecars.files_archive(self.task.environment_dir, main.volumes)
+        await self._prepare_fork(self)
+
+    async def _prepare_fork(self, clean: DockerSandbox) -> None:
+        """The task's bind files, and no default route without network access: for the main
+        container, and for a fresh one that takes its place (``fork_clean``)."""
+        if self.task.compose is None:
+            return
+        archive = sidecars.files_archive(self.task.environment_dir, self.task.compose.main.volumes)
         if archive is not None:
-            await _blocking(sidecars.put_files, self.container_id, archive)
-        if not self.config.network and not self._gvisor:  # gVisor ignores the interfaces
+            await _blocking(sidecars.put_files, clean.container_id, archive)
+        if not clean.config.network and not clean._gvisor:  # gVisor ignores the interfaces
             helper = (await ensure_base_image()).tag
             labels = self.labels("helper", MAIN_SERVICE)
-            await _blocking(drop_default_route, self.container_id, helper, labels)
+            await _blocking(drop_default_route, clean.container_id, helper, labels)
 
     async def _network_taken_away(self) -> None:
         """The verifier phase left the bridge: the environment network's default route is

@@ -17,6 +17,9 @@ the engine path (``dockerexec.py``) for engines reached over TLS or ssh.
 Under gVisor (``runtimes.py``) the helper's compatibility library comes along, and the engine
 path moves files through commands. A task whose verifier phase has other network access than
 its agent phase gets the default bridge joined or left by ``enter_verifier_phase``.
+
+``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and starts
+a fresh one of the same configuration.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any, NoReturn
 
 import docker
 import docker.errors
+import requests
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
@@ -129,6 +133,7 @@ class DockerSandbox(Sandbox):
         self._default_user = ""
         self._set_home = True
         self._gvisor = False
+        self._forks: list[DockerSandbox] = []
 
     @property
     def container_id(self) -> str:
@@ -352,7 +357,32 @@ class DockerSandbox(Sandbox):
         except SandboxGone as exc:
             await self._explain_gone(exc)
 
+    async def fork_clean(self) -> Sandbox:
+        """Kill this container (it stays until teardown), then start a fresh one of the same
+        configuration (image, limits, network, aliases and volumes)."""
+        if self._container is None:
+            raise SandboxError("sandbox is not started")
+        if self._channel is not None:
+            self._channel.close()
+        await asyncio.to_thread(_kill, self._container)
+        clean = DockerSandbox(self.config)
+        self._forks.append(clean)
+        await clean.start()
+        await self._prepare_fork(clean)
+        return clean
+
+    async def _prepare_fork(self, clean: DockerSandbox) -> None:
+        """What a fresh main container needs before it runs anything (none here)."""
+
     async def _teardown(self) -> None:
+        forks, self._forks = self._forks, []
+        outcomes = await asyncio.gather(*(f.stop() for f in forks), return_exceptions=True)
+        await self._remove_container()
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _remove_container(self) -> None:
         if self._container is None:
             return
         container, self._container = self._container, None
@@ -366,3 +396,17 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"could not remove container {container.short_id}: {exc}") from exc
         finally:
             _live.pop(str(container.id), None)
+
+
+def _kill(container: Container) -> None:
+    """Stop every process of ``container`` now and wait until it has stopped."""
+    try:
+        container.kill()
+        container.wait(timeout=60)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:  # 409: it is not running any more
+            raise SandboxError(f"could not stop container {container.short_id}: {exc}") from exc
+    except requests.exceptions.RequestException as exc:
+        raise SandboxError(f"container {container.short_id} did not stop: {exc}") from exc

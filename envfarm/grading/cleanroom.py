@@ -1,0 +1,123 @@
+"""Clean-room and separate grading: furnish a fresh verifier container with the agent's outcome.
+
+``Sandbox.fork_clean`` stops the agent's container and starts a fresh one of the same
+environment (same image and hardening, same sidecars, network and volumes). Into it go only:
+
+- ``clean`` mode: the agent's workdir changes (``carry.py``: deletions first, then one tar of
+  the changed entries, the original test files left in place), and the declared ``artifacts``
+  that lie outside the workdir, and ``/logs/artifacts`` when collect hooks wrote it;
+- ``separate`` mode (Harbor's): the declared ``artifacts`` and ``/logs/artifacts`` alone.
+
+A declared artifact replaces whatever the image has at its path, and one the agent left absent
+is removed. Nothing else the agent did survives: not its processes, not a pytest or
+``sitecustomize.py`` it planted outside the workdir, not its ``/logs/verifier`` or ``/tests``.
+What cannot be carried (an artifact over the size cap, an archive that does not extract) makes
+the reward invalid (``GradingError``), never a 0.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import uuid
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.errors import GradingError
+from envfarm.grading.carry import WorkspaceCarry
+from envfarm.grading.collect import MISSING, CopiedPath
+from envfarm.sandbox.base import Sandbox
+
+APPLY_TIMEOUT_S = 600.0
+MAX_LISTED = 500
+
+
+class VerifierInput(BaseModel):
+    """What the verifier's container received (``verifier-input.json`` in the artifacts)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str
+    workdir: str | None = None
+    carried: list[str] = Field(default_factory=list)
+    carried_count: int = 0
+    archive_bytes: int = 0
+    deleted: list[str] = Field(default_factory=list)
+    restored: list[str] = Field(default_factory=list)
+    """Test files the agent changed or deleted, graded as the image has them."""
+    rejected: list[tuple[str, str]] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
+
+
+def verifier_input(
+    mode: str, carry: WorkspaceCarry | None, copies: list[CopiedPath]
+) -> VerifierInput:
+    record = VerifierInput(mode=mode, artifacts=[copy.source for copy in copies])
+    if carry is not None:
+        record.workdir = carry.workdir
+        record.carried = carry.carried[:MAX_LISTED]
+        record.carried_count = len(carry.carried)
+        record.archive_bytes = len(carry.archive or b"")
+        record.deleted = carry.deleted[:MAX_LISTED]
+        record.restored = carry.restored[:MAX_LISTED]
+        record.rejected = carry.rejected[:MAX_LISTED]
+    return record
+
+
+def carried_copies(mode: str, copies: list[CopiedPath], workdir: str | None) -> list[CopiedPath]:
+    """The copies a verifier of ``mode`` receives: in clean mode, only those outside the
+    workdir (the workdir's changes already carry the rest)."""
+    if mode != "clean" or not workdir:
+        return list(copies)
+    root = workdir.rstrip("/") + "/"
+    return [c for c in copies if not (c.source.rstrip("/") + "/").startswith(root)]
+
+
+async def _run(verifier: Sandbox, script: str, what: str) -> None:
+    result = await verifier.exec(script, user="root", timeout=APPLY_TIMEOUT_S)
+    if result.timed_out or result.exit_code != 0:
+        why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        tail = (result.stdout + result.stderr).strip()[-1000:]
+        raise GradingError(f"could not carry {what} into the verifier's container ({why}): {tail}")
+
+
+async def apply_workspace(verifier: Sandbox, carry: WorkspaceCarry) -> None:
+    """Delete what the agent deleted, then extract what it changed, in the workdir."""
+    token = uuid.uuid4().hex
+    archive, deletions, errors = (f"/tmp/.envfarm-apply-{token}.{x}" for x in ("tar", "del", "err"))
+    if carry.archive:
+        await verifier.write_file(archive, carry.archive, mode=0o600)
+    if carry.deleted:
+        names = b"".join(f"./{p}".encode("utf-8", "surrogateescape") + b"\0" for p in carry.deleted)
+        await verifier.write_file(deletions, names, mode=0o600)
+    workdir = shlex.quote(carry.workdir)
+    script = (
+        f"mkdir -p {workdir} && cd {workdir} || exit 3\n"
+        f"if [ -f {deletions} ]; then xargs -0 -r rm -rf -- < {deletions} || exit 4; fi\n"
+        f"if [ -f {archive} ]; then tar -xpf {archive} --numeric-owner 2>{errors} "
+        f"|| {{ tail -c 2000 {errors}; exit 5; }}; fi\n"
+        f"rm -f {archive} {deletions} {errors}\n"
+    )
+    await _run(verifier, script, f"the agent's changes to {carry.workdir}")
+
+
+async def apply_copies(verifier: Sandbox, copies: list[CopiedPath]) -> None:
+    """Put each copied path in place of the image's; remove the paths the agent left absent."""
+    for copy in copies:
+        source = copy.source.rstrip("/")
+        if not source:
+            raise GradingError("the artifact '/' cannot be carried into the verifier's container")
+        quoted = shlex.quote(source)
+        if copy.archive is None:
+            if copy.note != MISSING:
+                raise GradingError(f"artifact {copy.source} could not be carried: {copy.note}")
+            await _run(verifier, f"rm -rf {quoted}", f"artifact {copy.source}")
+            continue
+        staging = f"/tmp/.envfarm-artifact-{uuid.uuid4().hex}.tar"
+        await verifier.write_file(staging, copy.archive, mode=0o600)
+        into = quoted if copy.is_dir else shlex.quote(posixpath.dirname(source) or "/")
+        script = (
+            f"rm -rf {quoted} && mkdir -p {into} && tar -xpf {staging} -C {into}; "
+            f"code=$?; rm -f {staging}; exit $code"
+        )
+        await _run(verifier, script, f"artifact {copy.source}")
