@@ -184,17 +184,20 @@ class NoWarmEnvironment(KubeConflict):
 def claim_patch(
     pod: KubeObject,
     claimer: str,
-    owner: dict[str, Any] | None,
+    owners: list[dict[str, Any]] | None,
     labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> KubeObject:
-    """The claim: out of the pool, to ``claimer`` (and ``owner``), with extra ``labels``."""
-    return {
-        "metadata": {
-            "resourceVersion": resource_version(pod),
-            "labels": {**(labels or {}), POOL_LABEL: None, CLAIMED_LABEL: claimer},
-            "ownerReferences": [owner] if owner is not None else None,
-        }
+    """The claim: out of the pool, to ``claimer`` (and ``owners``), with extra ``labels`` and
+    ``annotations``."""
+    metadata: dict[str, Any] = {
+        "resourceVersion": resource_version(pod),
+        "labels": {**(labels or {}), POOL_LABEL: None, CLAIMED_LABEL: claimer},
+        "ownerReferences": owners or None,
     }
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata}
 
 
 async def claim(
@@ -214,7 +217,8 @@ async def claim(
     random.shuffle(ready)
     for pod in ready:
         try:
-            return await api.patch(PODS, namespace, name_of(pod), claim_patch(pod, claimer, owner))
+            owners = [owner] if owner is not None else None
+            return await api.patch(PODS, namespace, name_of(pod), claim_patch(pod, claimer, owners))
         except (KubeConflict, KubeNotFound):
             continue  # another claimer took it, or it changed: try the next one
     raise NoWarmEnvironment(
@@ -249,8 +253,9 @@ class PoolClaimer:
         self,
         claimer: str,
         *,
-        owner: dict[str, Any] | None = None,
+        owners: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
     ) -> KubeObject:
         skipped: set[str] = set()
         while ready := self._candidates(skipped):
@@ -259,7 +264,10 @@ class PoolClaimer:
             self._taken.add(name)
             try:
                 claimed = await self.api.patch(
-                    PODS, self.namespace, name, claim_patch(pod, claimer, owner, labels)
+                    PODS,
+                    self.namespace,
+                    name,
+                    claim_patch(pod, claimer, owners, labels, annotations),
                 )
             except (KubeConflict, KubeNotFound):
                 self.conflicts += 1

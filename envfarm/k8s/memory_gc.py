@@ -1,12 +1,13 @@
 """Owner references and garbage collection of the in-memory API, as Kubernetes' collector does.
 
-An object whose owners are all gone is deleted (background propagation). An owner deleted in
-the foreground carries the ``foregroundDeletion`` finalizer until its dependents are gone: its
-dependents are deleted first, and when the last one disappears the finalizer is removed and
-the owner with it. A dependent with an owner still alive is kept and loses its references to
-owners that are gone or going. Orphan propagation strips the references before the owner
-goes. The collector runs synchronously inside the request that triggers it, after that
-request's own change, so watches see the owner's event before its dependents'.
+An object whose owners are all gone is deleted (background propagation); a namespaced owner in
+another namespace counts as gone, as cross-namespace references do in Kubernetes. An owner
+deleted in the foreground carries the ``foregroundDeletion`` finalizer until its dependents are
+gone: its dependents are deleted first, and when the last one disappears the finalizer is
+removed and the owner with it. A dependent with an owner still alive is kept and loses its
+references to owners that are gone or going. Orphan propagation strips the references before
+the owner goes. The collector runs synchronously inside the request that triggers it, after
+that request's own change, so watches see the owner's event before its dependents'.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def in_foreground_deletion(obj: KubeObject) -> bool:
     return bool(metadata.get("deletionTimestamp")) and FOREGROUND in (
         metadata.get("finalizers") or []
     )
+
+
+def _elsewhere(owner: KubeObject, dependent: KubeObject) -> bool:
+    """A namespaced owner in another namespace than its dependent's: Kubernetes treats the
+    reference as absent (and deletes a dependent without another owner)."""
+    namespace = owner["metadata"].get("namespace")
+    return bool(namespace) and namespace != dependent["metadata"].get("namespace")
 
 
 class OwnerIndex:
@@ -112,7 +120,7 @@ class OwnerIndex:
         alive, going, gone = set(), set(), set()
         for uid in owner_uids(current):
             owner = self._by_uid(uid)
-            if owner is None:
+            if owner is None or _elsewhere(owner, current):
                 gone.add(uid)
             elif in_foreground_deletion(owner):
                 going.add(uid)

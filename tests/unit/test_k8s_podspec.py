@@ -7,6 +7,7 @@ capabilities, limits, network aliases, volumes and copied files.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import io
@@ -17,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import TaskSpecError
+from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.sandbox.docker import services as docker_services
 from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
+from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, cluster_images
 from envfarm.sandbox.kubernetes.podspec import (
     LABEL_ENVIRONMENT,
@@ -29,6 +32,7 @@ from envfarm.sandbox.kubernetes.podspec import (
     PodOptions,
     environment_pod,
 )
+from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import Task, load_task
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
@@ -226,3 +230,17 @@ def test_main_healthcheck_runs_like_the_helper_runs_it(tmp_path):
     script = probe["exec"]["command"][2]
     assert shlex.quote("test -f /ready") in script
     assert "/bin/bash" in script
+
+
+def test_a_task_asking_for_gvisor_gets_the_gvisor_runtime_class(tmp_path, pg_task):
+    task = _compose_task(tmp_path, "services:\n  main: {}\n", '[environment]\nruntime = "gvisor"\n')
+    api = MemoryKubeApi()
+    plain = KubernetesBackend(api)
+    chosen = KubernetesBackend(api, KubernetesBackendConfig(runtime_class="kata"))
+    assert plain.pod_options(task, "r").runtime_class == "gvisor"
+    assert chosen.pod_options(task, "r").runtime_class == "gvisor"
+    assert plain.pod_options(pg_task, "r").runtime_class is None
+    assert chosen.pod_options(pg_task, "r").runtime_class == "kata"
+    pool = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"taskRef": {"name": task.id}}}
+    template = asyncio.run(TaskTemplates({task.id: task})(pool))
+    assert template["spec"]["runtimeClassName"] == "gvisor"

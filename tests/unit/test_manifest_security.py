@@ -49,10 +49,11 @@ def test_each_component_gets_only_what_it_needs() -> None:
     controller = _grants(named(resources, "Role", "envfarm-controller", SANDBOXES))
     operator = _grants(named(resources, "Role", "envfarm-operator", SANDBOXES))
     leader = _grants(named(resources, "Role", "envfarm-operator", CONTROL_PLANE))
+    controller_home = _grants(named(resources, "Role", "envfarm-controller", CONTROL_PLANE))
     # The in-pod helper is driven over an attach stream: create (SPDY, and WebSocket from
     # 1.35) and get (WebSocket before 1.35); never exec.
     assert controller["pods/attach"] == {"create", "get"}
-    for grants in (controller, operator, leader):
+    for grants in (controller, operator, leader, controller_home):
         assert "pods/exec" not in grants
         assert not {"roles", "rolebindings", "serviceaccounts"} & {k.split("/")[-1] for k in grants}
         assert not {"bind", "escalate", "impersonate", "deletecollection"} & set().union(
@@ -63,6 +64,8 @@ def test_each_component_gets_only_what_it_needs() -> None:
     assert operator["envfarm.dev/rolloutjobs/finalizers"] == {"update"}
     leases, events = {"get", "create", "update"}, {"create", "patch"}
     assert leader == {"coordination.k8s.io/leases": leases, "events": events}
+    # Whether the controller pod owning an environment still exists: one pod, by name.
+    assert controller_home == {"pods": {"get"}}
 
 
 @pytest.mark.parametrize("target", TARGETS)

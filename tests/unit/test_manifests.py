@@ -104,6 +104,7 @@ def test_a_rollout_job_with_an_unknown_or_bad_field_is_rejected() -> None:
         ({"groupSize": 0}, "minimum"),
         ({"stalePolicy": "ignore"}, "ignore"),
         ({"sampling": {"topP": 0}}, "minimum"),
+        ({"environment": {"runtimeClassName": "gvisor"}}, "environment"),  # not a field
     ):
         errors = [e.message for e in validator.iter_errors({**job, "spec": {**job["spec"], **bad}})]
         assert any(expected in message or "less than" in message for message in errors), errors
@@ -179,3 +180,22 @@ def test_budgets_and_services_select_the_pods_they_mean(target: str) -> None:
         assert selected(budget["spec"]["selector"]["matchLabels"]) == {budget["metadata"]["name"]}
     for service in of_kind(resources, "Service"):
         assert selected(service["spec"]["selector"]) == {service["metadata"]["name"]}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_controllers_know_their_own_pod(target: str) -> None:
+    """The API and the workers read their pod from the downward API, to own the environment
+    pods they start (``envfarm.sandbox.kubernetes.ownerpod``)."""
+    resources = rendered(target)
+    fields = {
+        "ENVFARM_POD_NAME": "metadata.name",
+        "ENVFARM_POD_UID": "metadata.uid",
+        "ENVFARM_POD_NAMESPACE": "metadata.namespace",
+    }
+    for name in ("envfarm-api", "envfarm-worker"):
+        deployment = named(resources, "Deployment", name, CONTROL_PLANE)
+        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        found = {
+            e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in env if e["name"] in fields
+        }
+        assert found == fields, name

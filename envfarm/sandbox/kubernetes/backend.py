@@ -4,14 +4,20 @@ A task mapped to an EnvPool (``pools``) starts by claiming one of the pool's rea
 merge patch, from a watch-fed cache of the pool), and cold-starts only when none is ready.
 ``prepare`` names the task's images (``podimages``; building and pushing them is done ahead,
 no image is built on a cluster). ``create`` builds the pod (``podspec``) with this backend's
-namespace, runtime class, TTL and owner, labelled with the run and with the owner process
-(``envfarm.dev/owner-host`` and ``envfarm.dev/owner-process``). Readiness comes from one pod
-watch per backend (``podwatch``), never a poller per pod.
+namespace, runtime class (gVisor's for a task that asks for it), TTL and owner, labelled with
+the run and with the owner process (``envfarm.dev/owner-host`` and
+``envfarm.dev/owner-process``). Readiness comes from one pod watch per backend
+(``podwatch``), never a poller per pod.
+
+In a cluster the controller's own pod (``owner_pod``, from the downward API) owns every
+environment pod it starts or claims (``ownerpod``): through an ownerReference when both share
+a namespace, else through a label that ``reap`` checks.
 
 ``reap`` deletes the environment pods nobody will use again: those that ended (a pod that
-outlived its TTL stays as Failed until deleted) and those an earlier process on this host
-started (its process label differs). ``activeDeadlineSeconds`` bounds everything else: a pod
-left by a controller that died elsewhere ends within its TTL and is reaped then.
+outlived its TTL stays as Failed until deleted), those an earlier process on this host
+started (its process label differs) and those of controller pods that no longer exist.
+``activeDeadlineSeconds`` bounds everything else: a pod left by a controller that died
+elsewhere ends within its TTL and is reaped then.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ from envfarm.k8s.api import PODS, KubeApi, KubeObject
 from envfarm.k8s.envpool import NoWarmEnvironment, PoolClaimer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.health import HealthPolicy
+from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, OwnerPod, departed_owners
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, PodImages, cluster_images
 from envfarm.sandbox.kubernetes.podspec import (
+    GVISOR_RUNTIME_CLASS,
     LABEL_RUN,
     MANAGED_BY,
     PodOptions,
@@ -56,6 +64,8 @@ class KubernetesBackendConfig(BaseModel):
     images: ImageNaming = Field(default_factory=ImageNaming)
     runtime_class: str | None = None
     """``gvisor`` for the RuntimeClass of manifests/; None: the cluster's default runtime."""
+    gvisor_runtime_class: str = GVISOR_RUNTIME_CLASS
+    """The RuntimeClass of a task whose ``[environment] runtime`` is ``gvisor``."""
     ttl_seconds: int | None = None
     """Environment lifetime; None: the task's agent and verifier timeouts plus ``ttl_slack_s``."""
     ttl_slack_s: int = 1800
@@ -65,6 +75,8 @@ class KubernetesBackendConfig(BaseModel):
     run_as_user: int | None = None
     owner: dict[str, Any] | None = None
     """An ownerReference for every pod (a RolloutJob, say): deleting it removes them."""
+    owner_pod: OwnerPod | None = None
+    """The controller's own pod: deleting it removes the environments it started."""
     channel: Literal["attach", "exec"] = "attach"
     output_cap: int = 4 * 1024 * 1024
     pools: dict[str, str] = Field(default_factory=dict)
@@ -81,6 +93,15 @@ class KubernetesBackend(SandboxBackend):
         self._images: dict[tuple[str, str], PodImages] = {}
         self._claimers: dict[str, PoolClaimer] = {}
         self.host = label_value(socket.gethostname())
+        owner_pod = self.config.owner_pod
+        self.owners = [self.config.owner] if self.config.owner is not None else []
+        if owner_pod is not None and owner_pod.namespace == self.config.namespace:
+            self.owners.append(owner_pod.reference())
+        self.owner_labels = {LABEL_OWNER_HOST: self.host, LABEL_OWNER_PROCESS: _PROCESS}
+        self.owner_annotations: dict[str, str] = {}
+        if owner_pod is not None:
+            self.owner_labels |= owner_pod.labels()
+            self.owner_annotations = owner_pod.annotations()
 
     def images(self, task: Task) -> PodImages:
         key = (str(task.root), task.content_hash)
@@ -91,6 +112,12 @@ class KubernetesBackend(SandboxBackend):
     async def prepare(self, task: Task) -> PreparedImage:
         images = self.images(task)
         return PreparedImage(tag=images.main, cached=True, warnings=images.warnings)
+
+    def runtime_class(self, task: Task) -> str | None:
+        """The task's ``[environment] runtime = "gvisor"``, else the controller's choice."""
+        if task.config.environment.runtime == "gvisor":
+            return self.config.gvisor_runtime_class
+        return self.config.runtime_class
 
     def ttl_seconds(self, task: Task) -> int:
         if self.config.ttl_seconds is not None:
@@ -127,12 +154,13 @@ class KubernetesBackend(SandboxBackend):
         options: dict[str, Any] = {
             "environment_id": uuid.uuid4().hex[:12],
             "run_id": run_id,
-            "runtime_class": config.runtime_class,
+            "runtime_class": self.runtime_class(task),
             "ttl_seconds": self.ttl_seconds(task),
-            "owner": config.owner,
+            "owners": self.owners,
             "run_as_user": config.run_as_user,
             "cpu_request_ratio": config.cpu_request_ratio,
-            "labels": {LABEL_OWNER_HOST: self.host, LABEL_OWNER_PROCESS: _PROCESS},
+            "labels": self.owner_labels,
+            "annotations": self.owner_annotations,
         }
         return PodOptions(**(options | overrides))
 
@@ -147,14 +175,13 @@ class KubernetesBackend(SandboxBackend):
                 self.api, self.config.namespace, pool
             )
             await claimer_of_pool.start()
-        labels = {
-            LABEL_RUN: label_value(run_id),
-            LABEL_OWNER_HOST: self.host,
-            LABEL_OWNER_PROCESS: _PROCESS,
-        }
+        labels = {LABEL_RUN: label_value(run_id), **self.owner_labels}
         try:
             return await claimer_of_pool.claim(
-                label_value(claimer), owner=self.config.owner, labels=labels
+                label_value(claimer),
+                owners=self.owners,
+                labels=labels,
+                annotations=self.owner_annotations,
             )
         except NoWarmEnvironment:
             return None
@@ -170,6 +197,7 @@ class KubernetesBackend(SandboxBackend):
             )
         except KubeError as exc:
             raise SandboxError(f"could not list environment pods to reap: {exc}") from exc
+        departed = await departed_owners(self.api, listing.items, self.config.owner_pod)
         doomed = []
         for pod in listing.items:
             labels = pod["metadata"].get("labels") or {}
@@ -177,7 +205,8 @@ class KubernetesBackend(SandboxBackend):
             earlier = labels.get(LABEL_OWNER_HOST) == self.host and labels.get(
                 LABEL_OWNER_PROCESS
             ) not in (None, _PROCESS)
-            if (ended or earlier) and not pod["metadata"].get("deletionTimestamp"):
+            orphaned = labels.get(LABEL_OWNER_POD_UID) in departed
+            if (ended or earlier or orphaned) and not pod["metadata"].get("deletionTimestamp"):
                 doomed.append(pod["metadata"]["name"])
 
         async def delete(name: str) -> None:

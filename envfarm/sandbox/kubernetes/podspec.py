@@ -66,6 +66,8 @@ HELPER_VOLUME = "envfarm-helper"
 HELPER_DIR = "/.envfarm"
 HELPER_PATH = f"{HELPER_DIR}/sandboxd"
 SERVICE_ACCOUNT = "envfarm-sandbox"
+GVISOR_RUNTIME_CLASS = "gvisor"
+"""The RuntimeClass of manifests/base/cluster (handler ``runsc``)."""
 
 
 class PodOptions(BaseModel):
@@ -80,11 +82,14 @@ class PodOptions(BaseModel):
     ttl_seconds: int | None = 7200
     owner: dict[str, Any] | None = None
     """An ownerReference (``objects.owner_reference``) that garbage-collects the pod."""
+    owners: list[dict[str, Any]] = Field(default_factory=list)
+    """More ownerReferences (the controller's pod): the pod goes when all of them are gone."""
     run_as_user: int | None = None
     cpu_request_ratio: float = Field(default=1.0, gt=0, le=1)
     service_account: str | None = SERVICE_ACCOUNT
     image_pull_policy: str = "IfNotPresent"
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
 
 
 def label_value(text: str) -> str:
@@ -297,12 +302,13 @@ def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[
     spec.update({key: value for key, value in optional.items() if value is not None})
     metadata: dict[str, Any] = {
         "labels": environment_labels(task, options),
-        "annotations": {ANNOTATION_TASK: task.id},
+        "annotations": {**options.annotations, ANNOTATION_TASK: task.id},
     }
     if options.generate_name:
         metadata["generateName"] = options.generate_name
     else:
         metadata["name"] = options.name or f"envfarm-{options.environment_id}"
-    if options.owner is not None:
-        metadata["ownerReferences"] = [options.owner]
+    owners = [options.owner, *options.owners] if options.owner is not None else options.owners
+    if owners:
+        metadata["ownerReferences"] = owners
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

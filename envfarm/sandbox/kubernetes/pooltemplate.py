@@ -2,7 +2,8 @@
 
 ``TaskTemplates`` is the ``TemplateSource`` the operator gives the EnvPool reconciler: it looks
 the pool's ``spec.taskRef.name`` up in a task library and renders the environment pod with the
-pool's ``runtimeClassName`` and ``ttlSeconds``. An unknown task is a permanent error (the
+pool's ``runtimeClassName`` (else gVisor's for a task whose ``[environment] runtime`` asks
+for it) and ``ttlSeconds``. An unknown task is a permanent error (the
 pool's Ready condition says so) until the pool or the library changes.
 """
 
@@ -13,10 +14,14 @@ from collections.abc import Mapping
 from envfarm.errors import TaskSpecError
 from envfarm.k8s.api import KubeObject
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, cluster_images
-from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
+from envfarm.sandbox.kubernetes.podspec import GVISOR_RUNTIME_CLASS, PodOptions, environment_pod
 from envfarm.spec.task import Task
 
 DEFAULT_TTL_S = 7200
+
+
+def _task_runtime_class(task: Task) -> str | None:
+    return GVISOR_RUNTIME_CLASS if task.config.environment.runtime == "gvisor" else None
 
 
 class TaskTemplates:
@@ -39,7 +44,7 @@ class TaskTemplates:
             environment_id=metadata["name"],
             run_id=f"pool-{metadata['name']}",
             generate_name=f"{metadata['name']}-",
-            runtime_class=spec.get("runtimeClassName"),
+            runtime_class=spec.get("runtimeClassName") or _task_runtime_class(task),
             ttl_seconds=int(spec.get("ttlSeconds") or DEFAULT_TTL_S),
         )
         pod = environment_pod(task, cluster_images(task, self.naming), options)
