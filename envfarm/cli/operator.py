@@ -26,6 +26,7 @@ from envfarm.client import EnvfarmClient
 from envfarm.k8s.envpool import EnvPoolReconciler
 from envfarm.k8s.operator import Operator, envpool_controller, rolloutjob_controller
 from envfarm.k8s.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
+from envfarm.sandbox.kubernetes.podimages import ImageNaming
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import Task, discover_tasks
 
@@ -101,7 +102,9 @@ def operator(
         kube = RestKubeApi(config)
         async with EnvfarmClient(api_url, token, retry_for_s=30.0) as client:
             runner = Operator(kube, namespace, workers=workers)
-            runner.add(envpool_controller(EnvPoolReconciler(kube, TaskTemplates(tasks))))
+            naming = ImageNaming(registry=os.environ.get("ENVFARM_IMAGE_REGISTRY") or "")
+            templates = TaskTemplates(tasks, naming)
+            runner.add(envpool_controller(EnvPoolReconciler(kube, templates)))
             jobs = RolloutJobReconciler(
                 kube, client, api_url, archive_tasks=tasks_in_archive, poll_s=poll_s
             )

@@ -209,11 +209,12 @@ def _backend(runtime: str | None) -> SandboxBackend:
 def _kubernetes_backend(runtime_class: str | None, namespace: str) -> SandboxBackend:
     """Pods of the cluster this process runs in (its service account), or else of the
     kubeconfig's current context, owned by this process's pod when the downward API names it
-    (``ownerpod``)."""
+    (``ownerpod``), pulling envfarm's images from ``ENVFARM_IMAGE_REGISTRY`` (a prefix)."""
     from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
     from envfarm.k8s.rest import RestKubeApi
     from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
     from envfarm.sandbox.kubernetes.ownerpod import OwnerPod
+    from envfarm.sandbox.kubernetes.podimages import ImageNaming
 
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     config = in_cluster_config() if in_cluster else load_kubeconfig()
@@ -221,6 +222,7 @@ def _kubernetes_backend(runtime_class: str | None, namespace: str) -> SandboxBac
         namespace=namespace,
         runtime_class=runtime_class,
         owner_pod=OwnerPod.from_env(os.environ),
+        images=ImageNaming(registry=os.environ.get("ENVFARM_IMAGE_REGISTRY") or ""),
     )
     return KubernetesBackend(RestKubeApi(config), settings)
 
