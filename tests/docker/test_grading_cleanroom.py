@@ -4,13 +4,19 @@ only the agent's workdir changes (and declared artifacts); sidecars carry over."
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from grading_tasks import FIXED_CALC, JUNIT, REWARD_FROM_STATUS, bash, make_task, run_episode
+from test_phase_network import make_task as make_phase_task
+from test_phase_network import run_oracle
 
 from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.sandbox.docker.client import docker_client
 from envfarm.spec.task import load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -185,3 +191,46 @@ async def test_a_migration_is_graded_through_the_carried_over_database(backend):
     assert statuses["test_the_migration_file_exists_and_is_recorded_as_applied"] == "failed"
     assert statuses["test_the_migration_replays_on_other_data"] == "failed"
     assert trajectory.reward.value == 0.0
+
+
+class Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def outside() -> Iterator[str]:
+    """``host:port`` of an HTTP server on the default bridge's gateway (test_phase_network)."""
+    gateway = docker_client().api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+    server = ThreadingHTTPServer((gateway, 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"{gateway}:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("agent", "verifier", "sidecar"),
+    [
+        ("no-network", "public", True),
+        ("public", "no-network", True),
+        ("no-network", "public", False),
+    ],
+)
+async def test_the_fresh_verifier_container_gets_the_verifier_phase_network(
+    tmp_path, outside, agent, verifier, sidecar
+):
+    shared = make_phase_task(
+        tmp_path / "phase", outside, agent=agent, verifier=verifier, sidecar=sidecar
+    )
+    config = shared.root / "task.toml"
+    config.write_text(config.read_text().replace('"shared"', '"clean"'))
+    seen = await run_oracle(load_task(shared.root))
+    public = verifier == "public"
+    assert (seen["verifier_outside"], seen["verifier_route"]) == (public, public)
+    assert seen["verifier_sidecar"] == int(sidecar)
+    assert seen["agent_outside"] == (agent == "public")

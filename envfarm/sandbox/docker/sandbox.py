@@ -359,13 +359,16 @@ class DockerSandbox(Sandbox):
 
     async def fork_clean(self) -> Sandbox:
         """Kill this container (it stays until teardown), then start a fresh one of the same
-        configuration (image, limits, network, aliases and volumes)."""
+        configuration (image, limits, aliases, volumes), with the verifier phase's network."""
         if self._container is None:
             raise SandboxError("sandbox is not started")
         if self._channel is not None:
             self._channel.close()
         await asyncio.to_thread(_kill, self._container)
-        clean = DockerSandbox(self.config)
+        config = self.config
+        if config.verifier_network is not None:
+            config = config.model_copy(update={"network": config.verifier_network})
+        clean = DockerSandbox(config)
         self._forks.append(clean)
         await clean.start()
         await self._prepare_fork(clean)
