@@ -327,7 +327,7 @@ async def _run_job(
 ) -> RunSummary:
     started = time.monotonic()
     backend = _docker_backend(runtime)
-    lines = (out / "trajectories.jsonl").open("w", encoding="utf-8")
+    lines = (out / "trajectories.jsonl").open("a" if resuming() else "w", encoding="utf-8")
     judge_spec, allow_unjudged = rubrics
     async with open_policy(spec) as policy, open_judge(judge_spec) as judge:
         runner = EpisodeRunner(
