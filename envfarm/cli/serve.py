@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,7 +27,7 @@ from envfarm.api import create_app
 from envfarm.api.app import DEFAULT_MAX_BODY_BYTES
 from envfarm.api.server import ApiServer
 from envfarm.cli.render import console
-from envfarm.controller.service import open_controller
+from envfarm.controller.service import Controller, open_controller
 from envfarm.controller.summary import EXIT_BAD_INPUT
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
@@ -97,16 +98,8 @@ def serve(
     url = db or str(data_dir / "envfarm.db")
 
     async def main(stopping: asyncio.Event) -> None:
-        backend = _backend(runtime) if worker else None
-        config = WorkerConfig(concurrency=concurrency) if worker else None
-        async with open_controller(
-            url,
-            tasks,
-            backend=backend,
-            worker=config,
-            artifacts_root=data_dir / "artifacts",
-            warm_pool=warm_pool,
-        ) as controller:
+        work = (concurrency, warm_pool, runtime) if worker else None
+        async with _controller(url, tasks, data_dir, work) as controller:
             app = create_app(controller, token=token, max_body_bytes=max_body_bytes)
             server = ApiServer(app, host, port, access_log=access_log)
             await server.start()
@@ -140,14 +133,7 @@ def worker(
     url = db or str(data_dir / "envfarm.db")
 
     async def main(stopping: asyncio.Event) -> None:
-        async with open_controller(
-            url,
-            tasks,
-            backend=_backend(runtime),
-            worker=WorkerConfig(concurrency=concurrency),
-            artifacts_root=data_dir / "artifacts",
-            warm_pool=warm_pool,
-        ):
+        async with _controller(url, tasks, data_dir, (concurrency, warm_pool, runtime)):
             console.print(
                 f"envfarm: worker on {escape(_redacted(url))} ({len(tasks)} tasks, "
                 f"{concurrency} at once)",
@@ -156,6 +142,24 @@ def worker(
             await stopping.wait()
 
     _run(main)
+
+
+def _controller(
+    url: str, tasks: dict[str, Task], data_dir: Path, work: tuple[int, int, str | None] | None
+) -> AbstractAsyncContextManager[Controller]:
+    """The controller both commands open; ``work`` (concurrency, warm pool, runtime) when this
+    process also runs episodes."""
+    if work is None:
+        return open_controller(url, tasks, artifacts_root=data_dir / "artifacts")
+    concurrency, warm_pool, runtime = work
+    return open_controller(
+        url,
+        tasks,
+        backend=_backend(runtime),
+        worker=WorkerConfig(concurrency=concurrency),
+        artifacts_root=data_dir / "artifacts",
+        warm_pool=warm_pool,
+    )
 
 
 def _run(main: Callable[[asyncio.Event], Any]) -> None:
