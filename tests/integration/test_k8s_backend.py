@@ -8,6 +8,7 @@ stream transport are the real code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,10 @@ class Cluster:
 
 @pytest.fixture
 def pg_task() -> Task:
-    return load_task(TASKS / "pg-schema-migration")
+    """Graded in the agent's pod: Kubernetes has no fresh verifier next to sidecars."""
+    task = load_task(TASKS / "pg-schema-migration")
+    verifier = task.config.verifier.model_copy(update={"environment_mode": "shared"})
+    return dataclasses.replace(task, config=task.config.model_copy(update={"verifier": verifier}))
 
 
 @pytest.fixture

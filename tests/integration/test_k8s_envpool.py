@@ -5,6 +5,7 @@ deletion, and survives watches that expire."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,10 @@ async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_with
         await farm.pool("warm", 1)
         await eventually(lambda: farm.settled("warm", 1))
         task = load_task(TASKS / "pg-schema-migration")
+        verifier = task.config.verifier.model_copy(update={"environment_mode": "shared"})
+        task = dataclasses.replace(
+            task, config=task.config.model_copy(update={"verifier": verifier})
+        )
         config = KubernetesBackendConfig(namespace=NS, pools={task.id: "warm"})
         backend = KubernetesBackend(farm.api, config)
         image = await backend.prepare(task)

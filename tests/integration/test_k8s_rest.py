@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,10 @@ async def test_the_sandbox_backend_over_http_and_websocket_attach():
         runtime = FakePodRuntime(lambda pod: FakeSandbox(lambda c: ok(f"ran: {c}")))
         SimulatedKubelet(served.memory, runtime=runtime, probe_period_s=0.01)
         task = load_task(TASKS / "redis-rate-limiter")
+        verifier = task.config.verifier.model_copy(update={"environment_mode": "shared"})
+        task = dataclasses.replace(
+            task, config=task.config.model_copy(update={"verifier": verifier})
+        )
         for channel in ("attach", "exec"):
             config = KubernetesBackendConfig(namespace=NS, channel=channel)
             backend = KubernetesBackend(served.api, config)

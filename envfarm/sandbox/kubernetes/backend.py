@@ -3,11 +3,12 @@
 A task mapped to an EnvPool (``pools``) starts by claiming one of the pool's ready pods (one
 merge patch, from a watch-fed cache of the pool), and cold-starts only when none is ready.
 ``prepare`` names the task's images (``podimages``; building and pushing them is done ahead,
-no image is built on a cluster). ``create`` builds the pod (``podspec``) with this backend's
-namespace, runtime class (gVisor's for a task that asks for it), TTL and owner, labelled with
-the run and with the owner process (``envfarm.dev/owner-host`` and
-``envfarm.dev/owner-process``). Readiness comes from one pod watch per backend
-(``podwatch``), never a poller per pod.
+no image is built on a cluster); it first refuses, with ``EnvironmentUnsupported``, a task
+graded in a fresh container whose environment has sidecars (``podfork``). ``create`` builds
+the pod (``podspec``) with this backend's namespace, runtime class (gVisor's for a task that
+asks for it), TTL and owner, labelled with the run and with the owner process
+(``envfarm.dev/owner-host`` and ``envfarm.dev/owner-process``). Readiness comes from one pod
+watch per backend (``podwatch``), never a poller per pod.
 
 In a cluster the controller's own pod (``owner_pod``, from the downward API) owns every
 environment pod it starts or claims (``ownerpod``): through an ownerReference when both share
@@ -38,6 +39,7 @@ from envfarm.k8s.envpool import NoWarmEnvironment, PoolClaimer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.health import HealthPolicy
 from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, OwnerPod, departed_owners
+from envfarm.sandbox.kubernetes.podfork import check_task
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, PodImages, cluster_images
 from envfarm.sandbox.kubernetes.podspec import (
     GVISOR_RUNTIME_CLASS,
@@ -110,6 +112,7 @@ class KubernetesBackend(SandboxBackend):
         return self._images[key]
 
     async def prepare(self, task: Task) -> PreparedImage:
+        check_task(task)
         images = self.images(task)
         return PreparedImage(tag=images.main, cached=True, warnings=images.warnings)
 

@@ -9,18 +9,29 @@ helper. Every tool call is one request on that stream: never an API-server exec 
 and one stream (one connection) per sandbox. When the stream ends, calls fail with
 ``SandboxGone`` saying what happened to the pod (TTL expired, OOM-killed, deleted).
 ``stop`` closes the stream, deletes the pod and waits until it is gone.
+
+``fork_clean`` (clean-room grading, ``podfork``) deletes the pod and starts the verifier's in a
+fresh one, never from a pool; ``stop`` removes both.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import TYPE_CHECKING, NoReturn
 
-from envfarm.errors import KubeError, KubeNotFound, SandboxError, SandboxGone, SandboxStartError
+from envfarm.errors import (
+    KubeError,
+    KubeNotFound,
+    SandboxError,
+    SandboxGone,
+    SandboxStartError,
+)
 from envfarm.k8s.api import PODS, KubeObject
 from envfarm.sandbox.base import ExecResult, Sandbox
 from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.kubernetes.podfork import check_task, fork_pod
 from envfarm.sandbox.kubernetes.podspec import HELPER_PATH, LABEL_NETWORK, MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
 from envfarm.spec.task import Task
@@ -33,7 +44,13 @@ DELETE_WAIT_S = 120.0
 
 class KubernetesSandbox(Sandbox):
     def __init__(
-        self, backend: KubernetesBackend, task: Task, pod: KubeObject, run_id: str = "adhoc"
+        self,
+        backend: KubernetesBackend,
+        task: Task,
+        pod: KubeObject,
+        run_id: str = "adhoc",
+        *,
+        cold: bool = False,
     ) -> None:
         self.backend = backend
         self.run_id = run_id
@@ -43,8 +60,12 @@ class KubernetesSandbox(Sandbox):
         self.pod = pod
         self.namespace = backend.config.namespace
         self.name: str = pod["metadata"].get("name", "")
+        self.cold = cold
+        """Never claim a warm pod (the verifier's fork)."""
         self._channel: Channel | None = None
         self._created = False
+        self._forks: list[KubernetesSandbox] = []
+        self._retired = False
 
     @property
     def channel(self) -> Channel | None:
@@ -60,7 +81,9 @@ class KubernetesSandbox(Sandbox):
 
     async def _start(self) -> None:
         api, config = self.backend.api, self.backend.config
-        warm = await self.backend.claim(self.task, self.run_id, claimer=self.name)
+        warm: KubeObject | None = None
+        if not self.cold:
+            warm = await self.backend.claim(self.task, self.run_id, claimer=self.name)
         if warm is not None:
             self._created, self.name, self.launch = True, warm["metadata"]["name"], "warm"
             await self.connect()
@@ -157,7 +180,29 @@ class KubernetesSandbox(Sandbox):
                 f"could not switch {self.name} to the verifier's network: {exc}"
             ) from exc
 
+    async def fork_clean(self) -> Sandbox:
+        """Delete this pod (its processes end with it) and start the verifier's from the same
+        spec with the verifier phase's network; EnvironmentUnsupported with sidecars."""
+        check_task(self.task)
+        if self._channel is None or self._retired:
+            raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
+        self._retired = True
+        self._channel.close()
+        try:
+            await self.backend.api.delete(PODS, self.namespace, self.name)
+        except KubeNotFound:
+            pass
+        except KubeError as exc:
+            raise SandboxError(f"could not stop environment pod {self.name}: {exc}") from exc
+        pod = fork_pod(self.pod, self.task, self.name)
+        fork = KubernetesSandbox(self.backend, self.task, pod, self.run_id, cold=True)
+        self._forks.append(fork)
+        await fork.start()
+        return fork
+
     def _ready_channel(self) -> Channel:
+        if self._retired:
+            raise SandboxError(f"sandbox {self.name} was stopped for its clean-room verifier")
         if self._channel is None:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
         return self._channel
@@ -173,6 +218,15 @@ class KubernetesSandbox(Sandbox):
         raise SandboxGone(f"environment {self.name} is gone ({exc}): {describe(pod)}") from exc
 
     async def _teardown(self) -> None:
+        forks, self._forks = self._forks, []
+        outcomes = await asyncio.gather(
+            self._remove_pod(), *(fork.stop() for fork in forks), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _remove_pod(self) -> None:
         if self._channel is not None:
             self._channel.close()
         if not self._created or not self.name:
