@@ -31,6 +31,7 @@ from envfarm.models.trajectory import Trajectory
 from envfarm.policy.base import SamplingParams
 from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.store import Store
 
@@ -153,6 +154,14 @@ tasks still run).
     "(prompt_suffix_ids) instead of in full.",
 )
 @click.option(
+    "--warm-pool",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Started sandboxes kept ready per environment, so an episode does not wait for its "
+    "sandbox to start (each is used once; the pool refills in the background).",
+)
+@click.option(
     "--runtime",
     default=None,
     metavar="NAME",
@@ -190,6 +199,7 @@ def run(
     routed_experts: bool,
     samples: bool,
     compact_tokens: bool,
+    warm_pool: int,
     runtime: str | None,
     judge: str | None,
     judge_model: str,
@@ -261,6 +271,7 @@ def run(
                 rubrics=(judge_spec, allow_unjudged),
                 context_budget=context_budget,
                 runtime=runtime,
+                warm_pool=warm_pool,
             )
         )
     except KeyboardInterrupt:
@@ -324,6 +335,7 @@ async def _run_job(
     rubrics: tuple[JudgeSpec | None, bool] = (None, False),
     context_budget: int | None = None,
     runtime: str | None = None,
+    warm_pool: int = 0,
 ) -> RunSummary:
     started = time.monotonic()
     backend = _docker_backend(runtime)
@@ -340,6 +352,7 @@ async def _run_job(
             rubrics=RubricGrading(judge, allow_unjudged=allow_unjudged),
             artifacts_dir=out / "artifacts",
             context_budget=context_budget,
+            pools=WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None,
         )
         with lines, JobProgress(console, len(tasks), len(tasks) * config.group_size) as progress:
 
@@ -352,6 +365,8 @@ async def _run_job(
                 task: Task, image: PreparedImage | None, error: EnvfarmError | None
             ) -> None:
                 progress.image_done(task, image, error)
+                if runner.pools is not None and image is not None:
+                    runner.pools.warm(task, image)
                 if error is not None and not error.infrastructure:
                     progress.skip_episodes(config.group_size)
 
@@ -367,7 +382,11 @@ async def _run_job(
                 store_url=store_url(out),
                 resume=await _job_to_resume(out, progress) if resuming() else None,
             )
-            result = await job.run()
+            try:
+                result = await job.run()
+            finally:
+                if runner.pools is not None:
+                    await runner.pools.close()
     _rewrite_trajectories(out, result.trajectories, output)
     for task_id, error in result.bad_tasks.items():
         bad_inputs[task_id] = str(error)

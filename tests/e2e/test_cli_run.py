@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,3 +153,16 @@ def test_bad_sampling_flags_are_rejected(flag):
     proc = envfarm("run", "tasks/fix-lru-cache", flag)
     assert proc.returncode == 2
     assert "Invalid value" in proc.stderr or "Error" in proc.stderr
+
+
+def test_a_warm_pool_run_grades_every_episode_and_leaves_no_sandbox(tmp_path):
+    out = tmp_path / "pooled"
+    args = ["--group-size", "3", "--concurrency", "1", "--warm-pool", "2", "--out", str(out)]
+    proc = envfarm("run", "tasks/word-count-cli", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary, trajectories = read_run(out)
+    assert summary["completed"] == 3
+    assert all(t["reward"]["value"] == 1.0 for t in trajectories)
+    assert sum(t["timings"]["provision_s"] for t in trajectories) > 0
+    label = f"io.envfarm.run={out.name}"
+    assert docker.from_env().containers.list(all=True, filters={"label": label}) == []
