@@ -26,6 +26,11 @@ Finalize = Callable[[list[Trajectory], bool], None]
 """Called once per completed group with its final trajectories and the job's leave-one-out."""
 
 
+MAX_STALE_DROPS = 3
+"""After this many drops of one task's groups, a stale group is delivered marked instead: a
+trainer that publishes faster than a group completes must not starve the job forever."""
+
+
 def add_group(
     conn: Connection,
     job_id: str,
@@ -106,7 +111,7 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
     bound = job["max_staleness"]
     too_stale = bound is not None and staleness is not None and staleness > bound
     zero_variance = next((t.group_zero_variance for t in group_trajectories), None)
-    if too_stale and job["stale_policy"] == "drop":
+    if too_stale and job["stale_policy"] == "drop" and _drops(conn, group) < MAX_STALE_DROPS:
         conn.execute(
             update(groups)
             .where(groups.c.id == group_id)
@@ -134,7 +139,24 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
     )
 
 
+def _drops(conn: Connection, group: Any) -> int:
+    """How many groups of this task the job has dropped for staleness already."""
+    return int(
+        conn.execute(
+            select(func.count()).where(
+                groups.c.job_id == group["job_id"],
+                groups.c.task_id == group["task_id"],
+                groups.c.state == "dropped",
+            )
+        ).scalar()
+        or 0
+    )
+
+
 def finish_job_if_done(conn: Connection, job_id: str) -> bool:
+    # The job row's lock first: two transactions ending the job's last two groups at once
+    # (record and fail_task) must not both count the other's group as still open.
+    conn.execute(select(jobs.c.id).where(jobs.c.id == job_id).with_for_update())
     unfinished = conn.execute(
         select(func.count()).where(
             groups.c.job_id == job_id, groups.c.state.in_(("pending", "running"))
@@ -175,7 +197,7 @@ def fail_task(conn: Connection, job_id: str, task_hash: str, message: str) -> bo
         return False
     conn.execute(
         update(groups)
-        .where(groups.c.id.in_(open_groups))
+        .where(groups.c.id.in_(open_groups), groups.c.state.in_(("pending", "running")))
         .values(state="failed", error=message, completed_at=time.time())
     )
     conn.execute(

@@ -19,8 +19,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
-from envfarm.store.groups import Finalize, version_seqs
-from envfarm.store.results import expire_leases
+from envfarm.store.groups import version_seqs
 from envfarm.store.schema import episodes, groups, jobs
 
 
@@ -44,12 +43,10 @@ def lease(
     lease_s: float,
     ready: Collection[str],
     postgres: bool,
-    finalize: Finalize | None,
 ) -> list[Lease]:
     """Up to ``slots`` episodes for ``worker``: priority first, then the job with the fewest
     episodes running, only tasks whose image ``ready`` names (by content hash)."""
     now = time.time()
-    expire_leases(conn, now, finalize)
     if slots <= 0 or not ready:
         return []
     active = (
@@ -74,7 +71,7 @@ def lease(
     leases: list[Lease] = []
     for priority in sorted({job["priority"] for job in active}, reverse=True):
         tier = [job for job in active if job["priority"] == priority]
-        room = {job["id"]: _room(job, running.get(job["id"], 0), slots) for job in tier}
+        room = {job["id"]: _room(conn, job, running, slots, postgres) for job in tier}
         picked = {
             job["id"]: _candidates(conn, job, room[job["id"]], ready, seqs, current, postgres)
             for job in tier
@@ -95,9 +92,23 @@ def lease(
     return leases
 
 
-def _room(job: Any, running: int, slots: int) -> int:
+def _room(conn: Connection, job: Any, running: dict[str, int], slots: int, postgres: bool) -> int:
+    """Free slots of the job. On PostgreSQL a job with a limit is counted under an advisory
+    lock (taken in the same job order by every leaser), or two leasers could both see room."""
     limit = job["concurrency"]
-    return slots if limit is None else max(0, min(slots, limit - running))
+    if limit is None:
+        return slots
+    if postgres:
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(job["id"]))))
+        running[job["id"]] = int(
+            conn.execute(
+                select(func.count()).where(
+                    episodes.c.job_id == job["id"], episodes.c.state == "leased"
+                )
+            ).scalar()
+            or 0
+        )
+    return max(0, min(slots, int(limit) - running.get(job["id"], 0)))
 
 
 def _candidates(
@@ -214,7 +225,16 @@ def renew(conn: Connection, worker: str, episode_ids: Collection[str], lease_s: 
 
 
 def release(conn: Connection, worker: str, episode_ids: Collection[str]) -> None:
-    """Give leases back without an attempt (the job was cancelled or paused mid-episode)."""
+    """Give leases back without an attempt (the job was cancelled or paused mid-episode).
+    The groups' rows are locked first, as ``record`` does, so a release cannot requeue an
+    episode while its result is being recorded."""
+    group_ids = select(episodes.c.group_id).where(episodes.c.id.in_(list(episode_ids)))
+    conn.execute(
+        select(groups.c.id)
+        .where(groups.c.id.in_(group_ids))
+        .order_by(groups.c.id)
+        .with_for_update()
+    )
     conn.execute(
         update(episodes)
         .where(

@@ -29,45 +29,52 @@ class Recorded:
     job_completed: bool = False
 
 
-def expire_leases_of(
-    conn: Connection, worker_ids: Collection[str], finalize: Finalize | None
-) -> None:
+def expire_leases_of(conn: Connection, worker_ids: Collection[str]) -> None:
+    """Make the leases of workers known to be dead expire now (``expire_one`` records them)."""
     conn.execute(
         update(episodes)
         .where(episodes.c.lease_owner.in_(list(worker_ids)), episodes.c.state == "leased")
         .values(lease_expires=0.0)
     )
-    expire_leases(conn, time.time(), finalize)
 
 
-def expire_leases(conn: Connection, now: float, finalize: Finalize | None) -> None:
-    """Record each expired lease as a lost attempt; requeue it, or end it after its retries."""
-    expired = (
+def expired(conn: Connection, now: float) -> list[str]:
+    """Episodes whose lease has expired, to be handled one per transaction."""
+    return list(
+        conn.execute(
+            select(episodes.c.id)
+            .where(episodes.c.state == "leased", episodes.c.lease_expires < now)
+            .order_by(episodes.c.group_id, episodes.c.id)
+        ).scalars()
+    )
+
+
+def expire_one(conn: Connection, episode_id: str, now: float, finalize: Finalize | None) -> None:
+    """Record an expired lease as a lost attempt; requeue the episode, or end it after its
+    retries. One per transaction, group row locked first, like ``record``."""
+    group_id = conn.execute(
+        select(episodes.c.group_id).where(episodes.c.id == episode_id)
+    ).scalar_one()
+    conn.execute(select(groups.c.id).where(groups.c.id == group_id).with_for_update())
+    row = (
         conn.execute(
             select(episodes, jobs.c.max_retries, groups.c.task_hash)
             .join(jobs, jobs.c.id == episodes.c.job_id)
             .join(groups, groups.c.id == episodes.c.group_id)
-            .where(episodes.c.state == "leased", episodes.c.lease_expires < now)
-        )
-        .mappings()
-        .all()
-    )
-    for row in expired:
-        conn.execute(select(groups.c.id).where(groups.c.id == row["group_id"]).with_for_update())
-        still = conn.execute(
-            update(episodes)
             .where(
-                episodes.c.id == row["id"],
+                episodes.c.id == episode_id,
                 episodes.c.state == "leased",
-                episodes.c.lease_owner == row["lease_owner"],
                 episodes.c.lease_expires < now,
             )
-            .values(lease_expires=None)
         )
-        if still.rowcount != 1:
-            continue
-        final = row["attempt"] >= row["max_retries"]
-        _record(conn, row, _lost_trajectory(row), final, row["lease_owner"], finalize)
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return
+    conn.execute(update(episodes).where(episodes.c.id == episode_id).values(lease_expires=None))
+    final = row["attempt"] >= row["max_retries"]
+    _record(conn, row, _lost_trajectory(row), final, row["lease_owner"], finalize)
 
 
 def _lost_trajectory(row: Any) -> Trajectory:

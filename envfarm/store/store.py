@@ -8,6 +8,7 @@ jobs, changes their status, publishes versions and serves delivered groups in cu
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -195,14 +197,21 @@ class Store:
     async def lease(
         self, worker: str, slots: int, lease_s: float, ready: Collection[str]
     ) -> list[ls.Lease]:
+        await self.expire()
         postgres = not is_sqlite(self.url)
         leases = await self.transaction(
-            lambda conn: ls.lease(conn, worker, slots, lease_s, ready, postgres, self.finalize)
+            lambda conn: ls.lease(conn, worker, slots, lease_s, ready, postgres)
         )
         if leases:
             jobs_started = {lease.job_id for lease in leases}
             await self.transaction(lambda conn: grp.mark_running(conn, jobs_started))
         return leases
+
+    async def expire(self) -> None:
+        """Record every expired lease as a lost attempt, one transaction each."""
+        now = time.time()
+        for episode_id in await self.transaction(lambda conn: rs.expired(conn, now)):
+            await self.transaction(functools.partial(_expire, episode_id, now, self.finalize))
 
     async def renew(self, worker: str, episode_ids: Collection[str], lease_s: float) -> set[str]:
         return await self.transaction(lambda conn: ls.renew(conn, worker, episode_ids, lease_s))
@@ -261,14 +270,17 @@ class Store:
                     f"(the newest is {job['last_cursor']})",
                     field="cursor",
                 )
-            acked = _acked(conn, job_id, consumer, create=True)
-            if cursor > acked:
-                conn.execute(
-                    update(consumers)
-                    .where(consumers.c.job_id == job_id, consumers.c.name == consumer)
-                    .values(acked=cursor, updated_at=time.time())
+            _create_consumer(conn, job_id, consumer)
+            conn.execute(
+                update(consumers)
+                .where(
+                    consumers.c.job_id == job_id,
+                    consumers.c.name == consumer,
+                    consumers.c.acked < cursor,  # never backwards, whatever commits first
                 )
-            return max(cursor, acked)
+                .values(acked=cursor, updated_at=time.time())
+            )
+            return _acked(conn, job_id, consumer)
 
         return await self.transaction(write)
 
@@ -371,10 +383,12 @@ class Store:
             dead = [row.id for row in rows if not alive(row.pid)]
             if dead:
                 conn.execute(update(workers).where(workers.c.id.in_(dead)).values(stopped=True))
-                rs.expire_leases_of(conn, dead, self.finalize)
+                rs.expire_leases_of(conn, dead)
             return len(dead)
 
-        return await self.transaction(write)
+        reclaimed = await self.transaction(write)
+        await self.expire()
+        return reclaimed
 
     async def stop_worker(self, worker_id: str) -> None:
         await self.transaction(
@@ -391,15 +405,22 @@ def _job_row(conn: Connection, job_id: str) -> Any:
     return row
 
 
-def _acked(conn: Connection, job_id: str, consumer: str, *, create: bool = False) -> int:
+def _acked(conn: Connection, job_id: str, consumer: str) -> int:
     acked = conn.execute(
         select(consumers.c.acked).where(consumers.c.job_id == job_id, consumers.c.name == consumer)
     ).scalar()
-    if acked is None and create:
-        conn.execute(
-            insert(consumers).values(job_id=job_id, name=consumer, acked=0, updated_at=time.time())
-        )
     return int(acked or 0)
+
+
+def _expire(episode_id: str, now: float, finalize: grp.Finalize | None, conn: Connection) -> None:
+    rs.expire_one(conn, episode_id, now, finalize)
+
+
+def _create_consumer(conn: Connection, job_id: str, consumer: str) -> None:
+    """The consumer's row, created once even when two first acks race."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    values = {"job_id": job_id, "name": consumer, "acked": 0, "updated_at": time.time()}
+    conn.execute(dialect.insert(consumers).values(**values).on_conflict_do_nothing())
 
 
 def _delivered(conn: Connection, group: Any) -> RawGroup:

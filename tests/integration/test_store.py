@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
+import psycopg
 import pytest
 
 from envfarm.controller.groups import finalize_group
 from envfarm.errors import InvalidJobState, JobNotFound
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.store.groups import MAX_STALE_DROPS
 from envfarm.store.leases import Lease
 from envfarm.store.migrate import current_revision, head_revision
 from envfarm.store.store import Store
@@ -215,3 +218,54 @@ async def test_api_keys_are_kept_for_workers_and_never_shown(store):
     assert stored.judge is not None
     assert stored.judge.api_key is not None
     assert stored.judge.api_key.get_secret_value() == "sk-judge"
+
+
+async def test_a_job_limit_holds_across_controllers(store, db_url):
+    job = await store.create_job(request(group_size=10, concurrency=2), HASHES)
+    rival = await Store.open(db_url, finalize=finalize_group)
+    try:
+        batches = await asyncio.gather(
+            *(s.lease(f"w{i}", 3, 30, READY) for i in range(4) for s in (store, rival))
+        )
+    finally:
+        await rival.close()
+    assert sum(1 for batch in batches for lease in batch if lease.job_id == job) == 2
+
+
+async def test_acks_never_move_backwards(store):
+    job = await store.create_job(request(tasks=["a", "b"], group_size=1), HASHES)
+    for lease in await store.lease("w", 5, 30, READY):
+        await store.record("w", result(lease), final=True)
+    await asyncio.gather(*(store.ack(job, cursor, "t") for cursor in (2, 1, 2, 1)))
+    await store.ack(job, 1, "t")
+    assert (await store.job(job)).consumers == {"t": 2}
+
+
+async def test_stale_drops_are_capped_then_delivered_marked(store):
+    await store.publish_version("v0")
+    job = await store.create_job(request(group_size=1, max_staleness=0), HASHES)
+    for round_ in range(MAX_STALE_DROPS + 1):
+        [lease] = await store.lease("w", 1, 30, READY)
+        await store.publish_version(f"v{round_ + 1}")
+        await store.record("w", result(lease), final=True)
+    view = await store.job(job)
+    assert view.counts.groups_dropped == MAX_STALE_DROPS
+    assert view.status == "completed"
+    [raw], _ = await store.delivered(job, after=0, limit=5, consumer="c")
+    assert raw.meta.stale
+    assert raw.meta.staleness == 1
+
+
+async def test_controllers_opening_a_fresh_database_together_migrate_it_once(pg_url):
+    fresh = pg_url.rsplit("/", 1)[0] + f"/envfarm_fresh_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect("postgresql://" + pg_url.split("://", 1)[1], autocommit=True)
+    with admin:
+        admin.execute(f"CREATE DATABASE {fresh.rsplit('/', 1)[1]}")
+    try:
+        stores = await asyncio.gather(*(Store.open(fresh) for _ in range(3)))
+        for opened in stores:
+            assert current_revision(opened.engine) == head_revision()
+            await opened.close()
+    finally:
+        with psycopg.connect("postgresql://" + pg_url.split("://", 1)[1], autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {fresh.rsplit('/', 1)[1]} WITH (FORCE)")
