@@ -9,6 +9,7 @@ completion are exactly what ``envfarm serve`` does.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
+from envfarm.controller.images import BUILD_RETRY_S
 from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
 from envfarm.errors import EnvfarmError, ImageError, UnknownTask
 from envfarm.models.jobs import JobPolicy, JobRequest, Sampling
@@ -24,6 +26,9 @@ from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task
 from envfarm.store.store import Store
+
+CONSUMER = "job"
+"""The store consumer a job run in-process delivers to (``on_group``), resumed runs included."""
 
 
 class JobConfig(BaseModel):
@@ -37,6 +42,8 @@ class JobConfig(BaseModel):
     leave_one_out: bool = False
     admission: bool = False
     """Start an episode only when the host has its task's CPU and memory to spare."""
+    build_retry_s: float = BUILD_RETRY_S
+    """Wait before building again an image whose build failed for an infrastructure reason."""
 
 
 @dataclass
@@ -98,18 +105,24 @@ class Job:
             else:
                 await _check_unchanged(store, self.id, hashes)
             job_id = self.id
+            self._cursor = (await store.job(job_id)).consumers.get(CONSUMER, 0)
+            handing_out = asyncio.Lock()
 
             async def delivered(_: str) -> None:
-                groups, _last = await store.delivered(
-                    job_id, after=self._cursor, limit=1_000_000, consumer="job"
-                )
-                for group in groups:
-                    self._cursor = group.cursor
-                    done = self.events.on_group(
-                        [Trajectory.model_validate_json(t) for t in group.trajectories]
+                """Hand each completed group to ``on_group`` once, in order (groups completed at
+                the same moment by two episodes are handed out by one call), then ack it."""
+                async with handing_out:
+                    groups, _last = await store.delivered(
+                        job_id, after=self._cursor, limit=1_000_000, consumer=CONSUMER
                     )
-                    if done is not None:
-                        await done
+                    for group in groups:
+                        done = self.events.on_group(
+                            [Trajectory.model_validate_json(t) for t in group.trajectories]
+                        )
+                        if done is not None:
+                            await done
+                        self._cursor = group.cursor
+                        await store.ack(job_id, group.cursor, CONSUMER)
 
             worker = Worker(
                 store,
@@ -120,6 +133,7 @@ class Job:
                     concurrency=self.config.concurrency,
                     build_concurrency=self.config.build_concurrency,
                     poll_s=0.05,
+                    build_retry_s=self.config.build_retry_s,
                 ),
                 WorkerEvents(self.events.on_image, self.events.on_episode, delivered),
                 admission=Admission() if self.config.admission else None,

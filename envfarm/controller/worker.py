@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import envfarm
 from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
 from envfarm.controller.versions import PolicyVersionBoard
-from envfarm.errors import EnvfarmError, ImageError, StoreError
+from envfarm.errors import EnvfarmError, StoreError
 from envfarm.models.jobs import JobRequest
-from envfarm.models.trajectory import Trajectory
+from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.processes import host_name, pid_alive
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task
@@ -41,7 +43,6 @@ from envfarm.store.results import Recorded
 from envfarm.store.store import Store, is_terminal
 
 log = logging.getLogger(__name__)
-BUILD_RETRY_S = 300.0
 RECORD_RETRY_MAX_S = 16.0
 
 RunnerFactory = Callable[
@@ -59,6 +60,8 @@ class WorkerConfig(BaseModel):
     lease_s: float = Field(default=30.0, gt=0)
     """A lease not renewed for this long is lost; renewed every third of it."""
     poll_s: float = Field(default=0.5, gt=0)
+    build_retry_s: float = Field(default=BUILD_RETRY_S, ge=0)
+    """Wait before building again an image whose build failed for an infrastructure reason."""
 
 
 @dataclass
@@ -98,14 +101,18 @@ class Worker:
         self.changed = asyncio.Event()
         """Set (and replaced) whenever a group completes here: long-polls wait on it."""
         self._wake = asyncio.Event()
-        self._images: dict[str, tuple[PreparedImage | None, EnvfarmError | None]] = {}
-        self._builds: dict[str, asyncio.Task[None]] = {}
-        self._build_slots = asyncio.Semaphore(self.config.build_concurrency)
+        self._images = ImageBuilds(
+            self.backend,
+            self.config.build_concurrency,
+            self._on_image,
+            self._bad_task,
+            self.wake,
+            retry_s=self.config.build_retry_s,
+        )
         self._running: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
         self._runtimes: dict[str, _Runtime] = {}
         self._runtime_locks: dict[str, asyncio.Lock] = {}
         self._renewed = 0.0
-        self._failed_at: dict[str, float] = {}
 
     def wake(self) -> None:
         """Look for work now rather than at the next poll (a job was submitted or resumed)."""
@@ -144,56 +151,36 @@ class Worker:
         return status is not None and is_terminal(status) and not self._running
 
     async def _tick(self) -> None:
-        self._forget_failed_builds()
         work = await self.store.open_work()
-        for job_id, keys in work.items():
+        for keys in work.values():
             for key in keys:
                 task_id, _, task_hash = key.partition("\0")
                 task = self.tasks.get(task_id)
-                if task is None or task.content_hash != task_hash:
-                    continue
-                if task_hash not in self._images and task_hash not in self._builds:
-                    self._builds[task_hash] = asyncio.create_task(self._prepare(task, job_id))
+                if task is not None and task.content_hash == task_hash:
+                    self._images.want(task)
         if time.monotonic() - self._renewed > self.config.lease_s / 3:
             await self._heartbeat()
         free = self.config.concurrency - len(self._running)
-        if free > 0 and self._images:
-            ready = list(self._images)
+        ready = self._images.ready()
+        if free > 0 and ready:
             for lease in await self.store.lease(self.id, free, self.config.lease_s, ready):
                 running = asyncio.create_task(self._episode(lease))
                 self._running[lease.episode_id] = (lease, running)
         for job_id in [j for j, rt in self._runtimes.items() if not rt.running and j not in work]:
+            self._runtime_locks.pop(job_id, None)
             await self._runtimes.pop(job_id).stack.aclose()
 
-    async def _prepare(self, task: Task, job_id: str) -> None:
-        try:
-            async with self._build_slots:
-                try:
-                    image = await self.backend.prepare(task)
-                except Exception as raw:
-                    exc = raw if isinstance(raw, EnvfarmError) else ImageError(f"{task.id}: {raw}")
-                    self.events.on_image(task, None, exc)
-                    if not exc.infrastructure:
-                        for job, keys in (await self.store.open_work()).items():
-                            if f"{task.id}\0{task.content_hash}" in keys:
-                                await self.store.fail_task(job, task.content_hash, str(exc))
-                    self._images[task.content_hash] = (None, exc)
-                    self._failed_at[task.content_hash] = time.monotonic()
-                    return
-            self.events.on_image(task, image, None)
-            self._images[task.content_hash] = (image, None)
-        finally:
-            self._builds.pop(task.content_hash, None)
-            self.wake()
+    def _on_image(
+        self, task: Task, image: PreparedImage | None, error: EnvfarmError | None
+    ) -> None:
+        with contextlib.suppress(Exception):  # a display callback must not stop the worker
+            self.events.on_image(task, image, error)
 
-    def _forget_failed_builds(self) -> None:
-        """An image that failed for an infrastructure reason is tried again after a while (a
-        long-running worker must not hold a passing fault against a task forever)."""
-        in_use = {lease.task_hash for lease, _ in self._running.values()}
-        for task_hash, failed in list(self._failed_at.items()):
-            if time.monotonic() - failed > BUILD_RETRY_S and task_hash not in in_use:
-                del self._failed_at[task_hash]
-                self._images.pop(task_hash, None)
+    async def _bad_task(self, task: Task, error: EnvfarmError) -> None:
+        """The task's input is bad: its open groups fail with the reason, in every job."""
+        for job, keys in (await self.store.open_work()).items():
+            if f"{task.id}\0{task.content_hash}" in keys:
+                await self.store.fail_task(job, task.content_hash, str(error))
 
     async def _heartbeat(self) -> None:
         self._renewed = time.monotonic()
@@ -225,19 +212,19 @@ class Worker:
             with contextlib.suppress(EnvfarmError):
                 await asyncio.shield(self.store.release(self.id, [lease.episode_id]))
             raise
-        except EnvfarmError as exc:
-            log.warning(
-                "episode %s: %s; its lease will expire and it will be retried",
-                lease.episode_id,
-                exc,
-            )
+        except Exception as exc:
+            try:
+                await self._failed(lease, exc)
+            except EnvfarmError as unrecorded:
+                log.warning("episode %s: %s (%s); its lease will expire and it will be retried",
+                            lease.episode_id, exc, unrecorded)  # fmt: skip
         finally:
             self._running.pop(lease.episode_id, None)
             self.wake()
 
     async def _run_attempt(self, lease: Lease, runtime: _Runtime) -> None:
         task = self.tasks[lease.task_id]
-        image, error = self._images[lease.task_hash]
+        image, error = self._images.get(lease.task_hash)
         request = EpisodeRequest(
             task=task,
             image=image,
@@ -256,12 +243,12 @@ class Worker:
         )
         async with admitted:
             trajectory = await runtime.runner.run(request)
-        error_info = trajectory.error
-        final = (
-            error_info is None
-            or not error_info.retryable
-            or lease.attempt >= runtime.request.max_retries
-        )
+        await self._finish(lease, trajectory, runtime.request.max_retries)
+
+    async def _finish(self, lease: Lease, trajectory: Trajectory, max_retries: int) -> None:
+        """Record the attempt (final unless a retryable fault has retries left), then tell."""
+        error = trajectory.error
+        final = error is None or not error.retryable or lease.attempt >= max_retries
         recorded = await self._record(trajectory, final)
         self.metrics.attempt(trajectory, final)
         if recorded.status == "lost":
@@ -269,14 +256,45 @@ class Worker:
                 "episode %s: lease lost before its result was recorded; discarded", lease.episode_id
             )
             return
-        if final:
-            self.events.on_episode(trajectory)
-        if recorded.group_completed:
-            self.changed.set()
-            self.changed = asyncio.Event()
-            delivered = self.events.on_group(lease.job_id)
-            if delivered is not None:
-                await delivered
+        try:
+            if final:
+                self.events.on_episode(trajectory)
+            if recorded.group_completed:
+                self.changed.set()
+                self.changed = asyncio.Event()
+                delivered = self.events.on_group(lease.job_id)
+                if delivered is not None:
+                    await delivered
+        except Exception:  # a shell's callback failing must not undo a recorded result
+            log.exception("episode %s: a progress callback failed", lease.episode_id)
+
+    async def _failed(self, lease: Lease, exc: Exception) -> None:
+        """An attempt that failed before its runner could say why (the job's policy or judge
+        could not be opened, an unexpected error) is recorded with the real reason, rather
+        than left to expire as a lost worker."""
+        known = exc if isinstance(exc, EnvfarmError) else None
+        info = ErrorInfo(
+            type=type(exc).__name__,
+            message=str(exc) or type(exc).__name__,
+            phase="provision",
+            infrastructure=known.infrastructure if known else True,
+            retryable=known.retryable if known else False,
+        )
+        trajectory = Trajectory(
+            trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
+            episode_id=lease.episode_id,
+            job_id=lease.job_id,
+            group_id=lease.group_id,
+            task_id=lease.task_id,
+            attempt=lease.attempt,
+            reward=Reward(reason=f"provision failed: {info.message}"),
+            error=info,
+            provenance=Provenance(
+                task_hash=lease.task_hash, envfarm_version=envfarm.__version__, seed=lease.seed
+            ),
+        )
+        request = await self.store.job_request(lease.job_id)
+        await self._finish(lease, trajectory, request.max_retries)
 
     async def _record(self, trajectory: Trajectory, final: bool) -> Recorded:
         """Record a result, riding out a short store outage (the lease is renewed meanwhile)."""
@@ -305,8 +323,7 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for build in list(self._builds.values()):
-            build.cancel()
+        await self._images.close()
         for runtime in self._runtimes.values():
             with contextlib.suppress(Exception):
                 await runtime.stack.aclose()

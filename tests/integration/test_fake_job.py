@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.groups import finalize_group
 from envfarm.controller.job import Job, JobConfig, JobEvents
 from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.worker import Worker, WorkerConfig
+from envfarm.errors import PolicyConfigError
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.jobs import JobPolicy, JobRequest
+from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import ExecResult
 from envfarm.sandbox.fake import FakeBackend, FakeSandbox, ok
 from envfarm.spec.task import load_task
+from envfarm.store.store import Store
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -88,7 +95,10 @@ async def test_missing_reward_is_invalid_and_not_retried(tmp_path):
 class BrokenBuilds(FakeBackend):
     """A backend whose image builds fail with a foreign (non-envfarm) error."""
 
+    prepared = 0
+
     async def prepare(self, task):
+        self.prepared += 1
         raise RuntimeError("the engine said something unexpected")
 
 
@@ -99,7 +109,8 @@ async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
         )
-        result = await asyncio.wait_for(Job([task], runner, JobConfig(group_size=2)).run(), 60)
+        config = JobConfig(group_size=2, build_retry_s=0.05)
+        result = await asyncio.wait_for(Job([task], runner, config).run(), 60)
     assert len(result.trajectories) == 2
     for trajectory in result.trajectories:
         assert trajectory.error is not None
@@ -107,3 +118,34 @@ async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_
         assert "something unexpected" in trajectory.error.message
         assert trajectory.reward.valid is False
     assert backend.created == []
+    assert backend.prepared == 3  # an infrastructure failure is built again, up to 3 times
+
+
+async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_path):
+    task = make_task(tmp_path / "t")
+    store = await Store.open("sqlite://", finalize=finalize_group)
+    request = JobRequest(
+        tasks=[task.id], policy=JobPolicy(base_url="http://nowhere/v1"), group_size=2
+    )
+    job_id = await store.create_job(request, {task.id: task.content_hash})
+
+    @asynccontextmanager
+    async def runners(*_):
+        raise PolicyConfigError("model 'm' is not served by http://nowhere/v1")
+        yield
+
+    worker = Worker(store, {task.id: task}, FakeBackend(), runners, WorkerConfig(poll_s=0.05))
+    try:
+        await asyncio.wait_for(worker.run(job_id=job_id), 60)
+        ended = [Trajectory.model_validate(t) for t in await store.trajectories(job_id)]
+        view = await store.job(job_id)
+    finally:
+        await store.close()
+    assert view.status == "completed"
+    assert len(ended) == 2
+    for trajectory in ended:
+        assert trajectory.error is not None
+        assert trajectory.error.type == "PolicyConfigError"
+        assert "not served" in trajectory.error.message
+        assert trajectory.attempt == 0  # a configuration error is not retried
+        assert trajectory.reward.valid is False
