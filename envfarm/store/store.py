@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from envfarm.errors import EnvfarmError, InvalidJobState, JobNotFound, StoreError
 from envfarm.models.jobs import (
@@ -306,7 +306,13 @@ class Store:
                 )
             )
 
-        await self.transaction(write)
+        for attempt in range(3):  # two new versions published at once race for the next seq
+            try:
+                await self.transaction(write)
+                return
+            except StoreError as exc:
+                if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
+                    raise
 
     async def versions(self) -> tuple[list[str], str | None]:
         """Every published version in publication order, and the current one."""

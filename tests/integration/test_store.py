@@ -269,3 +269,9 @@ async def test_controllers_opening_a_fresh_database_together_migrate_it_once(pg_
     finally:
         with psycopg.connect("postgresql://" + pg_url.split("://", 1)[1], autocommit=True) as c:
             c.execute(f"DROP DATABASE IF EXISTS {fresh.rsplit('/', 1)[1]} WITH (FORCE)")
+
+
+async def test_versions_published_at_once_all_get_a_place(store):
+    await asyncio.gather(*(store.publish_version(f"race-{i}") for i in range(6)))
+    names, _current = await store.versions()
+    assert {f"race-{i}" for i in range(6)} <= set(names)
