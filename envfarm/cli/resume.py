@@ -14,14 +14,15 @@ from typing import Any
 
 import click
 
+from envfarm.store.engine import STORE_FILE, default_url
+
 MANIFEST = "run.json"
-STORE = "envfarm.db"
 SECRETS = ("api_key", "judge_api_key")
 RESUMING = "envfarm.resuming"
 
 
 def store_url(out: Path) -> str:
-    return f"sqlite:///{(out / STORE).resolve()}"
+    return default_url(out.resolve())
 
 
 def save_manifest(out: Path, params: dict[str, Any]) -> None:
@@ -33,9 +34,9 @@ def save_manifest(out: Path, params: dict[str, Any]) -> None:
 
 def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
     path = out / MANIFEST
-    if not path.is_file() or not (out / STORE).is_file():
+    if not path.is_file() or not (out / STORE_FILE).is_file():
         raise click.BadParameter(
-            f"{out} is not the output directory of an envfarm run (no {MANIFEST} and {STORE})",
+            f"{out} is not the output directory of an envfarm run (no {MANIFEST} and {STORE_FILE})",
             param_hint="--resume",
         )
     try:

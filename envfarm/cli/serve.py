@@ -33,6 +33,7 @@ from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
 from envfarm.sandbox.base import SandboxBackend
 from envfarm.spec.task import Task, discover_tasks
+from envfarm.store.engine import default_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATA_DIR = Path("envfarm-data")
@@ -95,7 +96,7 @@ def serve(
 ) -> None:
     """Serve the REST API for trainers (docs/api.md), running episodes in this process too."""
     tasks = _load_tasks(tasks_dir)
-    url = db or str(data_dir / "envfarm.db")
+    url = db or default_url(data_dir)
 
     async def main(stopping: asyncio.Event) -> None:
         work = (concurrency, warm_pool, runtime) if worker else None
@@ -130,7 +131,7 @@ def worker(
 ) -> None:
     """Run episodes of the jobs in the store at --db, without serving HTTP."""
     tasks = _load_tasks(tasks_dir)
-    url = db or str(data_dir / "envfarm.db")
+    url = db or default_url(data_dir)
 
     async def main(stopping: asyncio.Event) -> None:
         async with _controller(url, tasks, data_dir, (concurrency, warm_pool, runtime)):

@@ -75,7 +75,7 @@ class EpisodeRunner:
         started = time.monotonic()
         trajectory = self._blank(request)
         if request.build_error is not None or request.image is None:
-            trajectory.error = _error_info(request.build_error, "build")
+            trajectory.error = error_info(request.build_error, "build")
             trajectory.reward = Reward(reason=f"image build failed: {request.build_error}")
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
@@ -199,12 +199,12 @@ class _phase:
         if exc is None or not isinstance(exc, Exception):
             return False
         if self.trajectory.error is None:
-            self.trajectory.error = _error_info(exc, self.name)
+            self.trajectory.error = error_info(exc, self.name)
             self.trajectory.reward = Reward(reason=f"{self.name} failed: {exc}")
         return True
 
 
-def _error_info(exc: BaseException | None, phase: Phase) -> ErrorInfo:
+def error_info(exc: BaseException | None, phase: Phase) -> ErrorInfo:
     if exc is None:
         return ErrorInfo(type="UnknownError", message="unknown failure", phase=phase)
     infrastructure = exc.infrastructure if isinstance(exc, EnvfarmError) else True

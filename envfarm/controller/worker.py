@@ -28,13 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import envfarm
 from envfarm.controller.admission import Admission
-from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.episode import EpisodeRequest, EpisodeRunner, error_info
 from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.errors import EnvfarmError, StoreError
 from envfarm.models.jobs import JobRequest
-from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.processes import host_name, pid_alive
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task
@@ -272,14 +272,7 @@ class Worker:
         """An attempt that failed before its runner could say why (the job's policy or judge
         could not be opened, an unexpected error) is recorded with the real reason, rather
         than left to expire as a lost worker."""
-        known = exc if isinstance(exc, EnvfarmError) else None
-        info = ErrorInfo(
-            type=type(exc).__name__,
-            message=str(exc) or type(exc).__name__,
-            phase="provision",
-            infrastructure=known.infrastructure if known else True,
-            retryable=known.retryable if known else False,
-        )
+        info = error_info(exc, "provision")
         trajectory = Trajectory(
             trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
             episode_id=lease.episode_id,

@@ -74,5 +74,9 @@ def open_engine(url: URL) -> Engine:
     return engine
 
 
+STORE_FILE = "envfarm.db"
+
+
 def default_url(data_dir: Path) -> str:
-    return str(data_dir / "envfarm.db")
+    """The embedded store of a data directory (``serve``, ``worker``) or a run's output."""
+    return str(data_dir / STORE_FILE)
