@@ -120,7 +120,7 @@ def _candidates(
     current: int | None,
     postgres: bool,
 ) -> list[Any]:
-    if room <= 0:
+    if room <= 0 or not _has_ready_group(conn, job["id"], ready):
         return []
     query = (
         select(episodes.c.id, episodes.c.group_id, groups.c.state.label("group_state"))
@@ -138,6 +138,21 @@ def _candidates(
     if postgres:
         query = query.with_for_update(skip_locked=True, of=episodes)
     return list(conn.execute(query).mappings().all())
+
+
+def _has_ready_group(conn: Connection, job_id: str, ready: Collection[str]) -> bool:
+    """Whether an open group of the job has its image ready (from the groups' index: without
+    it, a job whose images are still building would have every queued episode scanned)."""
+    found = conn.execute(
+        select(groups.c.id)
+        .where(
+            groups.c.job_id == job_id,
+            groups.c.state.in_(("pending", "running")),
+            groups.c.task_hash.in_(list(ready)),
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def _staleness_gate_closed(

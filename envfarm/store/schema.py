@@ -79,9 +79,10 @@ episodes = Table(
     Column("lease_owner", String(120)),
     Column("lease_expires", Float),
     Column("trajectory_id", String(80)),
-    Index("ix_episodes_job_state", "job_id", "state"),
+    Index("ix_episodes_job_state_seq", "job_id", "state", "seq"),
     Index("ix_episodes_group", "group_id"),
     Index("ix_episodes_owner", "lease_owner"),
+    Index("ix_episodes_state_expires", "state", "lease_expires"),
 )
 
 attempts = Table(
