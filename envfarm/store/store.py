@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from envfarm.errors import EnvfarmError, InvalidJobState, JobNotFound, StoreError
 from envfarm.models.jobs import (
@@ -51,6 +51,7 @@ from envfarm.store.schema import (
 )
 
 T = TypeVar("T")
+VERSIONS_LOCK_KEY = 0x76657273  # "vers": publications take the next sequence number one at a time
 
 _TRANSITIONS: dict[str, tuple[tuple[JobStatus, ...], JobStatus]] = {
     "pause": (("queued", "running"), "paused"),
@@ -288,6 +289,8 @@ class Store:
 
     async def publish_version(self, version: str) -> None:
         def write(conn: Connection) -> None:
+            if conn.dialect.name == "postgresql":  # SQLite's BEGIN IMMEDIATE serializes already
+                conn.execute(select(func.pg_advisory_xact_lock(VERSIONS_LOCK_KEY)))
             now = time.time()
             exists = conn.execute(
                 select(policy_versions.c.seq).where(policy_versions.c.version == version)
@@ -306,13 +309,7 @@ class Store:
                 )
             )
 
-        for attempt in range(3):  # two new versions published at once race for the next seq
-            try:
-                await self.transaction(write)
-                return
-            except StoreError as exc:
-                if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
-                    raise
+        await self.transaction(write)
 
     async def versions(self) -> tuple[list[str], str | None]:
         """Every published version in publication order, and the current one."""
