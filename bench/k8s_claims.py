@@ -1,6 +1,6 @@
 """Warm-environment claims through the EnvPool operator, against the in-memory Kubernetes API.
 
-The operator (``envfarm.k8s.operator`` running the EnvPool reconciler, the pod template rendered
+The operator (``envfarm.operator.runner`` running the EnvPool reconciler, the pod template rendered
 from a real compose task by the pod builder) keeps a pool of ``--pool`` environments warm on
 the in-memory API with its simulated kubelet (pods ready as soon as they run; ``--latency-ms``
 adds a round trip to every request). Measured in one run:
@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 
 from envfarm.k8s.api import ENV_POOLS, PODS
-from envfarm.k8s.envpool import EnvPoolReconciler, NoWarmEnvironment, PoolClaimer, claim, pod_ready
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.k8s.operator import Operator, envpool_controller
-from envfarm.k8s.poolcache import PoolPods
+from envfarm.k8s.pools import NoWarmEnvironment, PoolClaimer, claim, pod_ready
+from envfarm.operator.envpool import EnvPoolReconciler
+from envfarm.operator.poolcache import PoolPods
+from envfarm.operator.runner import Operator, envpool_controller
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import load_task
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 NS = "envfarm-sandboxes"
 TASK = Path(__file__).resolve().parents[1] / "tasks" / "pg-schema-migration"

@@ -22,8 +22,8 @@ from envfarm.agent.tools import ToolContext
 from envfarm.models.samples import full_prompts
 from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer, SamplingParams
 from envfarm.policy.base import PolicyClient
-from envfarm.policy.fake_vllm import FakeVLLM
-from envfarm.sandbox.fake import FakeSandbox
+from envfarm.testing.fake_sandbox import FakeSandbox
+from envfarm.testing.fake_vllm import FakeVLLM
 
 
 class Timed(PolicyClient):

@@ -31,8 +31,8 @@ from envfarm.policy.base import ToolCallRaw
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer, Reply, completion_reply
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
-from envfarm.sandbox.fake import FakeBackend, FakeSandbox, ok
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
 
 
 def make_task(root: Path) -> Task:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from envfarm.policy.scripted import ScriptedResponder
 from envfarm.policy.server import PolicyServer
+from envfarm.testing.scripted import ScriptedResponder
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytest_plugins = ("store_fixtures",)
+pytest_plugins = ("tests.store_fixtures",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -23,9 +23,9 @@ from rich.markup import escape
 from envfarm.cli.render import console
 from envfarm.cli.serve import _load_tasks, _run
 from envfarm.client import EnvfarmClient
-from envfarm.k8s.envpool import EnvPoolReconciler
-from envfarm.k8s.operator import Operator, envpool_controller, rolloutjob_controller
-from envfarm.k8s.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
+from envfarm.operator.envpool import EnvPoolReconciler
+from envfarm.operator.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
+from envfarm.operator.runner import Operator, envpool_controller, rolloutjob_controller
 from envfarm.sandbox.kubernetes.podimages import ImageNaming
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import Task, discover_tasks

@@ -20,8 +20,8 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from envfarm.errors import GradingError, PolicyConfigError, PolicyError
@@ -29,8 +29,6 @@ from envfarm.grading.judge_context import Evidence, fenced, gather_evidence
 from envfarm.grading.rubric import FLAG_GATED, FLAG_UNJUDGED, combine, parse_verdict
 from envfarm.models.trajectory import JudgeAttempt, JudgeCall, Reward, Trajectory
 from envfarm.policy.base import PolicyClient, SamplingParams
-from envfarm.policy.scripted import ScriptedResponder, Step
-from envfarm.policy.server import Reply, error_reply
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.config import RubricItem
 from envfarm.spec.task import Task
@@ -235,27 +233,3 @@ def requested_item(request: Mapping[str, Any]) -> str | None:
             found = _ITEM_NAME.match(str(message.get("content") or ""))
             return found.group(1) if found else None
     return None
-
-
-@dataclass
-class ScriptedJudge:
-    """A deterministic judge for tests: one ``ScriptedResponder`` per rubric item.
-
-    Serve it with ``PolicyServer``. Requests are routed by the item they are about, so the
-    scripts do not depend on the order in which concurrent item requests arrive.
-    """
-
-    scripts: Mapping[str, Iterable[Step]]
-    items: dict[str, ScriptedResponder] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.items = {name: ScriptedResponder(steps) for name, steps in self.scripts.items()}
-
-    def requests(self, item: str) -> list[dict[str, Any]]:
-        return self.items[item].requests
-
-    async def __call__(self, request: dict[str, Any]) -> Reply:
-        name = requested_item(request)
-        if name is None or name not in self.items:
-            return error_reply(400, f"the scripted judge has no script for rubric item {name!r}")
-        return await self.items[name](request)

@@ -1,4 +1,5 @@
-"""Policy endpoints: the OpenAI-compatible client and envfarm's own loopback policy servers."""
+"""Policy endpoints: the OpenAI-compatible client and envfarm's own loopback policy
+server for the built-in policies. Scripted and fake-vLLM servers for tests: ``envfarm.testing``."""
 
 from envfarm.policy.base import (
     Completion,
@@ -13,13 +14,6 @@ from envfarm.policy.endpoints import EndpointSpec, EndpointStatus, PoolSettings
 from envfarm.policy.openai import OpenAIPolicy, normalize_base_url
 from envfarm.policy.pool import EndpointPool, PoolSession
 from envfarm.policy.profiles import CaptureOptions, ServerProfile, TokenCapture
-from envfarm.policy.scripted import (
-    ScriptedCompletion,
-    ScriptedResponder,
-    ScriptedToolCall,
-    completion,
-    tool_call,
-)
 from envfarm.policy.server import PolicyServer, Reply, Responder, completion_reply, error_reply
 from envfarm.policy.tokens import TokenData, read_tokens
 
@@ -40,19 +34,14 @@ __all__ = [
     "Responder",
     "RetryRecord",
     "SamplingParams",
-    "ScriptedCompletion",
-    "ScriptedResponder",
-    "ScriptedToolCall",
     "ServerProfile",
     "TokenCapture",
     "TokenData",
     "ToolCallRaw",
     "builtin_responder",
-    "completion",
     "completion_reply",
     "error_reply",
     "normalize_base_url",
     "parse_completion",
     "read_tokens",
-    "tool_call",
 ]

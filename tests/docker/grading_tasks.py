@@ -12,10 +12,10 @@ from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
-from envfarm.policy.scripted import ScriptedResponder, Step, tool_call
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.scripted import ScriptedResponder, Step, tool_call
 
 # pytest first, so the layer is shared by every task built from this file
 DOCKERFILE = """FROM python:3.11-slim

@@ -14,10 +14,10 @@ from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import ToolResult, Trajectory
 from envfarm.policy.openai import OpenAIPolicy
-from envfarm.policy.scripted import ScriptedResponder, tool_call
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.scripted import ScriptedResponder, tool_call
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -15,10 +15,10 @@ from envfarm.controller.job import Job, JobConfig
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.policy.openai import OpenAIPolicy
-from envfarm.policy.scripted import ScriptedResponder, Step, completion, tool_call
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from grading_tasks import make_task
 
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import load_task
+from tests.docker.grading_tasks import make_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from grading_tasks import FIXED_CALC, JUNIT, REWARD_FROM_STATUS, bash, make_task, run_episode
-from test_phase_network import make_task as make_phase_task
-from test_phase_network import run_oracle
 
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.spec.task import load_task
+from tests.docker.grading_tasks import (
+    FIXED_CALC,
+    JUNIT,
+    REWARD_FROM_STATUS,
+    bash,
+    make_task,
+    run_episode,
+)
+from tests.docker.test_phase_network import make_task as make_phase_task
+from tests.docker.test_phase_network import run_oracle
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import pytest_asyncio
-from grading_tasks import (
+
+from envfarm.sandbox.docker.backend import DockerBackend
+from tests.docker.grading_tasks import (
     FIXED_CALC,
     TESTS_BY_SCRIPT,
     TESTS_IN_REPO,
@@ -12,8 +14,6 @@ from grading_tasks import (
     make_task,
     run_episode,
 )
-
-from envfarm.sandbox.docker.backend import DockerBackend
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

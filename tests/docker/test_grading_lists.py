@@ -7,9 +7,16 @@ import tarfile
 
 import pytest
 import pytest_asyncio
-from grading_tasks import FIXED_CALC, JUNIT, TESTS_IN_REPO, bash, make_task, run_episode
 
 from envfarm.sandbox.docker.backend import DockerBackend
+from tests.docker.grading_tasks import (
+    FIXED_CALC,
+    JUNIT,
+    TESTS_IN_REPO,
+    bash,
+    make_task,
+    run_episode,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -21,14 +21,15 @@ import pytest_asyncio
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.judge_context import workspace_diff
-from envfarm.grading.judges import RubricGrading, RubricJudge, ScriptedJudge
+from envfarm.grading.judges import RubricGrading, RubricJudge
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
-from envfarm.policy.scripted import ScriptedResponder, Step, tool_call
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.judges import ScriptedJudge
+from envfarm.testing.scripted import ScriptedResponder, Step, tool_call
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

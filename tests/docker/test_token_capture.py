@@ -24,9 +24,9 @@ from envfarm.grading.script import TestScriptGrader
 from envfarm.models.samples import merged_samples
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy import PolicyServer
-from envfarm.policy.fake_vllm import FakeVLLM, Fault, command_planner
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.fake_vllm import FakeVLLM, Fault, command_planner
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

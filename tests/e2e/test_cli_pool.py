@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from envfarm.policy import PolicyServer, Reply, builtin_responder, completion, error_reply
-from envfarm.policy.scripted import FaultyResponder, Step
+from envfarm.policy import PolicyServer, Reply, builtin_responder, error_reply
+from envfarm.testing.scripted import FaultyResponder, Step, completion
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-e2e-pool-3c9b1f"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.policy import PolicyServer
-from envfarm.policy.fake_vllm import FakeVLLM
+from envfarm.testing.fake_vllm import FakeVLLM
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 from click.testing import CliRunner
-from serve_process import ServeProcess
 
 from envfarm.cli.main import cli
 from envfarm.client import ApiError, EnvfarmClient
 from envfarm.models.jobs import DeliveredGroup
+from tests.integration.serve_process import ServeProcess
 
 pytestmark = pytest.mark.docker
 

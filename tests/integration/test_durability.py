@@ -16,10 +16,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from serve_process import ServeProcess
 
 from envfarm.client import EnvfarmClient
 from envfarm.models.jobs import DeliveredGroup
+from tests.integration.serve_process import ServeProcess
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 REPO = Path(__file__).resolve().parents[2]

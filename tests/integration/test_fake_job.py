@@ -18,9 +18,9 @@ from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import ExecResult
-from envfarm.sandbox.fake import FakeBackend, FakeSandbox, ok
 from envfarm.spec.task import load_task
 from envfarm.store.store import Store
+from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -10,8 +10,8 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
-from envfarm.sandbox.fake import FakeBackend, FakeSandbox, ok
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -15,18 +15,18 @@ import pytest
 
 from envfarm.errors import SandboxGone, SandboxStartError
 from envfarm.k8s.api import CONFIG_MAPS, PODS
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.sandbox.fake import FakeSandbox, ok
 from envfarm.sandbox.kubernetes.backend import (
     LABEL_OWNER_HOST,
     LABEL_OWNER_PROCESS,
     KubernetesBackend,
     KubernetesBackendConfig,
 )
-from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, PodOptions, environment_pod
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.fake_sandbox import FakeSandbox, ok
+from envfarm.testing.k8s.fakeruntime import FakePodRuntime
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 NS = "envfarm-sandboxes"

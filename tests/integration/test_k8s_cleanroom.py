@@ -22,15 +22,15 @@ from envfarm.errors import EnvironmentUnsupported, SandboxError
 from envfarm.grading.base import Grader
 from envfarm.grading.session import EpisodeGrading
 from envfarm.k8s.api import PODS
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.models.trajectory import Reward
 from envfarm.sandbox.base import ExecResult, Sandbox
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.sandbox.kubernetes.podfork import LABEL_VERIFIER_OF
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.k8s.fakeruntime import FakePodRuntime
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 CHROOT = shutil.which("chroot") or "chroot"

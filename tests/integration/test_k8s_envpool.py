@@ -11,22 +11,16 @@ from pathlib import Path
 import pytest
 
 from envfarm.k8s.api import ENV_POOLS, PODS
-from envfarm.k8s.envpool import (
-    CLAIMED_LABEL,
-    POOL_LABEL,
-    EnvPoolReconciler,
-    NoWarmEnvironment,
-    claim,
-    pod_ready,
-)
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.k8s.operator import Operator, envpool_controller
-from envfarm.k8s.poolcache import PoolPods
+from envfarm.k8s.pools import CLAIMED_LABEL, POOL_LABEL, NoWarmEnvironment, claim, pod_ready
+from envfarm.operator.envpool import EnvPoolReconciler
+from envfarm.operator.poolcache import PoolPods
+from envfarm.operator.runner import Operator, envpool_controller
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import load_task
+from envfarm.testing.k8s.fakeruntime import FakePodRuntime
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 NS = "envfarm-sandboxes"

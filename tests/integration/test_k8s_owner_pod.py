@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from envfarm.k8s.api import PODS
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.sandbox.fake import FakeSandbox, ok
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, OwnerPod
 from envfarm.sandbox.kubernetes.podspec import LABEL_ENVIRONMENT, environment_pod
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.fake_sandbox import FakeSandbox, ok
+from envfarm.testing.k8s.fakeruntime import FakePodRuntime
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 SANDBOXES, SYSTEM = "envfarm-sandboxes", "envfarm-system"

@@ -21,15 +21,15 @@ from envfarm.errors import (
 )
 from envfarm.k8s.api import CONFIG_MAPS, ENV_POOLS, PODS
 from envfarm.k8s.kubeconfig import KubeConfig, in_cluster_config, load_kubeconfig
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.k8s.memory_http import serve
 from envfarm.k8s.objects import owner_reference
 from envfarm.k8s.rest import RestKubeApi
-from envfarm.sandbox.fake import FakeSandbox, ok
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.spec.task import load_task
+from envfarm.testing.fake_sandbox import FakeSandbox, ok
+from envfarm.testing.k8s.fakeruntime import FakePodRuntime
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
+from envfarm.testing.k8s.memory_http import serve
 
 NS = "envs"
 TASKS = Path(__file__).resolve().parents[2] / "tasks"

@@ -25,15 +25,15 @@ from envfarm.client import EnvfarmClient
 from envfarm.controller.service import open_controller
 from envfarm.controller.worker import WorkerConfig
 from envfarm.k8s.api import CONFIG_MAPS, PODS, ROLLOUT_JOBS, SECRETS
-from envfarm.k8s.kubelet import SimulatedKubelet
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.k8s.operator import Operator, rolloutjob_controller
-from envfarm.k8s.rolloutjob import FINALIZER, RolloutJobReconciler
+from envfarm.operator.rolloutjob import FINALIZER, RolloutJobReconciler
+from envfarm.operator.runner import Operator, rolloutjob_controller
 from envfarm.sandbox.base import ExecResult
-from envfarm.sandbox.fake import FakeSandbox, ok
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-from envfarm.sandbox.kubernetes.fakeruntime import FakePodRuntime
 from envfarm.spec.task import load_task
+from envfarm.testing.fake_sandbox import FakeSandbox, ok
+from envfarm.testing.k8s.fakeruntime import FakePodRuntime
+from envfarm.testing.k8s.kubelet import SimulatedKubelet
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 NS = "envfarm-sandboxes"
 TOKEN = "test-token"

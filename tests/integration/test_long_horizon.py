@@ -15,9 +15,9 @@ from envfarm.agent.tools import ToolContext, tool_schemas
 from envfarm.models.samples import full_prompts, merged_samples
 from envfarm.models.trajectory import Provenance, Trajectory
 from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer, SamplingParams
-from envfarm.policy.fake_tokens import render_prompt, tokenize
-from envfarm.policy.fake_vllm import FakeVLLM
-from envfarm.sandbox.fake import FakeSandbox
+from envfarm.testing.fake_sandbox import FakeSandbox
+from envfarm.testing.fake_tokens import render_prompt, tokenize
+from envfarm.testing.fake_vllm import FakeVLLM
 
 INSTRUCTION = "Run every step, one command per turn, then submit."
 STEPS = 299  # 299 bash turns, then submit: 300 action turns

@@ -7,11 +7,11 @@ import time
 
 import docker
 import pytest
-from serve_process import ServeProcess
-from test_durability import consume, job_body, task_dir
 
 from envfarm.client import EnvfarmClient
 from envfarm.sandbox.docker.sandbox import LABEL_KIND, LABEL_TASK
+from tests.integration.serve_process import ServeProcess
+from tests.integration.test_durability import consume, job_body, task_dir
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TASK_ID = "durable/pooled"

@@ -18,9 +18,9 @@ from envfarm.policy import (
 )
 from envfarm.policy.base import PolicyClient
 from envfarm.policy.endpoints import EndpointSpec, PoolSettings
-from envfarm.policy.fake_vllm import FakeVLLM, Fault
-from envfarm.policy.scripted import FaultyResponder
-from envfarm.sandbox.fake import FakeSandbox
+from envfarm.testing.fake_sandbox import FakeSandbox
+from envfarm.testing.fake_vllm import FakeVLLM, Fault
+from envfarm.testing.scripted import FaultyResponder
 
 RETRY_AFTER_S = 0.01
 STORM = 5

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envfarm.k8s.kustomize import render_yaml
+from envfarm.testing.k8s.kustomize import render_yaml
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 NAMESPACE, SANDBOXES = "envfarm-system", "envfarm-sandboxes"

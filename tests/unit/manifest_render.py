@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from envfarm.k8s.kustomize import render
-from envfarm.k8s.structural import instance_schema
+from envfarm.testing.k8s.kustomize import render
+from envfarm.testing.k8s.structural import instance_schema
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 TARGETS = ("base", "overlays/dev", "overlays/prod")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import ImageError, UnknownBaseImage
-from envfarm.sandbox.docker.aliases import (
+from envfarm.sandbox.aliases import (
     alias_table_markdown,
     dockerfile_bases,
     images_dir,

@@ -12,11 +12,11 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from api_double import MemoryService
 
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.controller.metrics import MetricsSnapshot
+from tests.unit.api_double import MemoryService
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
-from api_double import MemoryService
 
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.client import ApiConnectionError, ApiError, EnvfarmClient, request_body
 from envfarm.models.jobs import JobRequest
+from tests.unit.api_double import MemoryService
 
 TOKEN = "client-token"
 JOB = {"tasks": ["alpha", "beta"], "policy": {"base_url": "oracle"}, "group_size": 2}

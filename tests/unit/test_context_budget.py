@@ -23,12 +23,12 @@ from envfarm.errors import TaskSpecError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer
 from envfarm.policy.base import Completion
-from envfarm.policy.fake_vllm import FakeVLLM
 from envfarm.policy.tokens import TokenData
 from envfarm.sandbox.base import ExecResult
-from envfarm.sandbox.fake import FakeBackend, ok
 from envfarm.spec.config import parse_task_config
 from envfarm.spec.task import load_task
+from envfarm.testing.fake_sandbox import FakeBackend, ok
+from envfarm.testing.fake_vllm import FakeVLLM
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
 START = [{"role": "system", "content": "s" * 30}, {"role": "user", "content": "u" * 60}]

@@ -25,8 +25,8 @@ from envfarm.policy import (
     builtin_responder,
     error_reply,
 )
-from envfarm.policy.fake_tokens import render_prompt, tokenize
-from envfarm.policy.fake_vllm import FakeVLLM, Fault
+from envfarm.testing.fake_tokens import render_prompt, tokenize
+from envfarm.testing.fake_vllm import FakeVLLM, Fault
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "responses"
 START = [{"role": "system", "content": "Be useful."}, {"role": "user", "content": "Fix it."}]

@@ -15,7 +15,7 @@ import pytest
 
 from envfarm.errors import GradingError, TaskSpecError
 from envfarm.grading.judge_context import Evidence, fenced, transcript_summary
-from envfarm.grading.judges import ITEM_LINE, RubricGrading, RubricJudge, ScriptedJudge
+from envfarm.grading.judges import ITEM_LINE, RubricGrading, RubricJudge
 from envfarm.grading.rubric import combine, parse_verdict
 from envfarm.models.trajectory import (
     AgentOutcome,
@@ -28,6 +28,7 @@ from envfarm.models.trajectory import (
 from envfarm.policy import OpenAIPolicy, PolicyServer, Reply
 from envfarm.spec.config import RubricItem, RubricScoring, parse_task_config
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.judges import ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[2]
 FAST: dict[str, Any] = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}

@@ -8,8 +8,8 @@ import pytest
 
 from envfarm.errors import KubeConflict, KubeGone, KubeInvalid, KubeNotFound
 from envfarm.k8s.api import CONFIG_MAPS, ENV_POOLS, PODS, WatchEvent
-from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.k8s.objects import owner_reference
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 NS = "envs"
 

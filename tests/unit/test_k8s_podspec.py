@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import TaskSpecError
-from envfarm.k8s.memory import MemoryKubeApi
 from envfarm.sandbox.docker import services as docker_services
 from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
@@ -34,6 +33,7 @@ from envfarm.sandbox.kubernetes.podspec import (
 )
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import Task, load_task
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 

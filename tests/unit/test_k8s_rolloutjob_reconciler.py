@@ -14,9 +14,8 @@ import pytest
 
 from envfarm.client.errors import ApiConnectionError, ApiError
 from envfarm.k8s.api import ROLLOUT_JOBS, SECRETS
-from envfarm.k8s.memory import MemoryKubeApi
-from envfarm.k8s.operator import Operator, rolloutjob_controller
-from envfarm.k8s.rolloutjob import (
+from envfarm.models.jobs import JobCounts, JobView, TaskInfo
+from envfarm.operator.rolloutjob import (
     FINALIZER,
     ApiUnavailable,
     InvalidRolloutJob,
@@ -25,8 +24,9 @@ from envfarm.k8s.rolloutjob import (
     SecretNotFound,
     translated,
 )
-from envfarm.k8s.rolloutjob_spec import job_name
-from envfarm.models.jobs import JobCounts, JobView, TaskInfo
+from envfarm.operator.rolloutjob_spec import job_name
+from envfarm.operator.runner import Operator, rolloutjob_controller
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 NS = "envfarm-sandboxes"
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from envfarm.errors import ManifestError
-from envfarm.k8s.kustomize import render
-from envfarm.k8s.kustomize_patches import json6902, strategic_merge
+from envfarm.testing.k8s.kustomize import render
+from envfarm.testing.k8s.kustomize_patches import json6902, strategic_merge
 
 DEPLOYMENT = {
     "apiVersion": "apps/v1",

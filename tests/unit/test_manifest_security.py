@@ -7,7 +7,12 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from manifest_render import (
+
+from envfarm.sandbox.kubernetes.podimages import cluster_images
+from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
+from envfarm.spec.task import load_task
+from envfarm.testing.k8s.podsecurity import Level, pod_security_problems, pod_spec_of
+from tests.unit.manifest_render import (
     CONTROL_PLANE,
     SANDBOXES,
     TARGETS,
@@ -16,11 +21,6 @@ from manifest_render import (
     of_kind,
     rendered,
 )
-
-from envfarm.k8s.podsecurity import Level, pod_security_problems, pod_spec_of
-from envfarm.sandbox.kubernetes.podimages import cluster_images
-from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
-from envfarm.spec.task import load_task
 
 
 @pytest.mark.parametrize("target", TARGETS)

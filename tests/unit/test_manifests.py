@@ -11,7 +11,11 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from manifest_render import (
+
+from envfarm.testing.k8s.kustomize import render
+from envfarm.testing.k8s.podsecurity import pod_spec_of
+from envfarm.testing.k8s.structural import crd_problems
+from tests.unit.manifest_render import (
     CONTROL_PLANE,
     MANIFESTS,
     TARGETS,
@@ -21,10 +25,6 @@ from manifest_render import (
     of_kind,
     rendered,
 )
-
-from envfarm.k8s.kustomize import render
-from envfarm.k8s.podsecurity import pod_spec_of
-from envfarm.k8s.structural import crd_problems
 
 # The oldest Kubernetes the manifests support, and one with the websocket attach authorization
 # change (1.35); both validated strictly (unknown fields are errors).

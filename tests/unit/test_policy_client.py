@@ -12,17 +12,8 @@ from typing import Any
 import pytest
 
 from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
-from envfarm.policy import (
-    Completion,
-    OpenAIPolicy,
-    PolicyServer,
-    Reply,
-    SamplingParams,
-    ScriptedResponder,
-    completion,
-    tool_call,
-)
-from envfarm.policy.scripted import Step
+from envfarm.policy import Completion, OpenAIPolicy, PolicyServer, Reply, SamplingParams
+from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
 
 MESSAGES = [
     {"role": "system", "content": "You are a coding agent."},

@@ -22,11 +22,10 @@ from envfarm.policy import (
     PoolSettings,
     Reply,
     SamplingParams,
-    completion,
     completion_reply,
     error_reply,
 )
-from envfarm.policy.scripted import FaultyResponder, Step
+from envfarm.testing.scripted import FaultyResponder, Step, completion
 
 MESSAGES = [{"role": "user", "content": "Fix the bug."}]
 FAST = PoolSettings(

@@ -16,9 +16,9 @@ from envfarm.policy import (
     PolicyServer,
     Reply,
     SamplingParams,
-    ScriptedResponder,
     builtin_responder,
 )
+from envfarm.testing.scripted import ScriptedResponder
 
 TOOLS = [
     {"name": "bash", "parameters": {"type": "object"}},

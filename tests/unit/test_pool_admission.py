@@ -5,9 +5,9 @@ import pytest
 
 from envfarm.controller.admission import Admission
 from envfarm.errors import SandboxStartError
-from envfarm.sandbox.fake import FakeBackend, FakeSandbox
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import load_task
+from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

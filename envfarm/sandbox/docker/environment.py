@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 
 from envfarm.errors import SandboxError
 from envfarm.sandbox.docker import services as sidecars
-from envfarm.sandbox.docker.health import HealthPolicy, wait_healthy
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import (
@@ -51,6 +50,7 @@ from envfarm.sandbox.docker.sandbox import (
 )
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
+from envfarm.sandbox.health import HealthPolicy, wait_healthy
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 from envfarm.spec.task import Task
 

@@ -33,8 +33,7 @@ from docker.models.images import Image
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import ImageError, TaskSpecError
-from envfarm.sandbox.docker import rootfs
-from envfarm.sandbox.docker.aliases import (
+from envfarm.sandbox.aliases import (
     dockerfile_bases,
     images_dir,
     load_alias_table,
@@ -43,6 +42,7 @@ from envfarm.sandbox.docker.aliases import (
     task_image_tag,
     unknown_base,
 )
+from envfarm.sandbox.docker import rootfs
 from envfarm.sandbox.docker.aptconfig import SUITE
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.dockerbuild import (

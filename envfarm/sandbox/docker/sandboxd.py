@@ -43,7 +43,7 @@ from docker.models.containers import Container
 from docker.types import Mount
 
 from envfarm.errors import ImageError, SandboxStartError
-from envfarm.sandbox.docker.aliases import images_dir
+from envfarm.sandbox.aliases import images_dir
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build
 from envfarm.sandbox.docker.hostconfig import read_host_config

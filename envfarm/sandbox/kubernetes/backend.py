@@ -35,9 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import KubeError, KubeNotFound, SandboxError
 from envfarm.k8s.api import PODS, KubeApi, KubeObject
-from envfarm.k8s.envpool import NoWarmEnvironment, PoolClaimer
+from envfarm.k8s.pools import NoWarmEnvironment, PoolClaimer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
-from envfarm.sandbox.docker.health import HealthPolicy
+from envfarm.sandbox.health import HealthPolicy
 from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, OwnerPod, departed_owners
 from envfarm.sandbox.kubernetes.podfork import check_task
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, PodImages, cluster_images

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.sandbox.docker.aliases import match_alias, task_image_tag
+from envfarm.sandbox.aliases import match_alias, task_image_tag
 from envfarm.spec.compose import ComposeService
 from envfarm.spec.task import Task
 

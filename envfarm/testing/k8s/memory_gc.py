@@ -19,7 +19,7 @@ from envfarm.k8s.api import KubeObject, Resource
 from envfarm.k8s.objects import deep_copy, meta, owner_uids, uid_of
 
 if TYPE_CHECKING:
-    from envfarm.k8s.memory_store import Key, ObjectStore
+    from envfarm.testing.k8s.memory_store import Key, ObjectStore
 
 FOREGROUND = "foregroundDeletion"
 

@@ -1,7 +1,7 @@
 """A container runtime for the simulated kubelet: each pod's main container is a ``FakeSandbox``
 behind the in-process helper, so the Kubernetes backend runs end to end without a cluster.
 
-``FakePodRuntime`` plugs into ``envfarm.k8s.kubelet.SimulatedKubelet``: ``start`` makes the pod's
+``FakePodRuntime`` plugs into ``kubelet.SimulatedKubelet``: ``start`` makes the pod's
 sandbox (``sandbox_factory``, by default a ``FakeSandbox`` answering every command with an
 empty success), ``attach`` to the main container (or an exec of the helper in it) returns a
 stream to a ``HelperEmulator`` over that sandbox, and ``stop`` ends the sandbox and every stream
@@ -16,9 +16,9 @@ from envfarm.errors import KubeInvalid
 from envfarm.k8s.api import KubeObject, PodStream
 from envfarm.k8s.objects import uid_of
 from envfarm.sandbox.base import Sandbox
-from envfarm.sandbox.channel.emulator import HelperEmulator
-from envfarm.sandbox.fake import FakeSandbox
 from envfarm.sandbox.kubernetes.podspec import MAIN_CONTAINER
+from envfarm.testing.channel_emulator import HelperEmulator
+from envfarm.testing.fake_sandbox import FakeSandbox
 
 SandboxFactory = Callable[[KubeObject], Sandbox]
 

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from envfarm.policy import fake_tokens as ft
+from envfarm.testing import fake_tokens as ft
 
 
 @dataclass(frozen=True)

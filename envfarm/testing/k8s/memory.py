@@ -43,11 +43,11 @@ from envfarm.k8s.api import (
     WatchEvent,
     resolve,
 )
-from envfarm.k8s.memory_rules import scale_of
-from envfarm.k8s.memory_store import Key, ObjectStore
-from envfarm.k8s.memory_watch import END, StoredEvent, Watcher
 from envfarm.k8s.objects import deep_copy, merge_patch, meta, resource_version
-from envfarm.k8s.selectors import parse_field_selector, parse_label_selector
+from envfarm.testing.k8s.memory_rules import scale_of
+from envfarm.testing.k8s.memory_store import Key, ObjectStore
+from envfarm.testing.k8s.memory_watch import END, StoredEvent, Watcher
+from envfarm.testing.k8s.selectors import parse_field_selector, parse_label_selector
 
 
 class MemoryKubeApi(ObjectStore):

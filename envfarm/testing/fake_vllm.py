@@ -1,6 +1,6 @@
 """A fake vLLM (or SGLang) chat server: real response shapes, token data, scripted behaviour.
 
-Serve it with ``PolicyServer`` for tests, or run ``python -m envfarm.policy.fake_vllm`` for a
+Serve it with ``PolicyServer`` for tests, or run ``python -m envfarm.testing.fake_vllm`` for a
 dry run of a training setup without a GPU. It answers ``/v1/chat/completions`` the way the
 real servers do (fields only when the request asks for them, see ``policy.profiles``):
 prompt and completion token ids, logprobs, routed experts, and the policy version (a response
@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.policy import fake_tokens as ft
-from envfarm.policy.fake_shapes import FakeAnswer, Routing
 from envfarm.policy.profiles import DEFAULT_VERSION_HEADER
-from envfarm.policy.scripted import ScriptedCompletion, completion, tool_call
 from envfarm.policy.server import PolicyServer, Reply, error_reply
+from envfarm.testing import fake_tokens as ft
+from envfarm.testing.fake_shapes import FakeAnswer, Routing
+from envfarm.testing.scripted import ScriptedCompletion, completion, tool_call
 
 FaultKind = Literal["unavailable", "rate_limited", "abort", "garbage", "slow", "mismatch", "swap"]
 Planner = Callable[[dict[str, Any]], ScriptedCompletion]
@@ -219,7 +219,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m envfarm.policy.fake_vllm",
+        prog="python -m envfarm.testing.fake_vllm",
         description="A fake vLLM/SGLang chat server with exact token data, for dry runs.",
     )
     parser.add_argument("--host", default="127.0.0.1")

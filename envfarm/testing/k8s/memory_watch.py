@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from envfarm.errors import KubeGone
 from envfarm.k8s.api import EventType, KubeObject
 from envfarm.k8s.objects import labels_of
-from envfarm.k8s.selectors import FieldSelector, LabelSelector
+from envfarm.testing.k8s.selectors import FieldSelector, LabelSelector
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from aiohttp import WSMsgType, web
 
 from envfarm.errors import KubeError
 from envfarm.k8s.api import KNOWN, PODS, Resource
-from envfarm.k8s.memory import MemoryKubeApi
+from envfarm.testing.k8s.memory import MemoryKubeApi
 
 CHANNEL_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 MERGE_PATCH = "application/merge-patch+json"

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from envfarm.errors import KubeConflict, KubeInvalid, KubeNotFound
 from envfarm.k8s.api import PODS, EventType, KubeObject, Propagation, Resource, Subresource
-from envfarm.k8s.memory_gc import OwnerIndex
-from envfarm.k8s.memory_rules import (
+from envfarm.k8s.objects import deep_copy, meta, now_rfc3339, resource_version
+from envfarm.testing.k8s.memory_gc import OwnerIndex
+from envfarm.testing.k8s.memory_rules import (
     check_namespace,
     check_object,
     check_pod_update,
@@ -23,11 +24,10 @@ from envfarm.k8s.memory_rules import (
     spec_part,
     without_version,
 )
-from envfarm.k8s.memory_watch import StoredEvent, WatchHub
-from envfarm.k8s.objects import deep_copy, meta, now_rfc3339, resource_version
+from envfarm.testing.k8s.memory_watch import StoredEvent, WatchHub
 
 if TYPE_CHECKING:
-    from envfarm.k8s.kubelet import SimulatedKubelet
+    from envfarm.testing.k8s.kubelet import SimulatedKubelet
 
 Key = tuple[str, str, str]
 """(resource key, namespace, name)."""

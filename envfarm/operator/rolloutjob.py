@@ -30,9 +30,10 @@ from typing import Any, Protocol
 from envfarm.client.errors import ApiError
 from envfarm.errors import EnvfarmError, KubeNotFound
 from envfarm.k8s.api import ROLLOUT_JOBS, KubeApi, KubeObject
-from envfarm.k8s.conditions import set_condition
 from envfarm.k8s.objects import name_of, resource_version
-from envfarm.k8s.rolloutjob_spec import (
+from envfarm.models.jobs import TERMINAL_STATUSES, JobCounts, JobRequest, JobView, TaskInfo
+from envfarm.operator.conditions import set_condition
+from envfarm.operator.rolloutjob_spec import (
     ArchiveTasks,
     InvalidRolloutJob,
     JobRejected,
@@ -41,7 +42,6 @@ from envfarm.k8s.rolloutjob_spec import (
     UnknownTask,
     job_name,
 )
-from envfarm.models.jobs import TERMINAL_STATUSES, JobCounts, JobRequest, JobView, TaskInfo
 
 __all__ = [
     "ApiUnavailable",

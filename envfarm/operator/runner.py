@@ -41,11 +41,11 @@ from envfarm.k8s.api import (
     ResourceLike,
     resolve,
 )
-from envfarm.k8s.conditions import set_condition
-from envfarm.k8s.envpool import EnvPoolReconciler
 from envfarm.k8s.informer import Informer
-from envfarm.k8s.poolcache import POOL_LABEL
-from envfarm.k8s.rolloutjob import RolloutJobReconciler
+from envfarm.k8s.pools import POOL_LABEL
+from envfarm.operator.conditions import set_condition
+from envfarm.operator.envpool import EnvPoolReconciler
+from envfarm.operator.rolloutjob import RolloutJobReconciler
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from envfarm.errors import KubeInvalid
 from envfarm.k8s.api import PODS, KubeObject, PodStream
-from envfarm.k8s.kubelet_status import failed_status, running_status, terminated_status
 from envfarm.k8s.objects import deep_copy, meta, now_rfc3339, uid_of
+from envfarm.testing.k8s.kubelet_status import failed_status, running_status, terminated_status
 
 if TYPE_CHECKING:
-    from envfarm.k8s.memory_store import ObjectStore
+    from envfarm.testing.k8s.memory_store import ObjectStore
 
 ReadinessHook = Callable[[KubeObject, str], bool | Awaitable[bool]]
 """(pod, container name) -> is the container ready now?"""

@@ -15,8 +15,8 @@ import time
 from envfarm.k8s.api import PODS, KubeApi, KubeObject
 from envfarm.k8s.informer import Informer
 from envfarm.k8s.objects import name_of
+from envfarm.k8s.pools import POOL_LABEL
 
-POOL_LABEL = "envfarm.dev/pool"
 EXPECT_S = 30.0
 
 PoolKey = tuple[str, str]
