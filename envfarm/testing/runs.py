@@ -103,7 +103,7 @@ def synthetic_trajectory(
                     summary_turn=turns - 3, context_budget=4096, context_tokens=4200,
                     prior_messages=prior)
         )  # fmt: skip
-        opening = {"role": "user", "content": "Solve it.\n\nSummary: I read the files."}
+        opening: dict[str, object] = {"role": "user", "content": "Solve it.\n\nSummary: I read the files."}
         messages = [messages[0], opening, *_tail(turn_list, turns - 2)]
     error = None
     if reward is None:

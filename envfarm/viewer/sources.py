@@ -44,8 +44,11 @@ class Run(Protocol):
     key: str
     name: str
     entries: list[Entry]
-    notes: list[str]
     groups: dict[str, GroupMeta]
+
+    @property
+    def notes(self) -> list[str]:
+        """What was skipped while reading the run, and why."""
 
     async def refresh(self) -> None: ...
 
@@ -119,7 +122,7 @@ class DirRun:
 class DirCatalog:
     def __init__(self, paths: list[Path]) -> None:
         names: dict[str, int] = {}
-        self._runs: dict[str, DirRun] = {}
+        self._runs: dict[str, Run] = {}
         for path in paths:
             base = _slug(path.resolve().name) or "run"
             names[base] = names.get(base, 0) + 1
@@ -127,9 +130,10 @@ class DirCatalog:
             self._runs[key] = DirRun(key, path)
 
     async def runs(self) -> list[Run]:
-        for run in self._runs.values():
+        runs = list(self._runs.values())
+        for run in runs:
             await run.refresh()
-        return list(self._runs.values())
+        return runs
 
     async def run(self, key: str) -> Run:
         run = self._runs.get(key)
@@ -160,7 +164,7 @@ class JobRun:
         self.key = view.id
         self.name = view.request.get("name") or view.id
         self.entries: list[Entry] = []
-        self.notes: list[str] = []
+        self.skipped: list[str] = []
         self.groups: dict[str, GroupMeta] = {}
         self._cursor = 0
         self._seen_at = time.monotonic()
@@ -179,12 +183,16 @@ class JobRun:
                     try:
                         entry = entry_of_line(text.encode(), group.cursor)
                     except ValueError as exc:
-                        self.notes.append(
+                        self.skipped.append(
                             f"group {group.cursor}, trajectory {number + 1} is skipped: {exc}"
                         )
                         continue
                     self.entries.append(entry)
                 self._cursor = group.cursor
+
+    @property
+    def notes(self) -> list[str]:
+        return self.skipped
 
     async def load(self, entry: Entry) -> dict[str, Any]:
         cursor: int = entry.locator

@@ -362,8 +362,8 @@ def _tokens(turn: dict[str, Any]) -> str:
     if not isinstance(ids, list) or not ids:
         source = turn.get("token_source")
         return f'<p class="muted">no token data (token source: {e(source)})</p>' if source else ""
-    logprobs = turn.get("logprobs") if isinstance(turn.get("logprobs"), list) else []
-    texts = turn.get("completion_tokens") if isinstance(turn.get("completion_tokens"), list) else []
+    logprobs = _list(turn.get("logprobs"))
+    texts = _list(turn.get("completion_tokens"))
     spans = []
     for i, token in enumerate(ids):
         lp = logprobs[i] if i < len(logprobs) and isinstance(logprobs[i], int | float) else None
@@ -395,3 +395,7 @@ def _tokens(turn: dict[str, Any]) -> str:
         '<span class="tok lp6">.6</span><span class="tok lp9">.9+</span></div>'
         f'<div class="token-view">{" ".join(spans)}</div></details>'
     )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
