@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -126,3 +128,12 @@ def test_the_session_puts_each_message_with_its_turn_across_segments():
     assert segments[1].record is not None and segments[1].record["first_turn"] == 3
     assert [m["role"] for m in segments[0].opening] == ["system", "user"]
     assert all(v.message is not None and v.after[0]["role"] == "tool" for s in segments for v in s.turns)
+
+
+def test_envfarm_view_refuses_a_directory_without_trajectories(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "envfarm", "view", str(tmp_path), "--no-open"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert f"{tmp_path} has no trajectories.jsonl" in proc.stderr
