@@ -1,10 +1,12 @@
 """What a browser gets from ``envfarm serve``: the viewer at ``/ui``, Swagger UI at ``/docs``
-(its assets served from the ``swagger-ui-bundle`` package, so it renders offline), and
-``/ui/login``, which puts the token in a cookie.
+and ReDoc at ``/redoc`` (their assets served from the ``fastapi-offline`` package, which ships
+Swagger UI 5 and so renders OpenAPI 3.1, so they work offline), and ``/ui/login``, which puts
+the token in a cookie.
 
 A browser cannot send an ``Authorization`` header when following a link, so ``/ui/login`` (a
 form) sets the token as an ``HttpOnly``, ``SameSite=Strict`` cookie. The guard accepts that
-cookie only on ``GET``/``HEAD`` requests of ``/ui``, ``/docs`` and ``/openapi.json``: every
+cookie only on ``GET``/``HEAD`` requests of ``/ui``, ``/docs``, ``/redoc`` and
+``/openapi.json``: every
 other request, and every request that changes state, still needs the bearer header, so a page
 elsewhere can never make the browser act with the cookie. docs/api.md documents it.
 """
@@ -15,9 +17,9 @@ import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, quote
 
-import swagger_ui_bundle  # type: ignore[import-untyped]
+import fastapi_offline
 from fastapi import FastAPI, Request
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
@@ -26,13 +28,13 @@ from envfarm.viewer import JobCatalog, JobReader, create_viewer
 from envfarm.viewer.html import e
 
 LOGIN_PATH = "/ui/login"
-SAFE_NEXT = ("/ui", "/docs")
+SAFE_NEXT = ("/ui", "/docs", "/redoc")
 MAX_FORM_BYTES = 8192
 
 
 def install_browser_routes(app: FastAPI, service: JobReader, token: str | None) -> None:
-    assets = Path(swagger_ui_bundle.swagger_ui_path)
-    app.mount("/docs/assets", StaticFiles(directory=assets), name="swagger-assets")
+    assets = Path(fastapi_offline.__file__).parent / "static"
+    app.mount("/docs/assets", StaticFiles(directory=assets), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
@@ -41,8 +43,18 @@ def install_browser_routes(app: FastAPI, service: JobReader, token: str | None) 
             title="envfarm API",
             swagger_js_url="/docs/assets/swagger-ui-bundle.js",
             swagger_css_url="/docs/assets/swagger-ui.css",
-            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+            swagger_favicon_url="/docs/assets/favicon.png",
             swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": False},
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title="envfarm API",
+            redoc_js_url="/docs/assets/redoc.standalone.js",
+            redoc_favicon_url="/docs/assets/favicon.png",
+            with_google_fonts=False,
         )
 
     @app.get(LOGIN_PATH, include_in_schema=False)

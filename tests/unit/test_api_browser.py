@@ -1,5 +1,5 @@
 """The browser's side of the API: /ui over the JobService, /ui/login and its cookie (good for
-GET pages of /ui and /docs only), and /docs with Swagger UI served from the package."""
+GET pages of /ui and /docs only), and /docs and /redoc with assets served from a package."""
 
 from __future__ import annotations
 
@@ -99,4 +99,5 @@ async def test_docs_load_swagger_ui_from_the_server_itself(served):
         assert "/docs/assets/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
         script = await session.get(url + "/docs/assets/swagger-ui-bundle.js")
         assert script.status == 200 and len(await script.read()) > 100_000
-        assert (await session.get(url + "/redoc")).status == 404
+        redoc = await (await session.get(url + "/redoc")).text()
+        assert "/docs/assets/redoc.standalone.js" in redoc and "googleapis" not in redoc
