@@ -114,5 +114,7 @@ def _login_page(target: str, problem: str = "", status: int = 200) -> HTMLRespon
         "and /docs only; API calls still need the Authorization header.</p></form>"
         "</main></body></html>"
     )
-    headers = {"Content-Security-Policy": "default-src 'none'; style-src 'self'; form-action 'self'"}
+    headers = {
+        "Content-Security-Policy": "default-src 'none'; style-src 'self'; form-action 'self'"
+    }
     return HTMLResponse(html, status_code=status, headers=headers)

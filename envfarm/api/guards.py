@@ -4,9 +4,9 @@ It sits outside the routes so it covers everything, the OpenAPI document and unk
 included (an anonymous caller learns nothing, not even which paths exist); only ``/healthz``,
 the login form ``/ui/login`` and the viewer's stylesheet are open. Tokens are compared in
 constant time. A browser's token cookie (set by ``/ui/login``) counts only for ``GET`` and
-``HEAD`` requests of the pages ``/ui``, ``/docs``, ``/redoc`` and ``/openapi.json``; a browser asking for
-one of those pages (HTML) without credentials is sent to the login form. A body is refused with 413
-as soon as its declared length, or the bytes actually received, pass the limit.
+``HEAD`` requests of the pages ``/ui``, ``/docs``, ``/redoc`` and ``/openapi.json``; a browser
+asking for one of those pages (HTML) without credentials is sent to the login form. A body is
+refused with 413 as soon as its declared length, or the bytes actually received, pass the limit.
 """
 
 from __future__ import annotations

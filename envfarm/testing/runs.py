@@ -103,7 +103,10 @@ def synthetic_trajectory(
                     summary_turn=turns - 3, context_budget=4096, context_tokens=4200,
                     prior_messages=prior)
         )  # fmt: skip
-        opening: dict[str, object] = {"role": "user", "content": "Solve it.\n\nSummary: I read the files."}
+        opening: dict[str, object] = {
+            "role": "user",
+            "content": "Solve it.\n\nSummary: I read the files.",
+        }
         messages = [messages[0], opening, *_tail(turn_list, turns - 2)]
     error = None
     if reward is None:
@@ -127,19 +130,28 @@ def synthetic_trajectory(
             flag_details={"tamper:tests_modified": ["/tests/test_outputs.py"]} if flagged else {},
             reason="reward.txt" if reward is not None else "SandboxDied: the sandbox exited",
             tests=[
-                ReportedTest(name="test_outputs.py::test_main", status="passed" if reward else
-                             "failed", duration_s=0.01, report="junit.xml")
+                ReportedTest(
+                    name="test_outputs.py::test_main",
+                    status="passed" if reward else "failed",
+                    duration_s=0.01,
+                    report="junit.xml",
+                )
             ],
-        ),  # fmt: skip
-        timings=Timings(build_s=0.0, provision_s=round(rng.uniform(0.2, 0.6), 3),
-                        agent_s=round(rng.uniform(0.5, 5), 3),
-                        grading_s=round(rng.uniform(0.3, 2), 3), teardown_s=0.2, total_s=6.0),
+        ),
+        timings=Timings(
+            build_s=0.0,
+            provision_s=round(rng.uniform(0.2, 0.6), 3),
+            agent_s=round(rng.uniform(0.5, 5), 3),
+            grading_s=round(rng.uniform(0.3, 2), 3),
+            teardown_s=0.2,
+            total_s=6.0,
+        ),
         policy_versions=PolicyVersions(min=str(version), max=str(version)),
         model="synthetic",
         outcome=AgentOutcome(stop_reason="submitted", turns=turns),
         error=error,
         provenance=Provenance(task_hash="0" * 16, envfarm_version="0.1.0", seed=number),
-    )  # fmt: skip
+    )
 
 
 def _tail(turns: list[Turn], first: int) -> list[dict[str, object]]:

@@ -49,13 +49,13 @@ def seg(text: str) -> str:
 
 def number(value: float | None, digits: int = 3) -> str:
     if value is None:
-        return '<span class="muted">–</span>'
+        return '<span class="muted">-</span>'
     text = f"{value:.{digits}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def seconds(value: float | None) -> str:
-    return '<span class="muted">–</span>' if value is None else f"{value:.2f} s"
+    return '<span class="muted">-</span>' if value is None else f"{value:.2f} s"
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:

@@ -67,7 +67,8 @@ def test_docs_render_offline_after_logging_in(served, page: Page, offline, shots
     page.screenshot(path=shots / "docs.png", full_page=False)
     cookies = page.context.cookies()
     [cookie] = [c for c in cookies if c["name"] == "envfarm_token"]
-    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert cookie["httpOnly"]
+    assert cookie["sameSite"] == "Strict"
     assert page.evaluate("document.cookie") == ""  # no script can read it
     # The cookie opens pages, not the API.
     status = page.evaluate("fetch('/v1/jobs').then(r => r.status)")

@@ -40,7 +40,9 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     await envfarm_run(TASK, "--policy", "oracle", "--group-size", "2", "--out", str(oracle))
     steps = [
         completion("Let me look around first.", tool_call("bash", {"command": "seq 1 400"})),
-        tool_call("bash", {"command": "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"}),
+        tool_call(
+            "bash", {"command": "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"}
+        ),
         tool_call("submit", {}),
         tool_call("submit", {}),  # the second episode of the group gives up at once
     ]

@@ -32,7 +32,9 @@ async def served() -> AsyncIterator[tuple[str, MemoryService]]:
         yield server.url, service
 
 
-async def login(session: aiohttp.ClientSession, url: str, token: str = TOKEN) -> aiohttp.ClientResponse:
+async def login(
+    session: aiohttp.ClientSession, url: str, token: str = TOKEN
+) -> aiohttp.ClientResponse:
     return await session.post(
         url + "/ui/login", data={"token": token, "next": "/ui/"}, allow_redirects=False
     )
@@ -47,7 +49,8 @@ async def test_a_browser_without_the_token_is_sent_to_the_login_form(served):
         response = await session.get(url + "/ui/", allow_redirects=False)  # not a browser
         assert response.status == 401
         form = await session.get(url + "/ui/login")
-        assert form.status == 200 and "name=token" in await form.text()
+        assert form.status == 200
+        assert "name=token" in await form.text()
         style = await session.get(url + "/ui/static/viewer.css")
         assert style.status == 200
 
@@ -57,19 +60,26 @@ async def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages_only(se
     jar = aiohttp.CookieJar(unsafe=True)
     async with aiohttp.ClientSession(cookie_jar=jar) as session:
         wrong = await login(session, url, "nope")
-        assert wrong.status == 401 and "that token is wrong" in await wrong.text()
+        assert wrong.status == 401
+        assert "that token is wrong" in await wrong.text()
         response = await login(session, url)
-        assert response.status == 303 and response.headers["Location"] == "/ui/"
+        assert response.status == 303
+        assert response.headers["Location"] == "/ui/"
         cookie = response.headers["Set-Cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie.replace("Strict", "strict")
         assert "Path=/" in cookie
         home = await session.get(url + "/ui/")
         text = await home.text()
-        assert home.status == 200 and "job-1" in text
+        assert home.status == 200
+        assert "job-1" in text
         run = await session.get(url + "/ui/runs/job-1")
-        assert run.status == 200 and "alpha" in await run.text() and "beta" in await run.text()
+        assert run.status == 200
+        assert "alpha" in await run.text()
+        assert "beta" in await run.text()
         page = await session.get(url + "/ui/runs/job-1/t/job-1-g2-t1")
-        assert page.status == 200 and "job-1-g2-t1" in await page.text()
+        assert page.status == 200
+        assert "job-1-g2-t1" in await page.text()
         for path in ("/docs", "/openapi.json"):
             assert (await session.get(url + path)).status == 200, path
         # The cookie never authorizes the API, and never a request that changes state.
@@ -96,8 +106,11 @@ async def test_docs_load_swagger_ui_from_the_server_itself(served):
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with aiohttp.ClientSession(headers=auth) as session:
         html = await (await session.get(url + "/docs")).text()
-        assert "/docs/assets/swagger-ui-bundle.js" in html and "cdn" not in html.lower()
+        assert "/docs/assets/swagger-ui-bundle.js" in html
+        assert "cdn" not in html.lower()
         script = await session.get(url + "/docs/assets/swagger-ui-bundle.js")
-        assert script.status == 200 and len(await script.read()) > 100_000
+        assert script.status == 200
+        assert len(await script.read()) > 100_000
         redoc = await (await session.get(url + "/redoc")).text()
-        assert "/docs/assets/redoc.standalone.js" in redoc and "googleapis" not in redoc
+        assert "/docs/assets/redoc.standalone.js" in redoc
+        assert "googleapis" not in redoc

@@ -32,7 +32,8 @@ def test_the_entry_of_a_line_is_the_same_read_fast_or_parsed_whole():
     assert fast == whole == reordered
     assert (fast.task_id, fast.value, fast.valid, fast.advantage) == ("t", 1.0, True, 0.5)
     assert fast.flags == ["tamper:tests_modified"]
-    assert fast.turns == 5 and fast.policy_version == "1"
+    assert fast.turns == 5
+    assert fast.policy_version == "1"
 
 
 def test_a_message_quoting_the_reward_key_does_not_fool_the_fast_path():
@@ -44,7 +45,7 @@ def test_a_message_quoting_the_reward_key_does_not_fool_the_fast_path():
 def test_json_that_is_no_trajectory_is_refused():
     with pytest.raises(NotATrajectory):
         entry_of_line(b'{"hello": 1}')
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Expecting property name"):
         entry_of_line(b"{not json")
 
 
@@ -64,7 +65,8 @@ def test_a_growing_run_is_indexed_by_what_was_appended_and_a_torn_line_waits(tmp
         handle.write(extra[:100])  # the writer is in the middle of a line
     index.refresh()
     assert len(index.entries) == 8
-    assert index.torn is not None and "line 9" in index.torn
+    assert index.torn is not None
+    assert "line 9" in index.torn
     with path.open("a") as handle:
         handle.write(extra[100:] + "\n{broken\n")
     index.refresh()
@@ -125,9 +127,12 @@ def test_the_session_puts_each_message_with_its_turn_across_segments():
     assert [s.index for s in segments] == [0, 1]
     assert [v.turn["index"] for v in segments[0].turns] == [0, 1, 2]
     assert [v.turn["index"] for v in segments[1].turns] == [3, 4]
-    assert segments[1].record is not None and segments[1].record["first_turn"] == 3
+    assert segments[1].record is not None
+    assert segments[1].record["first_turn"] == 3
     assert [m["role"] for m in segments[0].opening] == ["system", "user"]
-    assert all(v.message is not None and v.after[0]["role"] == "tool" for s in segments for v in s.turns)
+    assert all(
+        v.message is not None and v.after[0]["role"] == "tool" for s in segments for v in s.turns
+    )
 
 
 def test_envfarm_view_refuses_a_directory_without_trajectories(tmp_path):

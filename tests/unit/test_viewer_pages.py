@@ -38,7 +38,8 @@ def hostile_run(root: Path) -> Path:
     (run / "artifacts" / "ep-h" / "verifier").mkdir()
     (run / "artifacts" / "ep-h" / "verifier" / "test-stdout.txt").write_text("1 passed\n")
     escaping = synthetic_trajectory(
-        random.Random(4), job_id="job-hostile", group_id="grp-x", task_id="evil", number=8, reward=0.0,
+        random.Random(4), job_id="job-hostile", group_id="grp-x", task_id="evil", number=8,
+        reward=0.0,
     )  # fmt: skip
     escaping.artifacts = "../../etc"
     broken = synthetic_trajectory(
@@ -66,14 +67,16 @@ async def test_the_runs_page_lists_every_run_with_its_figures(viewer):
     assert status == 200
     assert "script-src" not in headers["Content-Security-Policy"]
     assert "default-src 'none'" in headers["Content-Security-Policy"]
-    assert 'href="/runs/hostile"' in html and 'href="/runs/second"' in html
+    assert 'href="/runs/hostile"' in html
+    assert 'href="/runs/second"' in html
     assert "running" in html  # no summary.json: still being written, as far as anyone knows
 
 
 async def test_filters_narrow_the_episodes_and_the_task_table_has_pass_at_k(viewer):
     url, _ = viewer
     _, html, _ = await fetch(url, "/runs/hostile")
-    assert "pass@1" in html and "pass@2" in html
+    assert "pass@1" in html
+    assert "pass@2" in html
     assert html.count('class="trajectory"') == 9
     _, flagged, _ = await fetch(url, "/runs/hostile?flagged=1")
     ids = re.findall(r'class="trajectory" href="/runs/hostile/t/([^"]+)"', flagged)
@@ -83,9 +86,11 @@ async def test_filters_narrow_the_episodes_and_the_task_table_has_pass_at_k(view
     assert by_task.count('class="trajectory"') == 2
     _, invalid, _ = await fetch(url, "/runs/hostile?invalid=1&outcome=invalid")
     rows = invalid.split('class="episodes"')[1].split("<tr>")[2:]
-    assert len(rows) == 1 and '<span class="invalid">invalid</span>' in rows[0]
+    assert len(rows) == 1
+    assert '<span class="invalid">invalid</span>' in rows[0]
     assert "SandboxDied" in rows[0]
-    assert "<svg" in html and "reward histogram" in html
+    assert "<svg" in html
+    assert "reward histogram" in html
 
 
 async def test_the_trajectory_page_shows_everything_escaped_and_folded_not_cut(viewer):
@@ -99,7 +104,8 @@ async def test_the_trajectory_page_shows_everything_escaped_and_folded_not_cut(v
     for anchor in ('id="turn-0"', 'id="turn-1"', 'id="turn-2"', 'href="#turn-2"'):
         assert anchor in html
     assert "/tests/test_outputs.py" in html  # the flag's evidence
-    assert "+added line" in html and "1 passed" in html  # diff and verifier output
+    assert "+added line" in html
+    assert "1 passed" in html
     assert 'class="tok lp' in html  # token view coloured by logprob, shown as ids
     assert "policy version <strong>1</strong>" in html
 
@@ -113,7 +119,8 @@ async def test_artifacts_outside_the_run_are_not_followed(viewer):
 async def test_summaries_and_segments_appear_in_the_session(viewer):
     url, _ = viewer
     _, html, _ = await fetch(url, "/runs/second/t/ep-etic-000003-a0")
-    assert 'id="segment-1"' in html and "I read the files; next I submit." in html
+    assert 'id="segment-1"' in html
+    assert "I read the files; next I submit." in html
     assert '<span class="chip">summary</span>' in html
 
 
@@ -129,19 +136,25 @@ async def test_unknown_runs_and_trajectories_are_404_pages(viewer):
     url, _ = viewer
     assert (await fetch(url, "/runs/nope"))[0] == 404
     status, html, _ = await fetch(url, "/runs/second/t/nope")
-    assert status == 404 and "no trajectory nope in second" in html
+    assert status == 404
+    assert "no trajectory nope in second" in html
 
 
 async def test_the_page_follows_a_growing_run(viewer):
     url, run = viewer
     _, before, _ = await fetch(url, "/runs/hostile")
     extra = synthetic_trajectory(
-        random.Random(5), job_id="job-hostile", group_id="grp-y", task_id="late", number=9, reward=1.0
+        random.Random(5),
+        job_id="job-hostile",
+        group_id="grp-y",
+        task_id="late",
+        number=9,
+        reward=1.0,
     )
     with (run / "trajectories.jsonl").open("a") as lines:
         lines.write(extra.to_json() + "\n" + extra.to_json()[:50])
     _, after, _ = await fetch(url, "/runs/hostile?refresh=5")
-    assert "late" not in before and "late" in after
+    assert "late" not in before
+    assert "late" in after
     assert "has no newline yet" in after
     assert '<meta http-equiv="refresh" content="5">' in after
-

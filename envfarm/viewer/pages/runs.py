@@ -13,7 +13,7 @@ def runs_page(base: str, runs: list[Run], *, title: str) -> str:
         progress = str(status.done)
         if status.episodes_expected is not None:
             progress += f" / {status.episodes_expected}"
-        rate = "–" if status.rate is None else f"{status.rate:.2f}"
+        rate = "-" if status.rate is None else f"{status.rate:.2f}"
         rows.append(
             [
                 f'<a class="run" href="{e(base)}/runs/{seg(run.key)}">{e(run.name)}</a>',

@@ -62,7 +62,7 @@ def _overview(home: str, doc: dict[str, Any]) -> str:
         "malformed tool calls": e(outcome.get("malformed_tool_calls")),
         "advantage": number(doc.get("advantage")),
         "zero-variance group": e(doc.get("group_zero_variance")),
-        "policy versions": f"{e(versions.get('min'))} – {e(versions.get('max'))}",
+        "policy versions": f"{e(versions.get('min'))} - {e(versions.get('max'))}",
         "task hash": e(provenance.get("task_hash")),
         "image": e(provenance.get("image_id")),
         "seed": e(provenance.get("seed")),
@@ -96,7 +96,7 @@ def _reward(reward: dict[str, Any]) -> str:
     flags = reward.get("flags") or []
     details = reward.get("flag_details") or {}
     flag_rows = [
-        [chips([flag], "chip flag"), "<br>".join(e(x) for x in details.get(flag) or []) or "–"]
+        [chips([flag], "chip flag"), "<br>".join(e(x) for x in details.get(flag) or []) or "-"]
         for flag in flags
     ]
     flag_table = (
@@ -231,7 +231,8 @@ def _segment(segment: SegmentView) -> str:
         tokens = record.get("context_tokens")
         estimated = " (estimated)" if record.get("context_estimated") else ""
         head += (
-            f'<p class="muted">started at turn {e(record.get("first_turn"))} by the summary of turn '
+            f'<p class="muted">started at turn {e(record.get("first_turn"))} '
+            "by the summary of turn "
             f"{e(record.get('summary_turn'))}: the next prompt would have been {e(tokens)} tokens"
             f"{estimated} against a budget of {e(budget)}</p>"
             + '<div class="summary-text">'
