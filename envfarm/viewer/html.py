@@ -66,7 +66,7 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "
 
 def folded(text: str, *, label: str = "output", open_: bool = False) -> str:
     """``text`` in a ``<pre>``; when long, folded under a summary saying how long it is."""
-    lines = text.count("\n") + 1 if text else 0
+    lines = len(text.splitlines())
     if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
         return f'<pre class="text">{e(text)}</pre>'
     preview = "\n".join(text.splitlines()[:PREVIEW_LINES])

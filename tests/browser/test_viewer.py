@@ -88,18 +88,20 @@ def test_open_a_run_filter_to_the_flagged_episode_and_read_it(viewer, page: Page
     page.screenshot(path=shots / "run.png", full_page=True)
 
     rows.first.locator("a.trajectory").click()
+    page.screenshot(path=shots / "trajectory.png")
     expect(page.locator("#reward")).to_contain_text("tamper:reward_file_planted")
     expect(page.locator("#reward")).to_contain_text("/logs/verifier/reward.txt")  # evidence
     expect(page.locator("#turn-0")).to_contain_text("seq 1 400")
     fold = page.locator("#turn-0 .tool-output details")
-    expect(fold.locator("summary")).to_contain_text("400 lines")
+    expect(fold.locator("summary")).to_contain_text(re.compile(r"tool output: 40\d lines"))
     full = fold.locator("pre")
     expect(full).to_be_hidden()
     fold.locator("summary").click()
     expect(full).to_be_visible()
     expect(full).to_contain_text("\n400")  # the whole output, never cut
+    page.locator("#turn-0").scroll_into_view_if_needed()
+    page.screenshot(path=shots / "tool-output.png")
     expect(page.locator("#artifacts")).to_contain_text("verifier output")
-    page.screenshot(path=shots / "trajectory.png", full_page=True)
 
     page.goto(page.url.split("#")[0] + "#turn-2")
     expect(page.locator("#turn-2")).to_contain_text("submit")

@@ -20,6 +20,8 @@ SHOWN = (
     ("inspection.json", "inspection (flags and their evidence, files changed)"),
     ("reports.json", "parsed test reports"),
     ("collect.json", "collect hooks"),
+    ("verifier-input.json", "what the verifier's container received"),
+    ("build.log", "image build log"),
 )
 LISTED_AT_MOST = 300
 
