@@ -42,7 +42,8 @@ class Entry:
     turns: int
     error_type: str | None
     infrastructure: bool
-    timings: dict[str, float]
+    timings: dict[str, float | None]
+    """As in the trajectory: seconds per phase, null for a phase that did not run."""
     policy_version: str | None
     artifacts: str | None
     locator: Any = field(default=None, repr=False)
@@ -95,7 +96,7 @@ def entry_of(document: dict[str, Any], locator: Any = None) -> Entry:
             turns=int(outcome.get("turns") or 0),
             error_type=error.get("type"),
             infrastructure=bool(error.get("infrastructure", False)) if error else False,
-            timings={k: float(v) for k, v in timings.items() if isinstance(v, (int, float))},
+            timings=timings if isinstance(timings, dict) else {},
             policy_version=versions.get("max"),
             artifacts=document.get("artifacts"),
             locator=locator,
@@ -110,15 +111,12 @@ def _fast_fields(line: bytes) -> dict[str, Any] | None:
     if head_end < 0 or tail_start < head_end:
         return None
     try:
-        head = json.loads(line[:head_end] + b"}")
-        tail = json.loads(b"{" + line[tail_start:])
+        fields = json.loads(line[:head_end] + b"," + line[tail_start:])
     except ValueError:
         return None
-    if not (isinstance(head, dict) and isinstance(tail, dict)) or "trajectory_id" not in head:
+    if not isinstance(fields, dict) or "trajectory_id" not in fields or "provenance" not in fields:
         return None
-    if "provenance" not in tail:
-        return None
-    return {**head, **tail}
+    return fields
 
 
 def _number(value: Any) -> float | None:

@@ -151,7 +151,7 @@ def phase_means(entries: Iterable[Entry]) -> dict[str, float]:
             continue
         count += 1
         for phase in PHASES:
-            sums[phase] += entry.timings.get(phase, 0.0)
+            sums[phase] += entry.timings.get(phase) or 0.0
     return {phase: total / count for phase, total in sums.items()} if count else {}
 
 

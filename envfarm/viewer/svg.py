@@ -6,6 +6,7 @@ inline styles), sizes from SVG attributes; every bar carries a ``<title>`` for i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 
 from envfarm.viewer.entries import PHASES
@@ -82,14 +83,16 @@ def version_chart(points: list[tuple[str, float, int]], *, width: int = 420) -> 
     return _svg(width, height, "mean reward by policy version", axis + "".join(marks))
 
 
-def phase_bar(timings: dict[str, float], *, width: int = 420, scale: float | None = None) -> str:
+def phase_bar(
+    timings: Mapping[str, float | None], *, width: int = 420, scale: float | None = None
+) -> str:
     """One stacked bar of the phases; ``scale``: seconds the full width stands for."""
     height = 22
-    total = scale or sum(timings.get(p, 0.0) for p in PHASES) or 1.0
+    total = scale or sum((timings.get(p) or 0.0) for p in PHASES) or 1.0
     x = 0.0
     parts = []
     for phase in PHASES:
-        seconds = timings.get(phase, 0.0)
+        seconds = timings.get(phase) or 0.0
         w = width * seconds / total
         if w <= 0:
             continue

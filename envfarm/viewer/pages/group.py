@@ -28,7 +28,7 @@ def group_page(base: str, run: Run, group_id: str, members: list[Entry]) -> str:
         facts["dispatch version"] = e(meta.dispatch_version)
         facts["staleness"] = e(meta.staleness)
         facts["stale"] = e(meta.stale)
-    scale = max((sum(m.timings.get(p, 0.0) for p in PHASES) for m in members), default=0.0)
+    scale = max((sum((m.timings.get(p) or 0.0) for p in PHASES) for m in members), default=0.0)
     cards = "".join(_card(home, m, scale) for m in members)
     body = (
         definition(facts)

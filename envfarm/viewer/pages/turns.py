@@ -68,7 +68,7 @@ def _turn(view: TurnView) -> str:
     kind = str(turn.get("kind") or "action")
     meta = [
         f"segment {e(turn.get('segment', 0))}",
-        f"policy version <strong>{e(turn.get('policy_version'))}</strong>"
+        f"policy version <strong>{e(turn.get('policy_version') or 'none')}</strong>"
         + (
             f" ({e(turn.get('policy_version_source'))})"
             if turn.get("policy_version_source")
