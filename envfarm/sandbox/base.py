@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from types import TracebackType
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -98,7 +99,7 @@ class Sandbox(ABC):
         self._stopped = True
         await asyncio.shield(self._teardown())
 
-    async def __aenter__(self) -> Sandbox:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
