@@ -1,8 +1,9 @@
 """The job store's front: jobs, policy versions, delivery cursors, workers.
 
 Every method is one transaction, run on the store's own threads (``envfarm.store.engine``).
-Episode leasing and result recording live in ``envfarm.store.episodes``; this module submits
-jobs, changes their status, publishes versions and serves delivered groups in cursor order.
+Episode leasing and result recording live in ``envfarm.store.leases`` and
+``envfarm.store.results``; this module submits jobs, changes their status, publishes versions and
+serves delivered groups in cursor order.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class Store:
 
     async def jobs(self) -> list[JobView]:
         def read(conn: Connection) -> list[JobView]:
-            rows = conn.execute(select(jobs).order_by(jobs.c.created_at)).mappings().all()
+            rows = conn.execute(select(jobs).order_by(jobs.c.created_at.desc())).mappings().all()
             return [_job_view(conn, row) for row in rows]
 
         return await self.transaction(read)
@@ -193,7 +194,7 @@ class Store:
 
         return await self.transaction(read)
 
-    # Episodes (envfarm.store.episodes)
+    # Episodes (envfarm.store.leases, envfarm.store.results)
 
     async def lease(
         self, worker: str, slots: int, lease_s: float, ready: Collection[str]

@@ -62,6 +62,13 @@ async def test_migrations_bring_the_database_to_head(store: Store) -> None:
     await again.close()
 
 
+async def test_jobs_are_listed_newest_first(store: Store) -> None:
+    older = await store.create_job(request(tasks=["a"]), HASHES)
+    newer = await store.create_job(request(tasks=["b"]), HASHES)
+    listed = [view.id for view in await store.jobs()]
+    assert listed.index(newer) < listed.index(older)
+
+
 async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(
     store: Store,
 ) -> None:
