@@ -7,6 +7,7 @@ import ipaddress
 import signal
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -162,6 +163,25 @@ async def test_redis_service_takes_command_line_options(tmp_path: Path) -> None:
         assert await run(sandbox, "redis-cli -h cache config get appendonly") == "appendonly\nyes"
         protected = await run(sandbox, "redis-cli -h cache config get protected-mode")
         assert protected == "protected-mode\nno"
+
+
+async def test_build_s_is_the_wait_for_images_built_side_by_side(tmp_path: Path) -> None:
+    """The main image and a sidecar's build at once: their build times overlap, so the
+    episode's build_s is the time prepare took, not the sum (which could exceed a run's wall
+    time)."""
+    services = "  side:\n    build:\n      context: ./side\n"
+    root = make_task(tmp_path / "overlap", services, main="build:\n  context: ./app")
+    nonce = uuid.uuid4().hex  # a fresh recipe: both images are built, not found
+    for name in ("app", "side"):
+        (root / "environment" / name).mkdir()
+        (root / "environment" / name / "Dockerfile").write_text(
+            f"FROM debian:bookworm-slim\nRUN sleep 3 && echo {name}-{nonce} > /built\n"
+        )
+    started = time.monotonic()
+    prepared = await DockerBackend().prepare(load_task(root))
+    waited = time.monotonic() - started
+    assert not prepared.cached
+    assert 3 <= prepared.build_s <= waited
 
 
 async def test_a_sidecar_built_from_the_task(tmp_path: Path) -> None:
