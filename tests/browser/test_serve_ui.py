@@ -10,11 +10,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import REPO
+from tests.browser.conftest import REPO, Offline
 from tests.integration.serve_process import ServeProcess
 
 pytestmark = pytest.mark.docker
@@ -22,13 +23,13 @@ TOKEN = "browser-serve-token-51d0"
 TASK = "word-count-cli"
 
 
-def api(url: str, method: str = "GET", body: dict | None = None) -> dict:
+def api(url: str, method: str = "GET", body: dict[str, Any] | None = None) -> dict[str, Any]:
     request = urllib.request.Request(
         url, method=method, data=json.dumps(body).encode() if body else None,
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
     )  # fmt: skip
     with urllib.request.urlopen(request, timeout=60) as response:
-        result: dict = json.loads(response.read())
+        result: dict[str, Any] = json.loads(response.read())
         return result
 
 
@@ -52,7 +53,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProc
         server.kill()
 
 
-def test_docs_render_offline_after_logging_in(served, page: Page, offline, shots: Path):
+def test_docs_render_offline_after_logging_in(
+    served: tuple[ServeProcess, str], page: Page, offline: Offline, shots: Path
+) -> None:
     server, _ = served
     page.goto(server.url + "/docs")
     expect(page).to_have_url(server.url + "/ui/login?next=/docs")
@@ -76,7 +79,9 @@ def test_docs_render_offline_after_logging_in(served, page: Page, offline, shots
     assert offline.attempts == []
 
 
-def test_a_finished_job_reads_like_a_run(served, page: Page, offline, shots: Path):
+def test_a_finished_job_reads_like_a_run(
+    served: tuple[ServeProcess, str], page: Page, offline: Offline, shots: Path
+) -> None:
     server, job_id = served
     page.goto(server.url + "/ui/")
     page.get_by_label("API token").fill(TOKEN)

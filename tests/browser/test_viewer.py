@@ -17,8 +17,8 @@ import pytest_asyncio
 from playwright.sync_api import Page, expect
 
 from envfarm.policy import PolicyServer
-from envfarm.testing.scripted import ScriptedResponder, completion, tool_call
-from tests.browser.conftest import REPO
+from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
+from tests.browser.conftest import REPO, Offline
 
 pytestmark = pytest.mark.docker
 TASK = "tasks/word-count-cli"
@@ -38,7 +38,7 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("viewer-runs")
     oracle, scripted = root / "oracle", root / "scripted"
     await envfarm_run(TASK, "--policy", "oracle", "--group-size", "2", "--out", str(oracle))
-    steps = [
+    steps: list[Step] = [
         completion("Let me look around first.", tool_call("bash", {"command": "seq 1 400"})),
         tool_call(
             "bash", {"command": "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"}
@@ -71,7 +71,9 @@ def viewer(runs: tuple[Path, Path]) -> Iterator[str]:
         proc.wait(30)
 
 
-def test_open_a_run_filter_to_the_flagged_episode_and_read_it(viewer, page: Page, offline, shots):
+def test_open_a_run_filter_to_the_flagged_episode_and_read_it(
+    viewer: str, page: Page, offline: Offline, shots: Path
+) -> None:
     page.goto(viewer)
     expect(page.locator("a.run")).to_have_count(2)
     page.screenshot(path=shots / "runs.png", full_page=True)
@@ -114,7 +116,9 @@ def test_open_a_run_filter_to_the_flagged_episode_and_read_it(viewer, page: Page
     assert offline.attempts == []
 
 
-def test_the_oracle_run_shows_task_figures_and_charts(viewer, page: Page, offline, shots, runs):
+def test_the_oracle_run_shows_task_figures_and_charts(
+    viewer: str, page: Page, offline: Offline, shots: Path, runs: tuple[Path, Path]
+) -> None:
     summary = json.loads((runs[0] / "summary.json").read_text())
     page.goto(viewer + "runs/oracle")
     table = page.locator("table.tasks")

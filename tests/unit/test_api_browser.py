@@ -40,7 +40,9 @@ async def login(
     )
 
 
-async def test_a_browser_without_the_token_is_sent_to_the_login_form(served):
+async def test_a_browser_without_the_token_is_sent_to_the_login_form(
+    served: tuple[str, MemoryService],
+) -> None:
     url, _ = served
     async with aiohttp.ClientSession() as session:
         response = await session.get(url + "/ui/runs/x", headers=HTML, allow_redirects=False)
@@ -55,7 +57,9 @@ async def test_a_browser_without_the_token_is_sent_to_the_login_form(served):
         assert style.status == 200
 
 
-async def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages_only(served):
+async def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages_only(
+    served: tuple[str, MemoryService],
+) -> None:
     url, service = served
     jar = aiohttp.CookieJar(unsafe=True)
     async with aiohttp.ClientSession(cookie_jar=jar) as session:
@@ -91,7 +95,7 @@ async def test_login_sets_an_httponly_strict_cookie_that_opens_the_pages_only(se
         assert len(service.requests) == before
 
 
-async def test_login_never_redirects_off_the_server(served):
+async def test_login_never_redirects_off_the_server(served: tuple[str, MemoryService]) -> None:
     url, _ = served
     async with aiohttp.ClientSession() as session:
         for target in ("//elsewhere.example/", "https://elsewhere.example/", "/v1/jobs"):
@@ -101,7 +105,9 @@ async def test_login_never_redirects_off_the_server(served):
             assert response.headers["Location"] == "/ui/", target
 
 
-async def test_docs_load_swagger_ui_from_the_server_itself(served):
+async def test_docs_load_swagger_ui_from_the_server_itself(
+    served: tuple[str, MemoryService],
+) -> None:
     url, _ = served
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with aiohttp.ClientSession(headers=auth) as session:

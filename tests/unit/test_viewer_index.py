@@ -7,9 +7,12 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from envfarm.models.trajectory import Trajectory
 from envfarm.testing.runs import synthetic_trajectory, write_synthetic_run
 from envfarm.viewer.entries import NotATrajectory, entry_of, entry_of_line
 from envfarm.viewer.index import FileIndex, RunDirError, trajectories_file
@@ -17,12 +20,12 @@ from envfarm.viewer.session import session
 from envfarm.viewer.stats import by_policy_version, histogram, pass_at_k, pass_ks, task_rows
 
 
-def one(**fields):
+def one(**fields: Any) -> Trajectory:
     base = {"job_id": "job-1", "group_id": "grp-1", "task_id": "t", "number": 1, "reward": 1.0}
     return synthetic_trajectory(random.Random(1), **{**base, **fields})
 
 
-def test_the_entry_of_a_line_is_the_same_read_fast_or_parsed_whole():
+def test_the_entry_of_a_line_is_the_same_read_fast_or_parsed_whole() -> None:
     trajectory = one(flagged=True, tokens=True, summarized=True, turns=5)
     trajectory.advantage = 0.5
     line = trajectory.to_json().encode()
@@ -36,20 +39,22 @@ def test_the_entry_of_a_line_is_the_same_read_fast_or_parsed_whole():
     assert fast.policy_version == "1"
 
 
-def test_a_message_quoting_the_reward_key_does_not_fool_the_fast_path():
+def test_a_message_quoting_the_reward_key_does_not_fool_the_fast_path() -> None:
     trajectory = one(reward=0.0)
     trajectory.messages.append({"role": "tool", "content": '"reward":{"value":1.0},"provenance"'})
     assert entry_of_line(trajectory.to_json().encode()).value == 0.0
 
 
-def test_json_that_is_no_trajectory_is_refused():
+def test_json_that_is_no_trajectory_is_refused() -> None:
     with pytest.raises(NotATrajectory):
         entry_of_line(b'{"hello": 1}')
     with pytest.raises(ValueError, match="Expecting property name"):
         entry_of_line(b"{not json")
 
 
-def test_a_growing_run_is_indexed_by_what_was_appended_and_a_torn_line_waits(tmp_path):
+def test_a_growing_run_is_indexed_by_what_was_appended_and_a_torn_line_waits(
+    tmp_path: Path,
+) -> None:
     written = write_synthetic_run(tmp_path, 8, group_size=4)
     path = tmp_path / "trajectories.jsonl"
     index = FileIndex(path)
@@ -77,7 +82,7 @@ def test_a_growing_run_is_indexed_by_what_was_appended_and_a_torn_line_waits(tmp
     assert index.notes[0].startswith("trajectories.jsonl line 10 is skipped:")
 
 
-def test_a_rewritten_file_is_indexed_anew(tmp_path):
+def test_a_rewritten_file_is_indexed_anew(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path, 8)
     index = FileIndex(tmp_path / "trajectories.jsonl")
     index.refresh()
@@ -86,14 +91,14 @@ def test_a_rewritten_file_is_indexed_anew(tmp_path):
     assert len(index.entries) == 3
 
 
-def test_a_directory_without_trajectories_is_an_error_naming_it(tmp_path):
+def test_a_directory_without_trajectories_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match=f"{tmp_path} has no trajectories.jsonl"):
         trajectories_file(tmp_path)
     with pytest.raises(RunDirError, match="is not a directory"):
         trajectories_file(tmp_path / "missing")
 
 
-def test_pass_at_k_is_the_unbiased_estimator():
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
     assert pass_at_k(4, 0, 1) == 0.0
     assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
     assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
@@ -101,7 +106,7 @@ def test_pass_at_k_is_the_unbiased_estimator():
     assert pass_at_k(2, 1, 4) is None
 
 
-def test_task_rows_histograms_and_versions(tmp_path):
+def test_task_rows_histograms_and_versions(tmp_path: Path) -> None:
     written = write_synthetic_run(tmp_path, 40, group_size=4, tasks=2)
     index = FileIndex(tmp_path / "trajectories.jsonl")
     index.refresh()
@@ -120,13 +125,13 @@ def test_task_rows_histograms_and_versions(tmp_path):
     assert [v for v, _, _ in by_policy_version(entries)] == ["2", "9", "10"]
 
 
-def test_the_session_puts_each_message_with_its_turn_across_segments():
+def test_the_session_puts_each_message_with_its_turn_across_segments() -> None:
     trajectory = one(turns=5, summarized=True)
     document = json.loads(trajectory.to_json())
     segments = session(document)
     assert [s.index for s in segments] == [0, 1]
-    assert [v.turn["index"] for v in segments[0].turns] == [0, 1, 2]
-    assert [v.turn["index"] for v in segments[1].turns] == [3, 4]
+    assert [(v.turn or {}).get("index") for v in segments[0].turns] == [0, 1, 2]
+    assert [(v.turn or {}).get("index") for v in segments[1].turns] == [3, 4]
     assert segments[1].record is not None
     assert segments[1].record["first_turn"] == 3
     assert [m["role"] for m in segments[0].opening] == ["system", "user"]
@@ -135,7 +140,7 @@ def test_the_session_puts_each_message_with_its_turn_across_segments():
     )
 
 
-def test_envfarm_view_refuses_a_directory_without_trajectories(tmp_path):
+def test_envfarm_view_refuses_a_directory_without_trajectories(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "envfarm", "view", str(tmp_path), "--no-open"],
         capture_output=True, text=True, timeout=60, check=False,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import AsyncIterator
 from html import unescape
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def hostile_run(root: Path) -> Path:
 
 
 @pytest.fixture
-async def viewer(tmp_path):
+async def viewer(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
     run = hostile_run(tmp_path)
     other = tmp_path / "second"
     write_synthetic_run(other, 30, group_size=5)
@@ -61,7 +62,7 @@ async def viewer(tmp_path):
         yield server.url, run
 
 
-async def test_the_runs_page_lists_every_run_with_its_figures(viewer):
+async def test_the_runs_page_lists_every_run_with_its_figures(viewer: tuple[str, Path]) -> None:
     url, _ = viewer
     status, html, headers = await fetch(url, "/")
     assert status == 200
@@ -72,7 +73,9 @@ async def test_the_runs_page_lists_every_run_with_its_figures(viewer):
     assert "running" in html  # no summary.json: still being written, as far as anyone knows
 
 
-async def test_filters_narrow_the_episodes_and_the_task_table_has_pass_at_k(viewer):
+async def test_filters_narrow_the_episodes_and_the_task_table_has_pass_at_k(
+    viewer: tuple[str, Path],
+) -> None:
     url, _ = viewer
     _, html, _ = await fetch(url, "/runs/hostile")
     assert "pass@1" in html
@@ -93,7 +96,9 @@ async def test_filters_narrow_the_episodes_and_the_task_table_has_pass_at_k(view
     assert "reward histogram" in html
 
 
-async def test_the_trajectory_page_shows_everything_escaped_and_folded_not_cut(viewer):
+async def test_the_trajectory_page_shows_everything_escaped_and_folded_not_cut(
+    viewer: tuple[str, Path],
+) -> None:
     url, _ = viewer
     status, html, _ = await fetch(url, "/runs/hostile/t/ep-tile-000007-a0")
     assert status == 200
@@ -110,13 +115,13 @@ async def test_the_trajectory_page_shows_everything_escaped_and_folded_not_cut(v
     assert "policy version <strong>1</strong>" in html
 
 
-async def test_artifacts_outside_the_run_are_not_followed(viewer):
+async def test_artifacts_outside_the_run_are_not_followed(viewer: tuple[str, Path]) -> None:
     url, _ = viewer
     _, html, _ = await fetch(url, "/runs/hostile/t/ep-tile-000008-a0")
     assert "../../etc is not in this run directory" in unescape(html)
 
 
-async def test_summaries_and_segments_appear_in_the_session(viewer):
+async def test_summaries_and_segments_appear_in_the_session(viewer: tuple[str, Path]) -> None:
     url, _ = viewer
     _, html, _ = await fetch(url, "/runs/second/t/ep-etic-000003-a0")
     assert 'id="segment-1"' in html
@@ -124,7 +129,7 @@ async def test_summaries_and_segments_appear_in_the_session(viewer):
     assert '<span class="chip">summary</span>' in html
 
 
-async def test_a_group_shows_its_trajectories_side_by_side(viewer):
+async def test_a_group_shows_its_trajectories_side_by_side(viewer: tuple[str, Path]) -> None:
     url, _ = viewer
     status, html, _ = await fetch(url, "/runs/second/groups/grp-000001")
     assert status == 200
@@ -132,7 +137,7 @@ async def test_a_group_shows_its_trajectories_side_by_side(viewer):
     assert "advantage" in html
 
 
-async def test_unknown_runs_and_trajectories_are_404_pages(viewer):
+async def test_unknown_runs_and_trajectories_are_404_pages(viewer: tuple[str, Path]) -> None:
     url, _ = viewer
     assert (await fetch(url, "/runs/nope"))[0] == 404
     status, html, _ = await fetch(url, "/runs/second/t/nope")
@@ -140,7 +145,7 @@ async def test_unknown_runs_and_trajectories_are_404_pages(viewer):
     assert "no trajectory nope in second" in html
 
 
-async def test_the_page_follows_a_growing_run(viewer):
+async def test_the_page_follows_a_growing_run(viewer: tuple[str, Path]) -> None:
     url, run = viewer
     _, before, _ = await fetch(url, "/runs/hostile")
     extra = synthetic_trajectory(
