@@ -56,7 +56,7 @@ def main_config(task: Task, base: DockerSandboxConfig, env_id: str) -> DockerSan
             "env": {**main.environment, **task.config.environment.env},
             "workdir": task.config.environment.workdir or main.working_dir,
             "network_name": f"envfarm-{env_id}",
-            "network_aliases": [MAIN_SERVICE],
+            "network_aliases": [MAIN_SERVICE, *main.aliases],
             "volumes": volume_binds(main.volumes, names),
         }
     )
@@ -146,7 +146,7 @@ def create_sidecar(
             nano_cpus=int(SIDECAR_CPUS * 1e9),
             pids_limit=SIDECAR_PIDS,
             labels={**service.labels, **labels},
-            **network_options(False, network, [service.name]),
+            **network_options(False, network, [service.name, *service.aliases]),
             **kwargs,
         )
     except docker.errors.ImageNotFound as exc:
