@@ -41,6 +41,8 @@ class TaskCheck(BaseModel):
     problems: list[str] = Field(default_factory=list)
     infra: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    """What explains a failed oracle: the verifier's last lines, where the artifacts are."""
 
     def add_findings(self, findings: list[Finding]) -> None:
         self.findings += findings

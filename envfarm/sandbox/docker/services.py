@@ -27,6 +27,7 @@ from docker.models.containers import Container
 
 from envfarm.errors import SandboxError, SandboxStartError
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.networks import network_options, remove_network
 from envfarm.sandbox.docker.sandbox import (
     LABEL_MANAGED,
@@ -153,7 +154,7 @@ def create_sidecar(
         missing = f"service {service.name!r}: image {image!r} does not exist"
         raise SandboxStartError(missing) from exc
     except docker.errors.APIError as exc:
-        raise SandboxStartError(f"service {service.name!r}: could not create: {exc}") from exc
+        raise start_error(exc, f"service {service.name!r}: could not create: {exc}") from exc
     archive = files_archive(env_dir, service.volumes)
     if archive is not None:
         put_files(str(container.id), archive)
