@@ -84,6 +84,8 @@ def _no_reward(check: TaskCheck, who: str, trajectory: Trajectory) -> None:
     judge_down = verifier_fault and "rubric judging failed" in error.message
     if verifier_fault and not judge_down:
         check.problems.append(f"{who}: the verifier gave no reward: {error.message[:500]}")
+    elif not error.infrastructure:  # the task as configured, refused: it fails the same again
+        check.problems.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
     else:
         check.infra.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
 

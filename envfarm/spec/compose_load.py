@@ -73,14 +73,6 @@ def find_compose_file(env_dir: Path) -> tuple[Path | None, list[Issue]]:
     return (path if path.is_file() else None), warnings
 
 
-def load_compose(
-    path: Path, env_dir: Path, variables: dict[str, str]
-) -> tuple[ComposeSpec | None, list[Issue]]:
-    """The spec, or None and the problems (warnings dropped; see ``read_compose``)."""
-    loaded = read_compose(path, env_dir, variables)
-    return loaded.spec, loaded.issues
-
-
 def read_compose(path: Path, env_dir: Path, variables: dict[str, str]) -> LoadedCompose:
     where = str(path)
     try:

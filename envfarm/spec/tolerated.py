@@ -20,7 +20,6 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -99,7 +98,7 @@ def unknown_message(where: str, model: type[BaseModel]) -> str:
     table = _table_model(model, parent)
     hint = ""
     if table is not None:
-        close = difflib.get_close_matches(re.sub(r"\[\d+\]$", "", key), table.model_fields, 1)
+        close = difflib.get_close_matches(re.sub(r"\[\d+\]$", "", key), table.model_fields, 1, 0.8)
         hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown field, ignored (as Harbor does){hint}"
 
@@ -113,12 +112,3 @@ def _table_model(root: type[BaseModel], dotted: str) -> type[BaseModel] | None:
             return None
         model = found[0]
     return model
-
-
-def shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def describe(unknown: Mapping[str, Any]) -> list[str]:
-    return [f"{key} = {shown(value)}" for key, value in unknown.items()]

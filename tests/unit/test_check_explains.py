@@ -10,7 +10,7 @@ from pathlib import Path
 from envfarm.controller.check import CheckConfig, check_tasks
 from envfarm.controller.explain import TAIL_LINES, explain_oracle
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, summarize
-from envfarm.controller.verdicts import TaskCheck
+from envfarm.controller.verdicts import TaskCheck, judge_oracle
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.sandbox.baseimages import resolve_offline
@@ -123,3 +123,13 @@ def test_no_run_resolves_every_base_image_without_pulling(tmp_path: Path) -> Non
     pulled = [w for w in check.warnings if w.startswith("images:") and "a run pulls it" in w]
     assert len(pulled) == 2
     assert any(w.startswith("tolerated:") and "task.kind" in w for w in check.warnings)
+
+
+def test_a_refused_configuration_makes_the_task_unsound_not_an_infra_error() -> None:
+    check = TaskCheck(task_id="task", path=".")
+    refused = ErrorInfo(
+        type="TaskConfigError", message="cpus", phase="provision", infrastructure=False
+    )
+    judge_oracle(check, [episode(None, None, refused)], judged=False)
+    assert check.infra == []
+    assert check.problems == ["oracle: provision failed (TaskConfigError): cpus"]
