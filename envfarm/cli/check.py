@@ -15,11 +15,11 @@ from rich.table import Table
 from envfarm.cli.options import judge_options, task_paths
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
-from envfarm.controller.policies import JudgeSpec
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.jobs import JudgeRequest
 from envfarm.sandbox.base import SandboxBackend
 from envfarm.spec.task import discover_tasks
 
@@ -84,8 +84,10 @@ def check(
 ) -> None:
     tasks, errors = discover_tasks(list(paths))
     try:
-        judge_spec = (
-            JudgeSpec(base_url=judge, model=judge_model, api_key=judge_api_key) if judge else None
+        judge_request = (
+            JudgeRequest(base_url=judge, model=judge_model, api_key=judge_api_key)
+            if judge
+            else None
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
@@ -96,7 +98,7 @@ def check(
         runs=runs,
         concurrency=concurrency,
         run=not no_run,
-        judge=judge_spec,
+        judge=judge_request,
         artifacts_dir=kept,
         image_exists=_local_image_lookup() if no_run and tasks else None,
     )
