@@ -53,6 +53,11 @@
  * SIGHUP or SIGQUIT (docker-init forwards what PID 1 gets) refuse new requests, let running
  * execs finish for up to two seconds so their results are delivered, then exit 128+signal,
  * which stops the container.
+ *
+ * The agent's excess is its own: every exec runs with oom_score_adj 1000, so the kernel's OOM
+ * killer takes a command before the helper, and with `--memory-limit-mb N` each exec's address
+ * space is capped at N MiB (RLIMIT_AS): under gVisor, where a sandbox over its cgroup limit is
+ * killed whole, a process that asks for more gets ENOMEM instead and the helper lives on.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -68,6 +73,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -714,9 +720,25 @@ static void child_fail(int code, const char *fmt, const char *arg) {
     _exit(code);
 }
 
+static unsigned long long exec_memory_limit; /* bytes of address space per exec; 0: none */
+
+/* Makes the command, not the helper, the one to die when memory runs out. */
+static void limit_exec_memory(void) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!write(fd, "1000", 4);
+        close(fd);
+    }
+    if (exec_memory_limit) {
+        struct rlimit limit = {exec_memory_limit, exec_memory_limit};
+        setrlimit(RLIMIT_AS, &limit);
+    }
+}
+
 /* Runs in the forked child; never returns. */
 static void exec_child(const jv *req, int out_w, int err_w) {
     setsid();
+    limit_exec_memory();
     for (size_t i = 0; i < sizeof handled_signals / sizeof *handled_signals; i++)
         signal(handled_signals[i], SIG_DFL);
     sigset_t none;
@@ -1177,6 +1199,8 @@ int main(int argc, char **argv) {
         printf("envfarm-sandboxd protocol %d\n", PROTOCOL_VERSION);
         return 0;
     }
+    if (argc > 2 && !strcmp(argv[1], "--memory-limit-mb"))
+        exec_memory_limit = strtoull(argv[2], NULL, 10) << 20;
     umask(022);
     saved_ngroups = getgroups(MAX_GROUPS, saved_groups);
     if (saved_ngroups < 0) saved_ngroups = 0;
