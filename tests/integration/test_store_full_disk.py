@@ -52,7 +52,7 @@ async def test_a_full_disk_is_a_clear_error_and_loses_nothing_recorded(small_dis
     failure: StoreError | None = None
     try:
         request = JobRequest(tasks=TASKS, policy=JobPolicy(base_url="nop"), group_size=1)
-        job_id = await store.create_job(request, {task: "h" for task in TASKS})
+        job_id = await store.create_job(request, dict.fromkeys(TASKS, "h"))
         while failure is None and (leases := await store.lease("w", 16, 3600, ["h"])):
             for lease in leases:
                 try:
@@ -64,7 +64,8 @@ async def test_a_full_disk_is_a_clear_error_and_loses_nothing_recorded(small_dis
     finally:
         await store.close()
     assert failure is not None, "the disk never filled"
-    assert "full" in str(failure).lower() and "store.db" in str(failure), failure
+    assert "full" in str(failure).lower(), failure
+    assert "store.db" in str(failure), failure
     assert recorded
     reopened = await Store.open(url, finalize=finalize_group)
     try:
