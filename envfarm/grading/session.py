@@ -32,6 +32,7 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
+from envfarm.grading.scope import CarryScope
 from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
 from envfarm.grading.verdict import (
@@ -97,6 +98,7 @@ class EpisodeGrading:
         if self.mode == "shared" and self.verifier_network != self.task.config.agent_network():
             await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
+        after: Snapshot | None = None
         if self.before is not None:
             after = await take_snapshot(self.sandbox, None, before=self.before)
             self.inspection = inspect_snapshots(self.before, after)
@@ -107,7 +109,16 @@ class EpisodeGrading:
         keep = self.keep_artifacts or self.mode != "shared"
         self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
         if self.listing is not None:
-            self.carry = await capture_changes(self.sandbox, self.listing)
+            self.carry = await capture_changes(self.sandbox, self.listing, self._scope(after))
+
+    def _scope(self, after: Snapshot | None) -> CarryScope:
+        assert self.listing is not None
+        return CarryScope(
+            workdir=self.listing.workdir,
+            sites=self.before.sites if self.before else [],
+            plugin_files=set(after.section("plugins")) if after else set(),
+            mounts=self.listing.mounts,
+        )
 
     async def grade(self) -> Reward:
         if self.mode == "shared":
@@ -133,7 +144,9 @@ class EpisodeGrading:
     def observed_flags(self) -> list[tuple[str, str]]:
         inspected = self.inspection.flags if self.inspection else []
         rejected = self.carry.rejected if self.carry else []
-        carried = [("tamper:carry_rejected", f"{path}: {why}") for path, why in rejected]
+        carried = [("tamper:carry_rejected", f"/{path}: {why}") for path, why in rejected]
+        withheld = self.carry.withheld if self.carry else []
+        carried += [("tamper:carry_withheld", f"/{path}: {why}") for path, why in withheld]
         return [*inspected, *self.command_flags, *carried]
 
     def finish(self, reward: Reward) -> Reward:

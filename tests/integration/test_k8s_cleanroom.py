@@ -143,7 +143,7 @@ def cluster(tmp_path):
     return api, runtime, kubelet
 
 
-async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_workdir_changes(cluster):
+async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes(cluster):
     api, runtime, _ = cluster
     task = in_mode(load_task(TASKS / "word-count-cli"), "clean", workdir="/app")
     backend = KubernetesBackend(api, KubernetesBackendConfig())
@@ -167,8 +167,11 @@ async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_workdir_change
     assert (reward.valid, reward.value) == (True, 1.0)
 
     assert grading.carry is not None
-    assert sorted(grading.carry.carried) == ["calc.py", "pkg", "pkg/extra.py"]
-    assert (grading.carry.deleted, grading.carry.restored) == (["old.txt"], ["tests/test_calc.py"])
+    carried = sorted(grading.carry.carried)
+    assert carried == ["app/calc.py", "app/pkg", "app/pkg/extra.py"], carried
+    restored = (grading.carry.deleted, grading.carry.restored)
+    assert restored == (["app/old.txt"], ["app/tests/test_calc.py"])
+    assert grading.carry.withheld == [("tmp/sitecustomize.py", "interpreter start-up hook")]
     [verifier_pod] = grader.pods  # the agent's pod is gone
     labels = verifier_pod["metadata"]["labels"]
     assert verifier_pod["metadata"]["name"] == f"{agent_pod['metadata']['name']}-verifier"
