@@ -29,6 +29,9 @@ look inside it for the tests, the solution or its output (also in git history), 
 --runs times (every run must reach the maximum reward, and all must agree: a grader whose
 rewards differ is flaky) and nop once (it must stay below the maximum).
 
+--compare-modes also runs the oracle once in the other of the clean and shared verifier modes
+and reports a task whose rewards differ (the clean room does not carry its outcome).
+
 --no-run does the static lint only. Exit status: 0 every task is sound; 2 some task is unsound
 or unreadable; 1 an infrastructure error (image build, sandbox, judge) kept a task from being
 checked.
@@ -48,6 +51,12 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 )
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
+    "--compare-modes",
+    is_flag=True,
+    help="Also run the oracle once in the other of the clean and shared verifier modes; "
+    "a task whose rewards differ between them is unsound.",
+)
+@click.option(
     "--concurrency",
     default=4,
     show_default=True,
@@ -61,6 +70,7 @@ def check(
     paths: tuple[Path, ...],
     runs: int,
     no_run: bool,
+    compare_modes: bool,
     concurrency: int,
     judge: str | None,
     judge_model: str,
@@ -75,7 +85,13 @@ def check(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    config = CheckConfig(runs=runs, concurrency=concurrency, run=not no_run, judge=judge_request)
+    config = CheckConfig(
+        runs=runs,
+        concurrency=concurrency,
+        run=not no_run,
+        judge=judge_request,
+        compare_modes=compare_modes,
+    )
     backend = None if no_run or not tasks else _docker_backend()
     try:
         with console.status("checking") as status:
