@@ -52,12 +52,16 @@ printf 'workdir %s\n' "$W"
 [ "$(find / -maxdepth 0 -printf ok 2>/dev/null)" = ok ] || {{ echo "missing GNU find"; exit 0; }}
 while read -r _ _ _ _ m _; do printf 'mount %s\n' "$m"; done < /proc/self/mountinfo
 cd / || exit 3
-find . -xdev -mindepth 1 \( {_PRUNE} \) -prune -o -printf '%y %C@ %P\0' > "$EF_OUT" 2>/dev/null
+if [ -z "$EF_SINCE" ]; then
+  find . -xdev -mindepth 1 \( {_PRUNE} \) -prune -o -printf '%y %C@ %P\0' > "$EF_OUT" 2>/dev/null
+else  # one walk: the listing, and the names of the entries changed since the start
+  find . -xdev -mindepth 1 \( {_PRUNE} \) -prune -o -fprintf "$EF_OUT" '%y %C@ %P\0' \
+    -newerct "@$EF_SINCE" \( -type f -o -type d -o -type l \) -fprintf "$EF_OUT.names" '%P\0' \
+    2>/dev/null
+fi
 code=$?
 echo "listed $code $(stat -c %s "$EF_OUT" 2>/dev/null || echo 0)"
 if [ -n "$EF_SINCE" ]; then
-  find . -xdev -mindepth 1 \( {_PRUNE} \) -prune -o -newerct "@$EF_SINCE" \
-    \( -type f -o -type d -o -type l \) -printf '%P\0' > "$EF_OUT.names" 2>/dev/null
   tar --null --no-recursion --numeric-owner --hard-dereference --ignore-failed-read \
     -T "$EF_OUT.names" -cf "$EF_OUT.tar" 2>"$EF_OUT.err"
   echo "tar $? $(stat -c %s "$EF_OUT.tar" 2>/dev/null || echo 0)"
@@ -268,13 +272,18 @@ def check_archive(
     return buffer.getvalue(), rejected
 
 
-async def capture_changes(
-    sandbox: Sandbox, before: Listing, scope: CarryScope | None = None
-) -> WorkspaceCarry:
-    """The agent's changes since ``before`` (call after the agent): one listing and one archive
-    of every entry changed since the start, in one command; the host then plans what to carry
-    and drops from the archive what the plan leaves out."""
-    scope = scope or CarryScope(workdir=before.workdir, mounts=before.mounts)
+@dataclass
+class Changes:
+    """What the agent's container showed after the agent: its listing, and an archive of every
+    entry changed since the start (its own ``find`` and ``tar``: untrusted)."""
+
+    listing: Listing
+    archive: bytes | None
+
+
+async def read_changes(sandbox: Sandbox, before: Listing) -> Changes:
+    """One command lists the container again and archives every entry changed since
+    ``before`` (call after the agent); then the listing and the archive are read."""
     out = f"/tmp/.envfarm-carry-{uuid.uuid4().hex}"
     since = before.now - CTIME_MARGIN_S
     try:
@@ -284,15 +293,25 @@ async def capture_changes(
                 f"the agent's changes are {listed.tar_size} bytes as a tar, over the "
                 f"{MAX_CARRY_BYTES}-byte limit of clean-room grading"
             )
-        plan = plan_changes(before, listed.listing, scope)
-        archive: bytes | None = None
-        rejected: list[tuple[str, str]] = []
-        if plan.carry:
-            raw = await sandbox.read_file(f"{out}.tar")
-            left = set(listed.listing.entries) - set(plan.carry)
-            archive, rejected = check_archive(raw, plan.carry, before, left)
+        raw = await sandbox.read_file(f"{out}.tar") if listed.tar_size else None
     finally:
         await sandbox.exec(f"rm -f {shlex.quote(out)}*", user="root", timeout=60)
+    return Changes(listed.listing, raw)
+
+
+def settle_carry(
+    before: Listing, changes: Changes, scope: CarryScope | None = None
+) -> WorkspaceCarry:
+    """The host's plan over ``changes``, and the archive checked against it."""
+    scope = scope or CarryScope(workdir=before.workdir, mounts=before.mounts)
+    plan = plan_changes(before, changes.listing, scope)
+    archive: bytes | None = None
+    rejected: list[tuple[str, str]] = []
+    if plan.carry and changes.archive is None:
+        raise GradingError("could not archive the agent's changes: the archive is missing")
+    if plan.carry and changes.archive is not None:
+        left = set(changes.listing.entries) - set(plan.carry)
+        archive, rejected = check_archive(changes.archive, plan.carry, before, left)
     return WorkspaceCarry(
         workdir=before.workdir,
         archive=archive,
@@ -302,3 +321,10 @@ async def capture_changes(
         withheld=plan.withheld,
         rejected=rejected,
     )
+
+
+async def capture_changes(
+    sandbox: Sandbox, before: Listing, scope: CarryScope | None = None
+) -> WorkspaceCarry:
+    """``read_changes`` then ``settle_carry``."""
+    return settle_carry(before, await read_changes(sandbox, before), scope)

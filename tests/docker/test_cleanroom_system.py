@@ -58,3 +58,18 @@ async def test_a_solution_outside_the_workdir_scores_in_both_modes(tmp_path, mod
         assert "/home/deploy/.ssh/authorized_keys" in carried
         assert received["deleted"] == ["/etc/sudoers.d/legacy"]
         assert not [p for p in carried if p.startswith(("/solution", "/logs", "/.envfarm"))]
+
+
+async def test_the_incremental_snapshot_sees_an_edit_whose_mtime_was_set_back(tmp_path):
+    from tests.docker.grading_tasks import bash, make_task, run_episode
+
+    task = make_task(tmp_path / "backdated", verifier='environment_mode = "shared"')
+    edit = (
+        "cd /app && echo 'def test_mul_visible(): pass' > tests/test_visible.py "
+        "&& touch -d '2001-01-01 00:00' tests/test_visible.py calc.py"
+    )
+    trajectory = await run_episode(DockerBackend(), task, [bash(edit)], episode_id="ep-backdated")
+    assert trajectory.reward.valid, trajectory.reward
+    assert "tamper:tests_modified" in trajectory.reward.flags
+    details = trajectory.reward.flag_details["tamper:tests_modified"]
+    assert details == ["tests/test_visible.py"]
