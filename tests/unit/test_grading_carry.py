@@ -33,7 +33,7 @@ def app(*paths: str) -> list[str]:
     return [f"app/{p}" for p in paths]
 
 
-def test_changed_new_and_retyped_entries_are_carried_deleted_ones_removed():
+def test_changed_new_and_retyped_entries_are_carried_deleted_ones_removed() -> None:
     before = named(
         {
             "calc.py": ("f", OLD),
@@ -64,13 +64,13 @@ def test_changed_new_and_retyped_entries_are_carried_deleted_ones_removed():
     assert plan.restored == []
 
 
-def test_a_change_just_before_the_start_counts_the_coarse_file_clock():
+def test_a_change_just_before_the_start_counts_the_coarse_file_clock() -> None:
     before = listing(**{"a.py": ("f", OLD), "b.py": ("f", OLD)})
     after = listing(**{"a.py": ("f", START - 0.5), "b.py": ("f", START - 30)})
     assert plan_changes(before, after).carry == app("a.py")
 
 
-def test_test_files_the_agent_touched_stay_as_the_image_has_them():
+def test_test_files_the_agent_touched_stay_as_the_image_has_them() -> None:
     before = named(
         {
             "calc.py": ("f", OLD),
@@ -96,7 +96,7 @@ def test_test_files_the_agent_touched_stay_as_the_image_has_them():
     assert plan.delete == app("notes.txt")  # not tests/ (tests live in it), not test_top.py
 
 
-def test_parse_entries_skips_paths_that_leave_the_workdir():
+def test_parse_entries_skips_paths_that_leave_the_workdir() -> None:
     data = b"f 1.5 ok.py\0f 2 ../etc/passwd\0f 2 /abs\0f x bad-ctime\0d 3 a/./b\0l 4 a/link\0\0"
     assert _parse_entries(data) == {"ok.py": ("f", 1.5), "a/link": ("l", 4.0)}
 
@@ -123,7 +123,7 @@ def _names(data: bytes) -> list[str]:
         return [m.name.removeprefix("./") for m in archive]
 
 
-def test_an_honest_archive_passes_unchanged():
+def test_an_honest_archive_passes_unchanged() -> None:
     before = rooted({"pkg": ("d", OLD), "pkg/a.py": ("f", OLD)})
     data = _tar(
         ("./pkg/a.py", b"x = 1\n", "file"), ("./new/", b"", "dir"), ("./new/b", b"", "file")
@@ -132,7 +132,7 @@ def test_an_honest_archive_passes_unchanged():
     assert (checked, rejected) == (data, [])
 
 
-def test_members_not_asked_for_or_placed_through_links_are_dropped():
+def test_members_not_asked_for_or_placed_through_links_are_dropped() -> None:
     before = rooted({"pkg": ("d", OLD), "data": ("f", OLD)})
     data = _tar(
         ("./pkg/ok.py", b"ok\n", "file"),
@@ -159,14 +159,14 @@ def test_members_not_asked_for_or_placed_through_links_are_dropped():
         assert member.read() == b"ok\n"
 
 
-def test_clean_mode_carries_only_the_artifacts_the_file_system_carry_leaves_out():
+def test_clean_mode_carries_only_the_artifacts_the_file_system_carry_leaves_out() -> None:
     sources = ("/app/out", "/srv/report", "/logs/artifacts", "/app")
     copies = [CopiedPath(source=s, destination=s) for s in sources]
     assert [c.source for c in carried_copies("clean", copies, "/app")] == ["/logs/artifacts"]
     assert len(carried_copies("separate", copies, "/app")) == 4
 
 
-def test_changes_anywhere_are_carried_but_watched_and_own_paths_are_not():
+def test_changes_anywhere_are_carried_but_watched_and_own_paths_are_not() -> None:
     site = "usr/local/lib/python3.13/site-packages"
     old = {
         "etc": ("d", OLD),
