@@ -12,7 +12,7 @@ container's own file system, as ``shared`` grading would see it, except:
   what a test run means, the paths the tamper snapshot watches: interpreters and test runners in
   a ``bin`` directory (``python*``, ``pytest*``, ``py.test``), interpreter start-up hooks
   (``sitecustomize.py``, ``usercustomize.py`` anywhere, ``*.pth`` in a site directory,
-  ``/etc/ld.so.preload``), the installed ``pytest``, ``_pytest``, ``pluggy`` (and ``py.py``)
+  ``/etc/ld.so.preload``), the installed ``pytest``, ``_pytest``, ``pluggy``
   of a site directory, ``entry_points.txt`` files that register a ``pytest11`` plugin, and
   pytest's files (``conftest.py``, ``pytest.py``, its configuration files) in the workdir's
   ancestors;

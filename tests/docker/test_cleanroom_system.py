@@ -39,7 +39,9 @@ async def run_oracle(root: Path, artifacts: Path) -> Trajectory:
 
 
 @pytest.mark.parametrize("mode", ["clean", "shared"])
-async def test_a_solution_outside_the_workdir_scores_in_both_modes(tmp_path, mode):
+async def test_a_solution_outside_the_workdir_scores_in_both_modes(
+    tmp_path: Path, mode: str
+) -> None:
     root = tmp_path / "system-config"
     shutil.copytree(FIXTURE, root)
     config = root / "task.toml"
@@ -60,7 +62,9 @@ async def test_a_solution_outside_the_workdir_scores_in_both_modes(tmp_path, mod
         assert not [p for p in carried if p.startswith(("/solution", "/logs", "/.envfarm"))]
 
 
-async def test_the_incremental_snapshot_sees_an_edit_whose_mtime_was_set_back(tmp_path):
+async def test_the_incremental_snapshot_sees_an_edit_whose_mtime_was_set_back(
+    tmp_path: Path,
+) -> None:
     from tests.docker.grading_tasks import bash, make_task, run_episode
 
     task = make_task(tmp_path / "backdated", verifier='environment_mode = "shared"')

@@ -216,7 +216,7 @@ def test_no_run_lints_without_building_and_bad_input_exits_two(tmp_path: Path) -
     assert envfarm("check", str(tmp_path / "nothing-here"), "--no-run").returncode == 2
 
 
-def test_compare_modes_reports_an_outcome_the_clean_room_cannot_carry(tmp_path: Path):
+def test_compare_modes_reports_an_outcome_the_clean_room_cannot_carry(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks"
     harbor_task(tasks / "agree")
     # the outcome is a process the agent leaves running: the clean room never has it
