@@ -32,7 +32,8 @@ from envfarm.processes import host_name
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task
-from envfarm.store.store import Store, is_terminal
+from envfarm.store.store import Store
+from envfarm.store.views import is_terminal
 
 STORE_POLL_S = 0.25
 

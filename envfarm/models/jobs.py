@@ -10,13 +10,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 JobStatus = Literal["queued", "running", "paused", "completed", "cancelled", "failed"]
 TERMINAL_STATUSES: tuple[JobStatus, ...] = ("completed", "cancelled", "failed")
 StalePolicy = Literal["drop", "mark"]
+JobAction = Literal["pause", "resume", "cancel"]
+
+
+class TaskKey(NamedTuple):
+    """A task as a job holds it: its id and the content hash its episodes were queued with."""
+
+    task_id: str
+    task_hash: str
 
 
 class Wire(BaseModel):

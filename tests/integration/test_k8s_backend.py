@@ -204,8 +204,10 @@ async def test_verifier_phase_switches_the_network_label(tmp_path, plain_task):
     sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-8")
     await sandbox.start()
     assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"
-    await sandbox.enter_verifier_phase()
-    assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"  # verifier: no network
+    await sandbox.enter_verifier_phase(network=True)
+    assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "internet"
+    await sandbox.enter_verifier_phase(network=False)
+    assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"
     await sandbox.stop()
     await backend.close()
     await cluster.api.close()
