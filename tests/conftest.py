@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import os
+
 import pytest
 import pytest_asyncio
 
@@ -12,6 +14,11 @@ from envfarm.policy.server import PolicyServer
 from envfarm.testing.scripted import ScriptedResponder
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Hermetic bases: a public name (python:3.11-slim) resolves to envfarm's recipe whatever the
+# shared engine holds under it, and nothing is pulled (tests/docker/test_registry.py and
+# test_image_sources.py set their own order).
+os.environ.setdefault("ENVFARM_IMAGE_SOURCES", "aliases,local")
 
 pytest_plugins = ("tests.store_fixtures",)
 

@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from envfarm.cli.options import judge_options, task_paths
+from envfarm.cli.options import judge_options, offline_option, task_paths
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.policies import JudgeSpec
@@ -46,6 +46,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
     type=click.IntRange(min=1),
     help="Oracle runs per task; their rewards must all agree.",
 )
+@offline_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--concurrency",

@@ -259,14 +259,16 @@ class Channel(asyncio.Protocol):
         set_home: bool = True,
         timeout: float | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        log: str | None = None,
     ) -> ExecOutcome:
-        """Run ``command`` (a string for ``bash -c``, or an argv) and wait for it."""
+        """Run ``command`` (a string for ``bash -c``, or an argv) and wait for it. ``log``: its
+        output is appended to that file in the sandbox instead of coming back."""
         header: dict[str, Any] = {"op": "exec", "cap": output_cap, "set_home": set_home}
         if isinstance(command, str):
             header["command"] = command
         else:
             header["argv"] = list(command)
-        optional = {"cwd": cwd, "env": env, "user": user}
+        optional = {"cwd": cwd, "env": env, "user": user, "log": log}
         header.update({key: value for key, value in optional.items() if value})
         if timeout is not None:
             header["timeout_s"] = max(timeout, 0.0)

@@ -47,7 +47,6 @@ from envfarm.sandbox.aliases import (
 )
 from envfarm.sandbox.docker import rootfs
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.pull import pull_image
 from envfarm.sandbox.docker.dockerbuild import (
     BuildSpec,
     LogFn,
@@ -56,6 +55,7 @@ from envfarm.sandbox.docker.dockerbuild import (
     threadsafe_log,
 )
 from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
+from envfarm.sandbox.docker.pull import pull_image
 from envfarm.sandbox.imagesources import image_sources
 
 LABEL_MANAGED = "io.envfarm.managed"
@@ -120,7 +120,8 @@ def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
         files = sorted((images_dir() / "base").iterdir())
         parts = [f"{path.name}\n{_read(path)}" for path in files if path.is_file()]
         return f"envfarm/base:{host.suite}-{_digest(_rootfs_tag(host), host.digest(), *parts)}"
-    assert spec.dockerfile is not None and spec.parent is not None
+    assert spec.dockerfile is not None
+    assert spec.parent is not None
     parent = recipe_image_tag(spec.parent, host)
     args = " ".join(f"{key}={value}" for key, value in sorted(spec.args.items()))
     dockerfile = images_dir() / spec.dockerfile
@@ -238,9 +239,7 @@ async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
         elif source == "pull":
             outcome = await asyncio.to_thread(pull_image, reference)
             if outcome.pulled and (found := await _local_image(reference)):
-                return _Base(
-                    reference=reference, target=reference, recipe=None, identity=found.id
-                )
+                return _Base(reference=reference, target=reference, recipe=None, identity=found.id)
             tried.append(f"pull: {outcome.message}")
         elif match := match_alias(reference):
             tag = recipe_image_tag(match.recipe, host)

@@ -10,7 +10,8 @@ A registry that does not answer (no route, no name resolution, a connection refu
 received for ``STALL_S``) is remembered for the rest of the process: the next image from it
 goes straight to the offline substitutes instead of waiting again. A registry that answers
 that the image does not exist, or refuses the credentials, is not remembered: the next image
-may be there.
+may be there. (Nor is a connection reset: for a registry the engine treats as insecure, such as
+loopback's, that is what its plain-HTTP retry of a TLS port says after a refusal.)
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ _UNREACHABLE_WORDS = (
     "timeout",
     "tls handshake",
     "server misbehaving",
-    "connection reset",
-    "eof",
 )
 
 _unreachable: dict[str, str] = {}
@@ -90,13 +89,11 @@ def pull_image(reference: str, *, stall_s: float = STALL_S) -> PullOutcome:
 
 def _failed(registry: str, message: str) -> PullOutcome:
     lowered = message.lower()
-    if "nothing received" in lowered or any(word in lowered for word in _UNREACHABLE_WORDS):
-        if "not found" not in lowered and "unauthorized" not in lowered:
-            with _lock:
-                _unreachable[registry] = message
-            return PullOutcome(
-                pulled=False, message=f"registry {registry} did not answer ({message})"
-            )
+    silent = "nothing received" in lowered or any(word in lowered for word in _UNREACHABLE_WORDS)
+    if silent and "not found" not in lowered and "unauthorized" not in lowered:
+        with _lock:
+            _unreachable[registry] = message
+        return PullOutcome(pulled=False, message=f"registry {registry} did not answer ({message})")
     return PullOutcome(pulled=False, message=message)
 
 
