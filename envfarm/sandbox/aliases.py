@@ -10,8 +10,9 @@ against the table's regular expressions in file order.
 Users extend the table without editing envfarm: every file named by ``ENVFARM_ALIASES``
 (``os.pathsep``-separated) and ``$XDG_CONFIG_HOME/envfarm/aliases.toml`` is read after the
 packaged one; its recipes are added (a ``dockerfile`` relative to that file), its aliases are
-tried before the packaged ones and its ``mirror_prefixes`` are added. Everything here is pure:
-the docker side (``images.py``) decides which references exist locally and builds the recipes.
+tried before the packaged ones (a name it maps is taken out of the packaged entries) and its
+``mirror_prefixes`` are added. Everything here is pure: the docker side (``images.py``) decides
+which references exist locally and builds the recipes.
 """
 
 from __future__ import annotations
@@ -154,7 +155,11 @@ def _load(path: Path, extra: tuple[Path, ...]) -> AliasTable:
             if isinstance(spec, dict) and isinstance(spec.get("dockerfile"), str):
                 spec["dockerfile"] = str((user_path.parent / spec["dockerfile"]).resolve())
         data["recipes"] = {**data["recipes"], **recipes}  # type: ignore[dict-item]
-        data["aliases"] = [*user.get("aliases", []), *data["aliases"]]  # type: ignore[misc]
+        aliases = list(user.get("aliases") or [])  # type: ignore[call-overload]
+        overridden = {n for a in aliases if isinstance(a, dict) for n in a.get("names", [])}
+        for alias in data["aliases"]:  # type: ignore[attr-defined]
+            alias["names"] = [n for n in alias.get("names", []) if n not in overridden]
+        data["aliases"] = [*aliases, *data["aliases"]]  # type: ignore[misc]
         prefixes = [*data.get("mirror_prefixes", []), *user.get("mirror_prefixes", [])]  # type: ignore[misc]
         data["mirror_prefixes"] = prefixes
     try:
@@ -237,8 +242,9 @@ def unknown_base(
     said = "".join(f"\n  {line}" for line in tried or [])
     return UnknownBaseImage(
         f"{where}: base image {reference!r} is neither a local image nor pullable nor a known "
-        f"alias.{said}\nKnown aliases: {', '.join(known)}. Add an alias or a substitute "
-        f"(see {DOCS}, 'Adding a substitute'), or build, pull or load {reference!r} first."
+        f"alias.{said}\nKnown aliases: {', '.join(known)}. Add an alias or a substitute to "
+        f"images/aliases.toml or a table of your own (see {DOCS}, 'Adding a substitute'), "
+        f"or build, pull or load {reference!r} first."
     )
 
 

@@ -59,7 +59,7 @@ def loopback_registry(
     lines = [
         "version: 0.1",
         "log: {level: warn}",
-        f"storage: {{filesystem: {{rootdirectory: {work / 'storage'}}}, delete: {{enabled: true}}}}",
+        f"storage: {{filesystem: {{rootdirectory: {work / 'storage'}}}}}",
         "http:",
         f"  addr: {address}",
     ]

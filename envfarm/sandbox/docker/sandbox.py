@@ -148,6 +148,8 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
         self._gvisor = False
         self._forks: list[DockerSandbox] = []
         self._main: MainProcess | None = None
+        self._main_log: bytes | None = None
+        """The entrypoint's output, read just before the container is removed."""
 
     @property
     def container_id(self) -> str:
@@ -214,10 +216,11 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
         """The output of the image's entrypoint: ``main.log`` for this container, then
         ``clean-room-<n>-main.log`` for each fresh container ``fork_clean`` started."""
         logs: dict[str, bytes] = {}
+        data = self._main_log
         if self._main is not None and self._container is not None:
             data = await asyncio.to_thread(_read_archived, self._container, MAIN_LOG)
-            if data is not None:
-                logs["main.log"] = data
+        if data is not None:
+            logs["main.log"] = data
         for number, fork in enumerate(self._forks, 1):
             for name, data in (await fork.process_logs()).items():
                 logs[f"clean-room-{number}-{name}"] = data
@@ -431,6 +434,8 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
     async def _remove_container(self) -> None:
         if self._container is None:
             return
+        if self._main is not None:  # a fork's log outlives its container, for the artifacts
+            self._main_log = await asyncio.to_thread(_read_archived, self._container, MAIN_LOG)
         container, self._container = self._container, None
         if self._channel is not None:
             self._channel.close()
