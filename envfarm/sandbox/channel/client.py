@@ -16,7 +16,7 @@ lengths big endian, header_len 1..1 MiB, payload_len 0..16 MiB. Every header has
 "id" chosen here; requests carry "op", responses "type" and the id of their request.
 
   ping        {}                                  -> pong {version, pid}
-  exec        {command | argv, cwd?, env?, user?, set_home?, timeout_s?, cap?}
+  exec        {command | argv, cwd?, env?, user?, set_home?, timeout_s?, cap?, log?}
                                                   -> stdout* stderr* (payload: output bytes)
                                                      exit {exit_code, signal, timed_out,
                                                            stdout_truncated, stderr_truncated,

@@ -253,24 +253,6 @@ async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
     raise unknown_base(reference, where, tried=tried)
 
 
-async def resolve_base(reference: str, *, where: str) -> tuple[str, list[str]]:
-    """Where ``reference`` would come from, building and pulling nothing: (``local`` |
-    ``recipe <name>``, warnings), or ``UnknownBaseImage``. For ``envfarm check --no-run``."""
-    tried: list[str] = []
-    for source in image_sources():
-        if source == "local":
-            for name in dict.fromkeys([reference, normalize_reference(reference)[0]]):
-                if await _local_image(name):
-                    return f"local image {name}", []
-        elif source == "pull":
-            tried.append("pull: not tried (resolving only)")
-        elif match := match_alias(reference):
-            return f"recipe {match.recipe}", match.warnings
-    if tried:
-        return "pull", []
-    raise unknown_base(reference, where)
-
-
 async def prebuilt_image(
     name: str,
     *,
