@@ -199,3 +199,21 @@ def test_the_main_process_is_harbors_entrypoint_and_command() -> None:
     ]
     assert main_argv({"Entrypoint": ["/e.sh"]}, [], ["serve"]) == ["serve"]
     assert main_argv({}, None, list(IDLE_COMMAND)) is None
+
+
+def test_the_offline_flag_turns_the_pull_off_for_the_process(monkeypatch) -> None:
+    import click
+    from click.testing import CliRunner
+
+    from envfarm.cli.options import offline_option
+
+    monkeypatch.setenv("ENVFARM_OFFLINE", "")
+    monkeypatch.delenv("ENVFARM_IMAGE_SOURCES")
+
+    @click.command()
+    @offline_option
+    def probe() -> None:
+        click.echo(",".join(image_sources()))
+
+    assert CliRunner().invoke(probe, []).output.strip() == "local,pull,aliases"
+    assert CliRunner().invoke(probe, ["--offline"]).output.strip() == "local,aliases"
