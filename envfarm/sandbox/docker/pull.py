@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envfarm.sandbox.aliases import registry_of
 
-STALL_S = 20.0
+STALL_S = 15.0
 PULL_TIMEOUT_S = 1800.0
 _UNREACHABLE_WORDS = (
     "no such host",
