@@ -73,7 +73,8 @@ class WorkerEvents:
         lambda task, image, error: None
     )
     on_episode: Callable[[Trajectory], None] = lambda trajectory: None
-    on_group: Callable[[str], Awaitable[None] | None] = lambda job_id: None
+    on_groups_ready: Callable[[str], Awaitable[None] | None] = lambda job_id: None
+    """Groups of this job completed here (called with its id); read them from the store."""
 
 
 @dataclass
@@ -262,7 +263,7 @@ class Worker:
             if recorded.group_completed:
                 self.changed.set()
                 self.changed = asyncio.Event()
-                delivered = self.events.on_group(lease.job_id)
+                delivered = self.events.on_groups_ready(lease.job_id)
                 if delivered is not None:
                     await delivered
         except Exception:  # a shell's callback failing must not undo a recorded result

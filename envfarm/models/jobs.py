@@ -70,11 +70,17 @@ class Sampling(Wire):
     seed: int | None = None
 
 
+MAX_GROUP_SIZE = 4096
+MAX_RETRIES = 20
+
+
 class JobRequest(Wire):
+    """A rollout job, the one model of it from the CLI to the API to the store."""
+
     tasks: list[str] = Field(min_length=1)
     """Task ids known to the server (``GET /v1/tasks``)."""
     policy: JobPolicy
-    group_size: int = Field(default=1, ge=1, le=4096)
+    group_size: int = Field(default=1, ge=1, le=MAX_GROUP_SIZE)
     sampling: Sampling = Field(default_factory=Sampling)
     concurrency: int | None = Field(default=None, ge=1)
     """Episodes of this job running at once, across all workers (None: the workers' limit)."""
@@ -85,7 +91,7 @@ class JobRequest(Wire):
     stale_policy: StalePolicy = "drop"
     """A group that still arrives too stale is dropped and rerun (``drop``) or delivered with
     ``stale: true`` (``mark``)."""
-    max_retries: int = Field(default=2, ge=0, le=20)
+    max_retries: int = Field(default=2, ge=0, le=MAX_RETRIES)
     """Extra attempts of an episode that failed for an infrastructure reason."""
     max_turns: int = Field(default=50, ge=1)
     context_budget: int | None = Field(default=None, ge=1)
@@ -93,6 +99,9 @@ class JobRequest(Wire):
     judge: JudgeRequest | None = None
     """Without one, rubric tasks are graded by their tests alone and flagged
     ``rubric:unjudged`` when the policy is built in, else their rewards are invalid."""
+    allow_unjudged: bool = False
+    """Grade rubric tasks by their tests alone when no judge is given (flagged
+    ``rubric:unjudged``); implied by the built-in policies."""
     leave_one_out: bool = False
     name: str | None = Field(default=None, max_length=200)
 

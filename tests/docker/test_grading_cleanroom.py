@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from envfarm.sandbox.docker.backend import DockerBackend
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec.task import load_task
 from tests.docker.grading_tasks import (
     FIXED_CALC,
@@ -212,7 +212,7 @@ class Hello(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def outside() -> Iterator[str]:
     """``host:port`` of an HTTP server on the default bridge's gateway (test_phase_network)."""
-    gateway = docker_client().api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway()
     server = ThreadingHTTPServer((gateway, 0), Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"{gateway}:{server.server_address[1]}"

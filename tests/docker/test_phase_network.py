@@ -18,7 +18,7 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec.task import Task, load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -75,8 +75,7 @@ class _Hello(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def outside() -> Iterator[str]:
     """``host:port`` of an HTTP server on the default bridge's gateway address."""
-    bridge = docker_client().api.inspect_network("bridge")
-    gateway = bridge["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway()
     server = ThreadingHTTPServer((gateway, 0), _Hello)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -23,7 +23,7 @@ from envfarm.grading.base import Graded, Grader
 from envfarm.grading.session import EpisodeGrading
 from envfarm.k8s.api import PODS
 from envfarm.models.trajectory import Reward
-from envfarm.sandbox.base import ExecResult, Sandbox
+from envfarm.sandbox.base import ExecResult, Sandbox, verifier_phases
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.podfork import LABEL_VERIFIER_OF
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
@@ -211,7 +211,7 @@ async def test_a_compose_task_in_clean_mode_is_refused_before_any_episode(cluste
     await sandbox.start()
     sandbox.task = in_mode(task, "clean")  # as if made without prepare: still refused
     with pytest.raises(EnvironmentUnsupported):
-        await sandbox.fork_clean(network=False)
+        await verifier_phases(sandbox).fork_clean(network=False)
     assert len(api.objects(PODS)) == 1
     await sandbox.stop()
     assert api.objects(PODS) == []
