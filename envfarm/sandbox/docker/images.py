@@ -232,10 +232,17 @@ async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
     tried: list[str] = []
     for source in image_sources():
         if source == "local":
-            normalised = normalize_reference(reference)[0]
+            normalised, notes = normalize_reference(reference)
             for name in dict.fromkeys([reference, normalised]):
                 if found := await _local_image(name):
-                    return _Base(reference=reference, target=name, recipe=None, identity=found.id)
+                    warnings = notes if name != reference else []
+                    return _Base(
+                        reference=reference,
+                        target=name,
+                        recipe=None,
+                        identity=found.id,
+                        warnings=warnings,
+                    )
         elif source == "pull":
             outcome = await asyncio.to_thread(pull_image, reference)
             if outcome.pulled and (found := await _local_image(reference)):
