@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 
@@ -53,7 +54,7 @@ def _size_mb(tag: str) -> float:
 def _check(recipe: str, tag: str) -> str:
     command = UV_CHECK if recipe == "uv" else ["sh", "-c", CHECKS.get(recipe, "true")]
     output = docker_client().containers.run(tag, command, remove=True, entrypoint=[])
-    return bytes(output).decode(errors="replace").strip()
+    return re.sub(r"\x1b\[[0-9;]*m", "", bytes(output).decode(errors="replace")).strip()
 
 
 async def measure(recipe: str) -> dict[str, object]:
