@@ -32,6 +32,7 @@ from envfarm.models.trajectory import Trajectory
 from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
+from envfarm.spec.errors_fmt import issue_text
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.store import Store
 
@@ -217,6 +218,9 @@ def run(
     bad_inputs = {error.path: str(error) for error in errors}
     for error in errors:
         console.print(f"[yellow]bad task:[/] {escape(str(error))}")
+    for task in tasks:
+        for issue in task.warnings:
+            console.print(f"[dim]warning:[/] {escape(issue_text(issue))}")
     if not tasks:
         console.print("[red]no runnable task found[/]")
         sys.exit(EXIT_BAD_INPUT)

@@ -121,7 +121,7 @@ async def run_oracle(task: Task) -> dict[str, float]:
     return trajectory.reward.components
 
 
-async def test_no_network_agent_then_public_verifier(tmp_path, outside):
+async def test_no_network_agent_then_public_verifier(tmp_path: Path, outside: str) -> None:
     task = make_task(
         tmp_path / "offline-agent", outside, agent="no-network", verifier="public", sidecar=False
     )
@@ -130,7 +130,9 @@ async def test_no_network_agent_then_public_verifier(tmp_path, outside):
     assert (seen["verifier_outside"], seen["verifier_route"]) == (1, 1)
 
 
-async def test_public_agent_then_no_network_verifier_sidecar_stays(tmp_path, outside):
+async def test_public_agent_then_no_network_verifier_sidecar_stays(
+    tmp_path: Path, outside: str
+) -> None:
     task = make_task(
         tmp_path / "offline-verifier", outside, agent="public", verifier="no-network", sidecar=True
     )
@@ -139,7 +141,9 @@ async def test_public_agent_then_no_network_verifier_sidecar_stays(tmp_path, out
     assert (seen["verifier_outside"], seen["verifier_route"], seen["verifier_sidecar"]) == (0, 0, 1)
 
 
-async def test_no_network_agent_then_public_verifier_with_sidecar(tmp_path, outside):
+async def test_no_network_agent_then_public_verifier_with_sidecar(
+    tmp_path: Path, outside: str
+) -> None:
     task = make_task(
         tmp_path / "offline-agent-db", outside, agent="no-network", verifier="public", sidecar=True
     )

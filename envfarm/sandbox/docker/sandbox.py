@@ -8,7 +8,7 @@ containers are also tracked in-process and force-removed at interpreter exit.
 
 Commands and files go through a persistent channel, not a ``docker exec`` per call: the main
 process (under docker-init) is the static helper ``sandboxd`` (``sandboxd.py`` builds and
-provides it, ``channel.py`` speaks its protocol; docs/sandbox.md), running as root, its stdin
+provides it, ``sandbox/channel/`` speaks its protocol; docs/sandbox.md), running as root, its stdin
 and stdout attached before the container starts: a tool call is one round trip on an open
 stream. Its stdout is protocol frames, so the log driver is ``none``. When the helper ends, the
 container ends with it and every later call raises ``SandboxGone``. ``channel=False`` keeps
@@ -51,6 +51,7 @@ from envfarm.sandbox.base import ExecResult, ProcessLogs, Sandbox, VerifierPhase
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
 from envfarm.sandbox.docker.networks import (
     join_default_bridge,
@@ -189,7 +190,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
             raise SandboxStartError(f"image {self.config.image!r} does not exist") from exc
         except (docker.errors.DockerException, SandboxError) as exc:
             self._close_helper_socket()
-            raise SandboxStartError(f"could not start a container: {exc}") from exc
+            raise start_error(exc, f"could not start a container: {exc}") from exc
         _live[self.container_id] = self._container
         if self._helper_socket is not None:
             await self._connect_channel(self._helper_socket)
