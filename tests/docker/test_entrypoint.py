@@ -75,8 +75,8 @@ def control_task(root: Path, mode: str) -> Task:
 
 @pytest.mark.parametrize("mode", ["shared", "clean"])
 async def test_a_control_plane_started_by_the_entrypoint_serves_solution_and_verifier(
-    tmp_path, mode
-):
+    tmp_path: Path, mode: str
+) -> None:
     task = control_task(tmp_path / f"control-{mode}", mode)
     backend = DockerBackend()
     image = await backend.prepare(task)
@@ -105,7 +105,9 @@ async def test_a_control_plane_started_by_the_entrypoint_serves_solution_and_ver
         assert "asked verify" in main_log
 
 
-async def test_an_entrypoint_that_fails_at_start_is_a_start_error(tmp_path, base_image):
+async def test_an_entrypoint_that_fails_at_start_is_a_start_error(
+    tmp_path: Path, base_image: str
+) -> None:
     from envfarm.sandbox.docker.client import docker_client
 
     tag = f"envfarm-test-entrypoint/failing:{uuid.uuid4().hex[:10]}"

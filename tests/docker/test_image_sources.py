@@ -43,7 +43,7 @@ def _run(image: str, command: str) -> str:
 
 async def test_a_local_image_wins_over_the_substitute(
     tmp_path: Path, base_image: str, monkeypatch: pytest.MonkeyPatch, removed_after: list[str]
-):
+) -> None:
     prefix = f"envfarm-test-bogus-{RUN}/"
     bogus = f"{prefix}python:3.11-slim"  # normalised to python:3.11-slim by the table below
     table = tmp_path / "aliases.toml"
@@ -69,7 +69,7 @@ async def test_a_local_image_wins_over_the_substitute(
 
 async def test_python_313_on_trixie_with_uv_copied_from_its_image(
     tmp_path: Path, removed_after: list[str]
-):
+) -> None:
     python = await ensure_recipe_image("python-slim-trixie")
     assert "Python 3.13." in _run(python.tag, "python --version")
     assert "VERSION_CODENAME=trixie" in _run(python.tag, "cat /etc/os-release")

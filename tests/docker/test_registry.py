@@ -66,7 +66,9 @@ async def _build_from(tmp_path: Path, reference: str, tags: list[str]) -> str:
     return built.tag
 
 
-async def test_a_base_pushed_to_a_registry_is_pulled_to_build_a_task(tmp_path, base_image, pulling):
+async def test_a_base_pushed_to_a_registry_is_pulled_to_build_a_task(
+    tmp_path: Path, base_image: str, pulling: list[str]
+) -> None:
     with loopback_registry(tmp_path / "registry") as address:
         reference = f"{address}/envfarm-test/base-{RUN}:1"
         _push(base_image, reference)
@@ -79,8 +81,8 @@ async def test_a_base_pushed_to_a_registry_is_pulled_to_build_a_task(tmp_path, b
 
 
 async def test_tls_basic_auth_uses_the_credentials_of_the_docker_config(
-    tmp_path, base_image, pulling, monkeypatch
-):
+    tmp_path: Path, base_image: str, pulling: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     user, password = "envfarm", uuid.uuid4().hex
     work = tmp_path / "registry"
     with loopback_registry(work, tls=True, user=user, password=password) as address:
@@ -102,7 +104,7 @@ async def test_tls_basic_auth_uses_the_credentials_of_the_docker_config(
     assert docker_client().images.get(reference).id == docker_client().images.get(base_image).id
 
 
-async def test_a_missing_image_is_an_error_naming_it(tmp_path, pulling):
+async def test_a_missing_image_is_an_error_naming_it(tmp_path: Path, pulling: list[str]) -> None:
     with loopback_registry(tmp_path / "registry") as address:
         reference = f"{address}/envfarm-test/missing-{RUN}:1"
         with pytest.raises(UnknownBaseImage) as caught:
@@ -114,7 +116,9 @@ async def test_a_missing_image_is_an_error_naming_it(tmp_path, pulling):
     assert address not in unreachable_registries()
 
 
-async def test_a_registry_that_does_not_answer_is_asked_once(tmp_path, pulling):
+async def test_a_registry_that_does_not_answer_is_asked_once(
+    tmp_path: Path, pulling: list[str]
+) -> None:
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     first = pull_image(f"{address}/envfarm-test/a-{RUN}:1")
     assert not first.pulled

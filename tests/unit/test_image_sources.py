@@ -95,7 +95,9 @@ def test_substitutes_sit_on_the_suite_their_versions_come_from() -> None:
     assert table.root_of("node") == "base-trixie"
 
 
-def test_a_users_table_adds_recipes_aliases_and_prefixes(tmp_path: Path, monkeypatch) -> None:
+def test_a_users_table_adds_recipes_aliases_and_prefixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "php").mkdir()
     (tmp_path / "php" / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\n")
     (tmp_path / "mine.toml").write_text(
@@ -118,7 +120,9 @@ def test_a_users_table_adds_recipes_aliases_and_prefixes(tmp_path: Path, monkeyp
     assert "python-slim" in table.recipes
 
 
-def test_a_users_table_that_breaks_the_table_is_refused_naming_it(tmp_path, monkeypatch):
+def test_a_users_table_that_breaks_the_table_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "bad.toml").write_text('[[aliases]]\nrecipe = "nope"\nnames = ["x:1"]\n')
     monkeypatch.setenv("ENVFARM_ALIASES", str(tmp_path / "bad.toml"))
     with pytest.raises(ImageError, match=r"bad\.toml"):
@@ -201,7 +205,9 @@ def test_the_main_process_is_harbors_entrypoint_and_command() -> None:
     assert main_argv({}, None, list(IDLE_COMMAND)) is None
 
 
-def test_the_offline_flag_turns_the_pull_off_for_the_process(monkeypatch) -> None:
+def test_the_offline_flag_turns_the_pull_off_for_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import click
     from click.testing import CliRunner
 
