@@ -125,8 +125,12 @@ class EndpointPool(PolicyClient):
         async def generate(prompt: list[int], sampling: SamplingParams) -> Completion:
             return await self.generate(prompt, sampling, session=key)
 
-        def renderer() -> Renderer:
-            return self.renderer or server_renderer(self.helper_client(key))
+        async def renderer() -> Renderer:
+            if self.renderer is not None:
+                return self.renderer
+            client = self.helper_client(key)
+            await client.prepare()
+            return server_renderer(client)
 
         return TokenSession(generate, renderer, tool_parser=self.tool_parser, key=key)
 

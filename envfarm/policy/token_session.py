@@ -24,7 +24,7 @@ server parses text it did not render.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from envfarm.errors import PolicyConfigError
@@ -55,7 +55,7 @@ class TokenSession(PolicyClient):
     def __init__(
         self,
         generate: Callable[[list[int], SamplingParams], Any],
-        renderer: Callable[[], Renderer],
+        renderer: Callable[[], Awaitable[Renderer]],
         *,
         tool_parser: ToolParser = "auto",
         key: str = "session",
@@ -77,7 +77,7 @@ class TokenSession(PolicyClient):
         tools: list[dict[str, Any]],
         sampling: SamplingParams,
     ) -> Completion:
-        renderer = self._renderer()
+        renderer = await self._renderer()
         prompt, warnings = await self._prompt(renderer, messages, tools)
         completion: Completion = await self._generate(prompt, sampling)
         tokens = completion.tokens
