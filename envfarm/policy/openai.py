@@ -30,7 +30,6 @@ import io
 import json
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ from envfarm.errors import (
     PolicyConfigError,
     PolicyError,
     PolicyResponseError,
-    RequestRejected,
 )
 from envfarm.policy.base import (
     EXCERPT_CHARS,
@@ -62,6 +60,13 @@ from envfarm.policy.generate import (
     read_generated,
 )
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions, TokenCapture
+from envfarm.policy.rejections import (
+    is_rejection,
+    parser_error,
+    rejected_twice,
+    says_context_length,
+    says_model_missing,
+)
 from envfarm.policy.server_api import llamacpp_prompt_ids
 
 log = logging.getLogger(__name__)
@@ -70,16 +75,6 @@ RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 PAUSE_STATUSES = frozenset({429, 503})
 """Statuses of a server that is alive but not taking work now (a weight swap, no capacity)."""
 _JSON = {"Content-Type": "application/json"}
-_CONTEXT_LENGTH = re.compile(
-    r"context[_ ]length|context size|maximum context|context window|prompt is too long",
-    re.IGNORECASE,
-)
-_PARSER_ERROR = re.compile(r"\[json\.exception\.")
-"""A 500 whose message comes from the server's JSON parser: the request, not the server."""
-_MODEL_MISSING = re.compile(
-    r"model.*(does not exist|doesn't exist|not found|not exist)|(unknown|no such|invalid) model",
-    re.IGNORECASE | re.DOTALL,
-)
 
 
 @dataclass(frozen=True)
@@ -369,7 +364,7 @@ class OpenAIPolicy(PolicyClient):
         url: str | None = None,
     ) -> AttemptFailure:
         """A non-200 answer as a transient failure, or the error retrying cannot fix."""
-        if status not in RETRYABLE_STATUSES or _parser_error(status, body):
+        if status not in RETRYABLE_STATUSES or parser_error(status, body):
             raise self._rejected(status, body, url)
         return AttemptFailure(
             f"HTTP {status}: {self._excerpt(body)}",
@@ -430,7 +425,7 @@ class OpenAIPolicy(PolicyClient):
             return PolicyConfigError(
                 f"policy endpoint {target} refused the request with HTTP {status} ({hint}): {said}"
             )
-        if status in (400, 404) and _says_model_missing(body):
+        if status in (400, 404) and says_model_missing(body):
             return PolicyConfigError(
                 f"policy endpoint {self.base_url} does not serve model {self.model!r} "
                 f"(HTTP {status}): {said}"
@@ -440,7 +435,7 @@ class OpenAIPolicy(PolicyClient):
                 f"POST {target} returned HTTP 404: is this an OpenAI-compatible /v1 base URL? "
                 f"(base URL given: {self.base_url})"
             )
-        if status in (400, 413, 422) and _says_context_length(body):
+        if status in (400, 413, 422) and says_context_length(body):
             return ContextLengthExceeded(
                 f"policy endpoint {target} refused the prompt as longer than the model's "
                 f"context (HTTP {status}): {said}"
@@ -463,53 +458,6 @@ class OpenAIPolicy(PolicyClient):
 def _as_openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """Accept both ``{"type": "function", "function": {...}}`` and a bare function spec."""
     return tool if "type" in tool else {"type": "function", "function": tool}
-
-
-def is_rejection(exc: PolicyResponseError) -> bool:
-    """A rejected request body (4xx, or a 500 from the request parser), not an unusable 200."""
-    return exc.status is not None and exc.status != 200
-
-
-def rejected_twice(exc: PolicyResponseError, first: PolicyResponseError | None) -> PolicyError:
-    """``exc`` as raised after ``first`` (the previous attempt's rejection, if any)."""
-    if first is None or not is_rejection(exc):
-        return exc
-    return RequestRejected(
-        f"request_rejected: the server rejected the same request twice in a row; last: {exc}",
-        status=exc.status,
-    )
-
-
-def _error_message(body: bytes) -> str:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace")
-    error = data.get("error", data) if isinstance(data, dict) else data
-    if isinstance(error, dict):
-        return " ".join(str(error.get(k, "")) for k in ("message", "detail", "type", "code"))
-    return str(error)
-
-
-def _says_context_length(body: bytes) -> bool:
-    return bool(_CONTEXT_LENGTH.search(_error_message(body)))
-
-
-def _parser_error(status: int, body: bytes) -> bool:
-    return status == 500 and bool(_PARSER_ERROR.search(_error_message(body)))
-
-
-def _says_model_missing(body: bytes) -> bool:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return bool(_MODEL_MISSING.search(body.decode("utf-8", errors="replace")))
-    error = data.get("error", data) if isinstance(data, dict) else data
-    if isinstance(error, dict):
-        if error.get("code") == "model_not_found":
-            return True
-        error = error.get("message", error.get("detail", ""))
-    return bool(_MODEL_MISSING.search(str(error)))
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

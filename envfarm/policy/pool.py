@@ -49,8 +49,9 @@ from envfarm.policy.endpoints import (
     PoolEndpoint,
     PoolSettings,
 )
-from envfarm.policy.openai import AttemptFailure, OpenAIPolicy, is_rejection, rejected_twice
+from envfarm.policy.openai import AttemptFailure, OpenAIPolicy
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions
+from envfarm.policy.rejections import is_rejection, rejected_twice
 from envfarm.policy.server_api import Renderer
 from envfarm.policy.token_session import TokenSession, server_renderer
 from envfarm.policy.toolparse import ToolParser
