@@ -7,9 +7,9 @@ it, in the shapes the real servers send (llama.cpp's as recorded from ``llama-se
   ``{id, token, bytes, logprob, top_logprobs}`` only when ``logprobs`` is true and
   ``top_logprobs`` is not 0 (it defaults to 20), ``timings`` at the root, and HTTP 500 with a
   ``[json.exception.parse_error...]`` message when a history's tool-call arguments are not JSON;
-  HTTP 400 ``exceed_context_size_error`` past ``n_ctx``; ``POST /apply-template``, ``/tokenize``
-  and ``/completion`` (a prompt of ids; ``tokens``, ``completion_probabilities``, ``stop_type``,
-  ``tokens_evaluated``, ``timings``).
+  HTTP 400 ``exceed_context_size_error`` past ``n_ctx``; ``POST /apply-template``, ``/tokenize``,
+  ``/detokenize`` and ``/completion`` (a prompt of ids; ``tokens``, ``completion_probabilities``,
+  ``stop_type``, ``tokens_evaluated``, ``timings``).
 - vLLM: ``GET /version``, ``POST /tokenize`` (messages or a prompt), ``POST /v1/completions``
   with a list-of-ids prompt (``token_ids``, ``prompt_token_ids``, ``logprobs.token_logprobs``).
 - SGLang: ``GET /get_server_info``, ``POST /generate`` with ``input_ids`` (``output_ids``,
@@ -132,6 +132,7 @@ class FakeEngine:
             ("llamacpp", "/v1/chat/completions"): self._llamacpp_chat,
             ("llamacpp", "/apply-template"): self._apply_template,
             ("llamacpp", "/tokenize"): self._tokenize,
+            ("llamacpp", "/detokenize"): self._detokenize,
             ("llamacpp", "/completion"): self._llamacpp_completion,
             ("vllm", "/tokenize"): self._vllm_tokenize,
             ("vllm", "/v1/completions"): self._vllm_completions,
@@ -259,6 +260,9 @@ class FakeEngine:
         return Reply(
             body={"tokens": chatml.tokenize(content, parse_special=body.get("parse_special", True))}
         )
+
+    def _detokenize(self, body: dict[str, Any]) -> Reply:
+        return Reply(body={"content": chatml.detokenize(body.get("tokens") or [])})
 
     def _llamacpp_completion(self, body: dict[str, Any]) -> Reply:
         prompt = body.get("prompt")
