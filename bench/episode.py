@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from envfarm.controller.episode import EpisodeRunner
-from envfarm.controller.job import Job, JobConfig
+from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, discover_tasks
@@ -64,7 +65,12 @@ async def envfarm_episodes(
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="bench"
         )
-        job = Job(tasks, runner, JobConfig(group_size=rounds, concurrency=concurrency))
+        job = Job(
+            tasks,
+            runner,
+            request_for(tasks, runner, group_size=rounds),
+            worker=WorkerConfig(concurrency=concurrency),
+        )
         start = time.perf_counter()
         result = await job.run()
         wall = time.perf_counter() - start

@@ -16,8 +16,9 @@ import statistics
 from pathlib import Path
 
 from envfarm.controller.episode import EpisodeRunner
-from envfarm.controller.job import Job, JobConfig
+from envfarm.controller.job import Job
 from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.docker.backend import DockerBackend
@@ -38,7 +39,7 @@ async def episodes(tasks: list[Task]) -> list[Trajectory]:
         runner = EpisodeRunner(
             backend=DockerBackend(), policy=policy, grader=TestScriptGrader(), run_id="bench"
         )
-        result = await Job(tasks, runner, JobConfig(concurrency=1)).run()
+        result = await Job(tasks, runner, worker=WorkerConfig(concurrency=1)).run()
     assert all(t.reward.value == 1.0 for t in result.trajectories), "oracle must score 1.0"
     return result.trajectories
 

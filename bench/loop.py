@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.controller.episode import EpisodeRunner
-from envfarm.controller.job import Job, JobConfig
+from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
+from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
 from envfarm.policy.base import ToolCallRaw
 from envfarm.policy.openai import OpenAIPolicy
@@ -81,7 +82,12 @@ async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[fl
         runner = EpisodeRunner(
             backend=GradingBackend(), policy=policy, grader=TestScriptGrader(), run_id="bench"
         )
-        job = Job([task], runner, JobConfig(group_size=sessions, concurrency=sessions))
+        job = Job(
+            [task],
+            runner,
+            request_for([task], runner, group_size=sessions),
+            worker=WorkerConfig(concurrency=sessions),
+        )
         start = time.perf_counter()
         result = await job.run()
         wall = time.perf_counter() - start

@@ -13,11 +13,11 @@ from rich.table import Table
 from envfarm.cli.options import judge_options, task_paths
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
-from envfarm.controller.policies import JudgeSpec
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.jobs import JudgeRequest
 from envfarm.sandbox.base import SandboxBackend
 from envfarm.spec.task import discover_tasks
 
@@ -68,12 +68,14 @@ def check(
 ) -> None:
     tasks, errors = discover_tasks(list(paths))
     try:
-        judge_spec = (
-            JudgeSpec(base_url=judge, model=judge_model, api_key=judge_api_key) if judge else None
+        judge_request = (
+            JudgeRequest(base_url=judge, model=judge_model, api_key=judge_api_key)
+            if judge
+            else None
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    config = CheckConfig(runs=runs, concurrency=concurrency, run=not no_run, judge=judge_spec)
+    config = CheckConfig(runs=runs, concurrency=concurrency, run=not no_run, judge=judge_request)
     backend = None if no_run or not tasks else _docker_backend()
     try:
         with console.status("checking") as status:

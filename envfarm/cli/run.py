@@ -15,22 +15,22 @@ from rich.markup import escape
 from envfarm.cli.options import judge_options
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
-from envfarm.controller.episode import EpisodeRunner
-from envfarm.controller.job import Job, JobConfig, JobEvents
-from envfarm.controller.policies import (
-    JudgeSpec,
-    PolicySpec,
-    open_judge,
-    open_policy,
-    policy_fields,
-)
+from envfarm.controller.job import Job, JobEvents
+from envfarm.controller.policies import policy_fields
+from envfarm.controller.runners import open_runner, policy_spec
 from envfarm.controller.summary import EXIT_BAD_INPUT, RunSummary, summarize
+from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
-from envfarm.grading.judges import RubricGrading
-from envfarm.grading.script import TestScriptGrader
+from envfarm.models.jobs import (
+    MAX_GROUP_SIZE,
+    MAX_RETRIES,
+    JobPolicy,
+    JobRequest,
+    JudgeRequest,
+    Sampling,
+)
 from envfarm.models.samples import samples_report
 from envfarm.models.trajectory import Trajectory
-from envfarm.policy.base import SamplingParams
 from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.policy.toolparse import TOOL_PARSERS
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
@@ -85,7 +85,7 @@ tasks still run).
     "--group-size",
     default=1,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_GROUP_SIZE),
     help="Episodes per task, graded as one GRPO group.",
 )
 @click.option(
@@ -128,7 +128,7 @@ tasks still run).
     "--retries",
     default=2,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_RETRIES),
     help="Extra attempts for an episode that failed for an infrastructure reason.",
 )
 @click.option(
@@ -248,10 +248,9 @@ def run(
         console.print("[red]no runnable task found[/]")
         sys.exit(EXIT_BAD_INPUT)
     try:
-        fields = policy_fields(policies)
-        spec = PolicySpec.model_validate(
+        policy = JobPolicy.model_validate(
             {
-                **fields,
+                **policy_fields(policies),
                 "model": model,
                 "api_key": api_key,
                 "server_profile": server_profile,
@@ -261,16 +260,17 @@ def run(
                 "tool_parser": tool_parser,
             }
         )
-        sampling = SamplingParams(
-            temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
-        )
-        judge_spec = (
-            JudgeSpec(base_url=judge, model=judge_model, api_key=judge_api_key) if judge else None
+        spec = policy_spec(policy)
+        sampling = Sampling(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+        judge_request = (
+            JudgeRequest(base_url=judge, model=judge_model, api_key=judge_api_key)
+            if judge
+            else None
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     allow_unjudged = allow_unjudged or spec.builtin
-    tasks = _triage_rubric_tasks(tasks, judge_spec, allow_unjudged, bad_inputs)
+    tasks = _triage_rubric_tasks(tasks, judge_request, allow_unjudged, bad_inputs)
     if spec.builtin:
         console.print(
             f"[cyan]notice:[/] the built-in [bold]{spec.target}[/] policy is driving the agent: "
@@ -280,27 +280,27 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     if not resuming():
         save_manifest(out, click.get_current_context().params)
-    config = JobConfig(
+    request = JobRequest(
+        tasks=[task.id for task in tasks],
+        policy=policy,
         group_size=group_size,
-        concurrency=concurrency,
+        sampling=sampling,
         max_retries=retries,
-        seed=seed,
-        admission=True,
+        max_turns=max_turns,
+        context_budget=context_budget,
+        judge=judge_request,
+        allow_unjudged=allow_unjudged,
     )
     try:
         output = {"samples": samples, "compact_tokens": compact_tokens}
         summary = asyncio.run(
             _run_job(
                 tasks,
-                spec,
-                sampling,
-                config,
-                max_turns,
+                request,
+                WorkerConfig(concurrency=concurrency),
                 out,
                 bad_inputs,
                 output,
-                rubrics=(judge_spec, allow_unjudged),
-                context_budget=context_budget,
                 runtime=runtime,
                 warm_pool=warm_pool,
             )
@@ -322,7 +322,10 @@ def run(
 
 
 def _triage_rubric_tasks(
-    tasks: list[Task], judge: JudgeSpec | None, allow_unjudged: bool, bad_inputs: dict[str, str]
+    tasks: list[Task],
+    judge: JudgeRequest | None,
+    allow_unjudged: bool,
+    bad_inputs: dict[str, str],
 ) -> list[Task]:
     """Without a judge, rubric tasks run by their tests alone when allowed, else are refused."""
     unjudged = [task for task in tasks if task.config.verifier.rubrics] if judge is None else []
@@ -356,36 +359,23 @@ def _docker_backend(runtime: str | None = None) -> SandboxBackend:
 
 async def _run_job(
     tasks: list[Task],
-    spec: PolicySpec,
-    sampling: SamplingParams,
-    config: JobConfig,
-    max_turns: int,
+    request: JobRequest,
+    worker: WorkerConfig,
     out: Path,
     bad_inputs: dict[str, str],
     output: dict[str, bool],
-    rubrics: tuple[JudgeSpec | None, bool] = (None, False),
-    context_budget: int | None = None,
     runtime: str | None = None,
     warm_pool: int = 0,
 ) -> RunSummary:
     started = time.monotonic()
     backend = _docker_backend(runtime)
     lines = (out / "trajectories.jsonl").open("a" if resuming() else "w", encoding="utf-8")
-    judge_spec, allow_unjudged = rubrics
-    async with open_policy(spec) as policy, open_judge(judge_spec) as judge:
-        runner = EpisodeRunner(
-            backend=backend,
-            policy=policy,
-            grader=TestScriptGrader(),
-            run_id=out.name,
-            sampling=sampling,
-            max_turns=max_turns,
-            rubrics=RubricGrading(judge, allow_unjudged=allow_unjudged),
-            artifacts_dir=out / "artifacts",
-            context_budget=context_budget,
-            pools=WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None,
-        )
-        with lines, JobProgress(console, len(tasks), len(tasks) * config.group_size) as progress:
+    pools = WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None
+    episodes = len(tasks) * request.group_size
+    async with open_runner(
+        request, backend, run_id=out.name, artifacts_dir=out / "artifacts", pools=pools
+    ) as runner:
+        with lines, JobProgress(console, len(tasks), episodes) as progress:
 
             def write_group(group: list[Trajectory]) -> None:
                 for trajectory in group:
@@ -399,17 +389,19 @@ async def _run_job(
                 if runner.pools is not None and image is not None:
                     runner.pools.warm(task, image)
                 if error is not None and not error.infrastructure:
-                    progress.skip_episodes(config.group_size)
+                    progress.skip_episodes(request.group_size)
 
             job = Job(
                 tasks,
                 runner,
-                config,
+                request,
                 JobEvents(
                     on_image=image_done,
                     on_episode=progress.episode_done,
                     on_group=write_group,
                 ),
+                worker=worker,
+                admission=True,
                 store_url=store_url(out),
                 resume=await _job_to_resume(out, progress) if resuming() else None,
             )
@@ -424,8 +416,8 @@ async def _run_job(
     summary = summarize(
         result.trajectories,
         job_id=job.id or "",
-        policy=spec.label,
-        model=policy.model,
+        policy=policy_spec(request.policy).label,
+        model=runner.policy.model,
         bad_inputs=bad_inputs,
         duration_s=time.monotonic() - started,
     )

@@ -21,15 +21,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from envfarm.controller.episode import EpisodeRunner
-from envfarm.controller.job import Job, JobConfig, JobEvents
+from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.leaks import inspect_image
-from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
+from envfarm.controller.runners import open_runner
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
 from envfarm.controller.verdicts import TaskCheck, judge_nop, judge_oracle
+from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError, TaskSpecError
 from envfarm.grading.base import Grader
-from envfarm.grading.judges import RubricGrading
+from envfarm.models.jobs import JobPolicy, JobRequest, JudgeRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.lint import lint_task, max_reward
@@ -44,7 +44,7 @@ class CheckConfig:
     build_concurrency: int = 2
     run: bool = True
     """False: lint only (no build, no episodes)."""
-    judge: JudgeSpec | None = None
+    judge: JudgeRequest | None = None
     max_retries: int = 2
 
 
@@ -194,21 +194,19 @@ async def _episodes(
         return []
     runs = config.runs if policy == "oracle" else 1
     counter = _Counter(events, policy, len(tasks) * runs)
-    async with (
-        open_policy(PolicySpec(target=policy)) as resolved,
-        open_judge(config.judge) as judge,
-    ):
-        runner = EpisodeRunner(
-            backend=backend,
-            policy=resolved,
-            grader=grader,
-            run_id=run_id,
-            rubrics=RubricGrading(judge, allow_unjudged=True),
+    request = JobRequest(
+        tasks=[task.id for task in tasks],
+        policy=JobPolicy(base_url=policy),
+        group_size=runs,
+        max_retries=config.max_retries,
+        judge=config.judge,
+        allow_unjudged=True,
+    )
+    async with open_runner(request, backend, run_id=run_id, grader=grader) as runner:
+        worker = WorkerConfig(
+            concurrency=config.concurrency, build_concurrency=config.build_concurrency
         )
-        job_config = JobConfig(
-            group_size=runs, concurrency=config.concurrency, max_retries=config.max_retries
-        )
-        job = Job(tasks, runner, job_config, JobEvents(on_episode=counter.tick))
+        job = Job(tasks, runner, request, JobEvents(on_episode=counter.tick), worker=worker)
         result = await job.run()
     return result.trajectories
 

@@ -123,8 +123,6 @@ class EpisodeRunner:
         if traj.error:
             return
         with _phase(traj, "grading"):
-            if task.config.verifier.environment_mode == "shared":  # else the fresh container
-                await sandbox.enter_verifier_phase()  # e.g. the verifier's own network_mode
             await grading.after_agent(traj.turns)
             evidence = await self.rubrics.evidence(sandbox, task, traj)
             traj.reward = await grading.grade()

@@ -3,8 +3,9 @@
 This is the store-backed controller (``envfarm.controller.worker``) for callers that hold an
 ``EpisodeRunner`` and want the job's trajectories back: ``envfarm run`` (on a SQLite file in
 its output directory, so ``--resume`` finishes an interrupted run without redoing finished
-episodes), ``envfarm check``, benchmarks and tests (in memory). Building, retries and group
-completion are exactly what ``envfarm serve`` does.
+episodes), ``envfarm check``, benchmarks and tests (in memory). The job is a ``JobRequest``,
+the same model the REST API takes; building, retries and group completion are exactly what
+``envfarm serve`` does. How this process works it (concurrency, builds) is its ``WorkerConfig``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
-from envfarm.controller.images import BUILD_RETRY_S
 from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
 from envfarm.errors import EnvfarmError, ImageError, UnknownTask
-from envfarm.models.jobs import JobPolicy, JobRequest, Sampling
+from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task
@@ -29,21 +28,6 @@ from envfarm.store.store import Store
 
 CONSUMER = "job"
 """The store consumer a job run in-process delivers to (``on_group``), resumed runs included."""
-
-
-class JobConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    group_size: int = 1
-    concurrency: int = 4
-    build_concurrency: int = 2
-    max_retries: int = 2
-    seed: int | None = None
-    leave_one_out: bool = False
-    admission: bool = False
-    """Start an episode only when the host has its task's CPU and memory to spare."""
-    build_retry_s: float = BUILD_RETRY_S
-    """Wait before building again an image whose build failed for an infrastructure reason."""
 
 
 @dataclass
@@ -55,6 +39,7 @@ class JobEvents:
     )
     on_episode: Callable[[Trajectory], None] = lambda trajectory: None
     on_group: Callable[[list[Trajectory]], Awaitable[None] | None] = lambda group: None
+    """A completed group's trajectories, once each, in cursor order."""
 
 
 @dataclass
@@ -64,44 +49,45 @@ class JobResult:
     """Tasks that could not run because their input was bad (e.g. an unknown base image)."""
 
 
+def request_for(tasks: Sequence[Task], runner: EpisodeRunner, **fields: Any) -> JobRequest:
+    """A request for ``tasks`` on the runner's policy, with ``fields`` (``group_size``,
+    ``max_retries``...) as given: for callers that already hold a runner."""
+    policy = JobPolicy(base_url=runner.policy.name or "policy")
+    return JobRequest(tasks=[task.id for task in tasks], policy=policy, **fields)
+
+
 class Job:
     def __init__(
         self,
         tasks: Sequence[Task],
         runner: EpisodeRunner,
-        config: JobConfig,
+        request: JobRequest | None = None,
         events: JobEvents | None = None,
         *,
+        worker: WorkerConfig | None = None,
+        admission: bool = False,
         store_url: str = "sqlite://",
         resume: str | None = None,
-        request: JobRequest | None = None,
     ) -> None:
-        """``store_url``: where the job lives (default: in memory); ``resume``: the id of a job
-        already in that store to finish; ``request``: what to record as the job's request."""
-        self.tasks, self.runner, self.config = list(tasks), runner, config
+        """``request``: the job (default: one episode of each task on the runner's policy);
+        ``worker``: this process's concurrency and build settings; ``admission``: start an
+        episode only when the host has its task's CPU and memory to spare; ``store_url``: where
+        the job lives (default: in memory); ``resume``: the id of a job in that store to
+        finish."""
+        self.tasks, self.runner = list(tasks), runner
+        self.request = request or request_for(self.tasks, runner)
         self.events = events or JobEvents()
+        self.worker = worker or WorkerConfig()
+        self.admission = admission
         self.store_url, self.id = store_url, resume
-        self._request = request
         self._cursor = 0
-
-    def request(self) -> JobRequest:
-        if self._request is not None:
-            return self._request
-        return JobRequest(
-            tasks=[task.id for task in self.tasks],
-            policy=JobPolicy(base_url=self.runner.policy.name or "policy"),
-            group_size=self.config.group_size,
-            sampling=Sampling(seed=self.config.seed),
-            max_retries=self.config.max_retries,
-            leave_one_out=self.config.leave_one_out,
-        )
 
     async def run(self) -> JobResult:
         store = await Store.open(self.store_url, finalize=finalize_group)
         hashes = {task.id: task.content_hash for task in self.tasks}
         try:
             if self.id is None:
-                self.id = await store.create_job(self.request(), hashes)
+                self.id = await store.create_job(self.request, hashes)
             else:
                 await _check_unchanged(store, self.id, hashes)
             job_id = self.id
@@ -129,14 +115,9 @@ class Job:
                 {task.id: task for task in self.tasks},
                 self.runner.backend,
                 lambda *_: fixed_runner(self.runner),
-                WorkerConfig(
-                    concurrency=self.config.concurrency,
-                    build_concurrency=self.config.build_concurrency,
-                    poll_s=0.05,
-                    build_retry_s=self.config.build_retry_s,
-                ),
+                self.worker.model_copy(update={"poll_s": min(self.worker.poll_s, 0.05)}),
                 WorkerEvents(self.events.on_image, self.events.on_episode, delivered),
-                admission=Admission() if self.config.admission else None,
+                admission=Admission() if self.admission else None,
             )
             await worker.run(job_id=job_id)
             trajectories = [Trajectory.model_validate(t) for t in await store.trajectories(job_id)]

@@ -99,10 +99,10 @@ class PolicySpec(BaseModel):
 
 
 def policy_fields(values: Sequence[str]) -> dict[str, Any]:
-    """``PolicySpec`` fields from repeated ``--policy`` values: ``oracle``, ``nop``, or URLs,
+    """``JobPolicy`` fields from repeated ``--policy`` values: ``oracle``, ``nop``, or URLs,
     each optionally followed by ``=WEIGHT`` (``http://a:8000/v1 http://b:8000/v1=2``)."""
     if len(values) == 1 and "=" not in values[0]:
-        return {"target": values[0]}
+        return {"base_url": values[0]}
     endpoints: list[dict[str, Any]] = []
     for value in values:
         if value in BUILTIN_POLICIES:

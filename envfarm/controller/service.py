@@ -12,42 +12,26 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.metrics import MetricsSnapshot
-from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
+from envfarm.controller.runners import open_runner
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig, WorkerEvents
 from envfarm.errors import EnvfarmError, UnknownTask
-from envfarm.grading.judges import RubricGrading
-from envfarm.grading.script import TestScriptGrader
-from envfarm.models.jobs import JobPolicy, JobRequest, JobView, RawGroupPage, TaskInfo
-from envfarm.policy.base import SamplingParams
-from envfarm.policy.builtin import BUILTIN_POLICIES
+from envfarm.models.jobs import JobRequest, JobView, RawGroupPage, TaskInfo
 from envfarm.processes import host_name
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task
-from envfarm.store.store import Store, is_terminal
+from envfarm.store.store import Store
+from envfarm.store.views import is_terminal
 
 STORE_POLL_S = 0.25
-
-
-def policy_spec(policy: JobPolicy) -> PolicySpec:
-    return PolicySpec.model_validate(
-        {
-            "target": policy.base_url,
-            "model": policy.model,
-            "api_key": policy.api_key,
-            "endpoints": [e.model_dump() for e in policy.endpoints],
-            "server_profile": policy.server_profile,
-            "routed_experts": policy.routed_experts,
-        }
-    )
 
 
 class Controller:
@@ -161,31 +145,19 @@ class Controller:
 def default_runners(
     backend: SandboxBackend, artifacts_root: Path | None, pools: WarmPools | None = None
 ) -> RunnerFactory:
-    """Opens each job's policy (one endpoint pool or built-in server per job) as a runner."""
+    """Opens each job's runner (one endpoint pool or built-in server per job)."""
 
-    @asynccontextmanager
-    async def runners(
+    def runners(
         job_id: str, request: JobRequest, board: PolicyVersionBoard
-    ) -> AsyncIterator[EpisodeRunner]:
-        judge = request.judge
-        builtin = request.policy.base_url in BUILTIN_POLICIES  # as `envfarm run` does
-        judge_spec = JudgeSpec.model_validate(judge.model_dump()) if judge else None
-        async with (
-            open_policy(policy_spec(request.policy), board) as policy,
-            open_judge(judge_spec) as rubric_judge,
-        ):
-            yield EpisodeRunner(
-                backend=backend,
-                policy=policy,
-                grader=TestScriptGrader(),
-                run_id=job_id,
-                sampling=SamplingParams(**request.sampling.model_dump()),
-                max_turns=request.max_turns,
-                rubrics=RubricGrading(rubric_judge, allow_unjudged=builtin),
-                context_budget=request.context_budget,
-                artifacts_dir=artifacts_root / job_id if artifacts_root else None,
-                pools=pools,
-            )
+    ) -> AbstractAsyncContextManager[EpisodeRunner]:
+        return open_runner(
+            request,
+            backend,
+            run_id=job_id,
+            versions=board,
+            artifacts_dir=artifacts_root / job_id if artifacts_root else None,
+            pools=pools,
+        )
 
     return runners
 

@@ -33,14 +33,15 @@ from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.errors import EnvfarmError, StoreError
-from envfarm.models.jobs import JobRequest
+from envfarm.models.jobs import JobRequest, TaskKey
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.processes import host_name, pid_alive
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.spec.task import Task
 from envfarm.store.leases import Lease
 from envfarm.store.results import Recorded
-from envfarm.store.store import Store, is_terminal
+from envfarm.store.store import Store
+from envfarm.store.views import is_terminal
 
 log = logging.getLogger(__name__)
 RECORD_RETRY_MAX_S = 16.0
@@ -72,7 +73,8 @@ class WorkerEvents:
         lambda task, image, error: None
     )
     on_episode: Callable[[Trajectory], None] = lambda trajectory: None
-    on_group: Callable[[str], Awaitable[None] | None] = lambda job_id: None
+    on_groups_ready: Callable[[str], Awaitable[None] | None] = lambda job_id: None
+    """Groups of this job completed here (called with its id); read them from the store."""
 
 
 @dataclass
@@ -153,8 +155,7 @@ class Worker:
     async def _tick(self) -> None:
         work = await self.store.open_work()
         for keys in work.values():
-            for key in keys:
-                task_id, _, task_hash = key.partition("\0")
+            for task_id, task_hash in keys:
                 task = self.tasks.get(task_id)
                 if task is not None and task.content_hash == task_hash:
                     self._images.want(task)
@@ -179,7 +180,7 @@ class Worker:
     async def _bad_task(self, task: Task, error: EnvfarmError) -> None:
         """The task's input is bad: its open groups fail with the reason, in every job."""
         for job, keys in (await self.store.open_work()).items():
-            if f"{task.id}\0{task.content_hash}" in keys:
+            if TaskKey(task.id, task.content_hash) in keys:
                 await self.store.fail_task(job, task.content_hash, str(error))
 
     async def _heartbeat(self) -> None:
@@ -262,7 +263,7 @@ class Worker:
             if recorded.group_completed:
                 self.changed.set()
                 self.changed = asyncio.Event()
-                delivered = self.events.on_group(lease.job_id)
+                delivered = self.events.on_groups_ready(lease.job_id)
                 if delivered is not None:
                     await delivered
         except Exception:  # a shell's callback failing must not undo a recorded result

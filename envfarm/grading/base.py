@@ -1,15 +1,27 @@
-"""The ``Grader`` interface: turn a finished sandbox into a ``Reward``."""
+"""The ``Grader`` interface: turn a finished sandbox into a ``Graded`` reward.
+
+A grader may also say what its verifier printed and wrote (``VerifierOutput``): the episode
+keeps it in its artifacts and reads the tests' reports from it.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
+from envfarm.grading.verdict import VerifierOutput
 from envfarm.models.trajectory import Reward
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.task import Task
 
 
+@dataclass(frozen=True)
+class Graded:
+    reward: Reward
+    output: VerifierOutput | None = None
+
+
 class Grader(ABC):
     @abstractmethod
-    async def grade(self, sandbox: Sandbox, task: Task) -> Reward:
+    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
         """A valid reward, or raise ``GradingError`` (the reward is then invalid, never 0)."""

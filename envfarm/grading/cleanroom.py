@@ -1,6 +1,6 @@
 """Clean-room and separate grading: furnish a fresh verifier container with the agent's outcome.
 
-``Sandbox.fork_clean`` stops the agent's container and starts a fresh one of the same
+``VerifierPhases.fork_clean`` stops the agent's container and starts a fresh one of the same
 environment (same image and hardening, same sidecars, network and volumes). Into it go only:
 
 - ``clean`` mode: the agent's workdir changes (``carry.py``: deletions first, then one tar of
@@ -27,6 +27,7 @@ from envfarm.errors import GradingError
 from envfarm.grading.carry import WorkspaceCarry
 from envfarm.grading.collect import MISSING, CopiedPath
 from envfarm.sandbox.base import Sandbox
+from envfarm.spec.config import EnvironmentMode
 
 APPLY_TIMEOUT_S = 600.0
 MAX_LISTED = 500
@@ -37,7 +38,7 @@ class VerifierInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: str
+    mode: EnvironmentMode
     workdir: str | None = None
     carried: list[str] = Field(default_factory=list)
     carried_count: int = 0
@@ -50,7 +51,7 @@ class VerifierInput(BaseModel):
 
 
 def verifier_input(
-    mode: str, carry: WorkspaceCarry | None, copies: list[CopiedPath]
+    mode: EnvironmentMode, carry: WorkspaceCarry | None, copies: list[CopiedPath]
 ) -> VerifierInput:
     record = VerifierInput(mode=mode, artifacts=[copy.source for copy in copies])
     if carry is not None:
@@ -64,7 +65,9 @@ def verifier_input(
     return record
 
 
-def carried_copies(mode: str, copies: list[CopiedPath], workdir: str | None) -> list[CopiedPath]:
+def carried_copies(
+    mode: EnvironmentMode, copies: list[CopiedPath], workdir: str | None
+) -> list[CopiedPath]:
     """The copies a verifier of ``mode`` receives: in clean mode, only those outside the
     workdir (the workdir's changes already carry the rest)."""
     if mode != "clean" or not workdir:

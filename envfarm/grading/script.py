@@ -14,7 +14,7 @@ import os
 import re
 import shlex
 
-from envfarm.grading.base import Grader
+from envfarm.grading.base import Graded, Grader
 from envfarm.grading.report_checks import EXIT_CODE_FILE
 from envfarm.grading.reports import CONVENTIONAL_REPORTS
 from envfarm.grading.verdict import (
@@ -24,7 +24,6 @@ from envfarm.grading.verdict import (
     expected_reports,
     score,
 )
-from envfarm.models.trajectory import Reward
 from envfarm.sandbox.base import Sandbox
 from envfarm.sandbox.files import upload_dir
 from envfarm.spec.task import Task
@@ -51,9 +50,9 @@ def expand_env(values: dict[str, str], host_env: dict[str, str]) -> dict[str, st
 class TestScriptGrader(Grader):
     __test__ = False  # not a pytest class
 
-    async def grade(self, sandbox: Sandbox, task: Task) -> Reward:
+    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
         output = await self.run_verifier(sandbox, task)
-        return score(output, task.config.verifier, expected_reports(task))
+        return Graded(score(output, task.config.verifier, expected_reports(task)), output)
 
     async def run_verifier(self, sandbox: Sandbox, task: Task) -> VerifierOutput:
         """Run ``tests/test.sh``; raise only when the sandbox itself fails."""

@@ -6,10 +6,11 @@ stopped: the second snapshot, the command scan, collect hooks, declared artifact
 changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
 teardown). ``grade`` runs the verifier where ``[verifier].environment_mode`` says: in the
-agent's sandbox (``shared``), or in a fresh one from ``Sandbox.fork_clean`` that receives the
-agent's outcome (``clean``, ``separate``: ``cleanroom.py``). A grader other than
-``TestScriptGrader`` is called as a plain ``Grader``, in the same place; its reward still gets
-the flags.
+agent's sandbox (``shared``), or in a fresh one from ``VerifierPhases.fork_clean`` that receives
+the agent's outcome (``clean``, ``separate``: ``cleanroom.py``). Grading alone decides the
+verifier's container, mode and network: in shared mode the agent's sandbox switches to the
+verifier phase's network before anything of the verifier runs (``after_agent``); a fork starts
+with it. Any ``Grader`` is called the same way; its reward still gets the flags.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
-from envfarm.grading.script import TestScriptGrader
 from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
 from envfarm.grading.verdict import (
@@ -39,11 +39,11 @@ from envfarm.grading.verdict import (
     expected_reports,
     finish_reward,
     output_reports,
-    score,
 )
 from envfarm.grading.workspace import capture_baseline, export_changed, unified_diff
 from envfarm.models.trajectory import Reward, Trajectory, Turn
-from envfarm.sandbox.base import Sandbox
+from envfarm.sandbox.base import Sandbox, verifier_phases
+from envfarm.spec.config import EnvironmentMode
 from envfarm.spec.task import Task
 
 
@@ -71,8 +71,12 @@ class EpisodeGrading:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> EnvironmentMode:
         return self.task.config.verifier.environment_mode
+
+    @property
+    def verifier_network(self) -> bool:
+        return self.task.config.verifier_network()
 
     async def before_agent(self) -> None:
         workdir = self.task.config.environment.workdir
@@ -90,6 +94,8 @@ class EpisodeGrading:
 
     async def after_agent(self, turns: list[Turn]) -> None:
         """Before the verifier runs: what it writes must not pass for the agent's work."""
+        if self.mode == "shared" and self.verifier_network != self.task.config.agent_network():
+            await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
         if self.before is not None:
             after = await take_snapshot(self.sandbox, None, before=self.before)
@@ -108,7 +114,8 @@ class EpisodeGrading:
             return await self._grade_in(self.sandbox)
         if self.mode == "clean" and self.carry is None:
             raise GradingError("clean-room grading: the workdir was not captured")
-        verifier = await self.sandbox.fork_clean()
+        phases = verifier_phases(self.sandbox)
+        verifier = await phases.fork_clean(network=self.verifier_network)
         try:
             if self.carry is not None:
                 await apply_workspace(verifier, self.carry)
@@ -119,12 +126,9 @@ class EpisodeGrading:
             await verifier.stop()
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
-        if not isinstance(self.grader, TestScriptGrader):
-            self.scored = await self.grader.grade(sandbox, self.task)
-            return self.scored
-        self.output = await self.grader.run_verifier(sandbox, self.task)
-        self.scored = score(self.output, self.task.config.verifier, expected_reports(self.task))
-        return self.scored
+        graded = await self.grader.grade(sandbox, self.task)
+        self.output, self.scored = graded.output, graded.reward
+        return graded.reward
 
     def observed_flags(self) -> list[tuple[str, str]]:
         inspected = self.inspection.flags if self.inspection else []

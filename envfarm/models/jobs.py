@@ -10,13 +10,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 JobStatus = Literal["queued", "running", "paused", "completed", "cancelled", "failed"]
 TERMINAL_STATUSES: tuple[JobStatus, ...] = ("completed", "cancelled", "failed")
 StalePolicy = Literal["drop", "mark"]
+JobAction = Literal["pause", "resume", "cancel"]
+
+
+class TaskKey(NamedTuple):
+    """A task as a job holds it: its id and the content hash its episodes were queued with."""
+
+    task_id: str
+    task_hash: str
 
 
 class Wire(BaseModel):
@@ -37,8 +45,15 @@ class JobPolicy(Wire):
     api_key: SecretStr | None = None
     endpoints: list[EndpointRequest] = Field(default_factory=list)
     """Several inference sites with weights, served as one pool."""
-    server_profile: Literal["auto", "vllm", "sglang", "openai"] = "auto"
+    server_profile: Literal["auto", "vllm", "sglang", "llamacpp", "openai"] = "auto"
     routed_experts: bool = False
+    token_mode: bool = False
+    """Send prompts as token ids (docs/policies.md); refused before the job starts when an
+    endpoint cannot take ids."""
+    tokenizer: str | None = None
+    """Token mode: a Hugging Face tokenizer that renders new messages (needed for SGLang)."""
+    tool_parser: Literal["auto", "hermes", "fenced", "llama"] = "auto"
+    """Token mode: how tool calls are read from the sampled text."""
 
     @model_validator(mode="after")
     def _one_target(self) -> JobPolicy:
@@ -62,11 +77,17 @@ class Sampling(Wire):
     seed: int | None = None
 
 
+MAX_GROUP_SIZE = 4096
+MAX_RETRIES = 20
+
+
 class JobRequest(Wire):
+    """A rollout job, the one model of it from the CLI to the API to the store."""
+
     tasks: list[str] = Field(min_length=1)
     """Task ids known to the server (``GET /v1/tasks``)."""
     policy: JobPolicy
-    group_size: int = Field(default=1, ge=1, le=4096)
+    group_size: int = Field(default=1, ge=1, le=MAX_GROUP_SIZE)
     sampling: Sampling = Field(default_factory=Sampling)
     concurrency: int | None = Field(default=None, ge=1)
     """Episodes of this job running at once, across all workers (None: the workers' limit)."""
@@ -77,7 +98,7 @@ class JobRequest(Wire):
     stale_policy: StalePolicy = "drop"
     """A group that still arrives too stale is dropped and rerun (``drop``) or delivered with
     ``stale: true`` (``mark``)."""
-    max_retries: int = Field(default=2, ge=0, le=20)
+    max_retries: int = Field(default=2, ge=0, le=MAX_RETRIES)
     """Extra attempts of an episode that failed for an infrastructure reason."""
     max_turns: int = Field(default=50, ge=1)
     context_budget: int | None = Field(default=None, ge=1)
@@ -85,6 +106,9 @@ class JobRequest(Wire):
     judge: JudgeRequest | None = None
     """Without one, rubric tasks are graded by their tests alone and flagged
     ``rubric:unjudged`` when the policy is built in, else their rewards are invalid."""
+    allow_unjudged: bool = False
+    """Grade rubric tasks by their tests alone when no judge is given (flagged
+    ``rubric:unjudged``); implied by the built-in policies."""
     leave_one_out: bool = False
     name: str | None = Field(default=None, max_length=200)
 

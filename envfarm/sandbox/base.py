@@ -1,10 +1,14 @@
 """The ``Sandbox`` interface: one environment an agent works in.
 
-Five primitives (start, exec, read_file, write_file, stop), and ``fork_clean`` for a verifier
-that must not run where the agent did; everything else (directory upload, helpers) is a free
-function over them in ``sandbox.files``, so every backend stays small.
+Five primitives (start, exec, read_file, write_file, stop); everything else (directory upload,
+helpers) is a free function over them in ``sandbox.files``, so every backend stays small.
 ``stop`` is idempotent and shielded from cancellation: a Ctrl-C during an episode still tears
 the environment down.
+
+What grading needs beyond the primitives is an optional capability, ``VerifierPhases``, that a
+backend's sandbox may also implement: switching to the verifier phase's network, and a clean
+fork for a verifier that must not run where the agent did. Grading decides when and with which
+network (``grading/session.py``); the sandbox only carries it out.
 """
 
 from __future__ import annotations
@@ -67,26 +71,6 @@ class Sandbox(ABC):
         """Who runs a command that names no user (the image's user); None: root."""
         return None
 
-    async def enter_verifier_phase(self) -> None:
-        """Switch to the settings of the verifier phase (the task's ``[verifier]``
-        ``network_mode``); called once, after the agent and before grading. SandboxError when
-        it cannot be done. Here: nothing to switch (a backend without networks)."""
-        return
-
-    async def fork_clean(self) -> Sandbox:
-        """A fresh, started sandbox of this one's environment, for a verifier that trusts
-        nothing the agent touched (docs/grading.md, clean-room grading).
-
-        It runs the same image with the same limits and hardening, and shares this sandbox's
-        sidecars, network and volumes (a database keeps what the agent did to it), but none of
-        its filesystem. This sandbox's own processes are stopped first and it takes no more
-        commands; its ``stop()`` still removes everything, the fork included. The caller
-        stops the fork when done. SandboxError when the backend cannot do it."""
-        raise SandboxError(
-            f"{type(self).__name__} cannot start a clean verifier sandbox; grade in the agent's "
-            'with [verifier] environment_mode = "shared"'
-        )
-
     @abstractmethod
     async def _teardown(self) -> None: ...
 
@@ -109,6 +93,38 @@ class Sandbox(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+class VerifierPhases(ABC):
+    """The optional capability of a sandbox that grading uses around the verifier."""
+
+    @abstractmethod
+    async def enter_verifier_phase(self, *, network: bool) -> None:
+        """Give the running sandbox the verifier phase's network access (``network``: public,
+        else none; an environment network and its sidecars stay as they are). Called once,
+        after the agent and before grading. SandboxError when it cannot be done."""
+
+    @abstractmethod
+    async def fork_clean(self, *, network: bool) -> Sandbox:
+        """A fresh, started sandbox of this one's environment, for a verifier that trusts
+        nothing the agent touched (docs/grading.md, clean-room grading), with ``network``.
+
+        It runs the same image with the same limits and hardening, and shares this sandbox's
+        sidecars, network and volumes (a database keeps what the agent did to it), but none of
+        its filesystem. This sandbox's own processes are stopped first and it takes no more
+        commands; its ``stop()`` still removes everything, the fork included. The caller
+        stops the fork when done. SandboxError when the backend cannot do it."""
+
+
+def verifier_phases(sandbox: Sandbox) -> VerifierPhases:
+    """``sandbox`` as ``VerifierPhases``; SandboxError when its backend does not offer it."""
+    if isinstance(sandbox, VerifierPhases):
+        return sandbox
+    raise SandboxError(
+        f"{type(sandbox).__name__} cannot change phases or start a clean verifier sandbox; "
+        "grade in the agent's with [verifier] environment_mode = \"shared\" and the agent's "
+        "network_mode"
+    )
 
 
 class PreparedImage(BaseModel):

@@ -116,6 +116,11 @@ Seconds = Annotated[float, Field(gt=0)]
 UserName = Annotated[str | None, BeforeValidator(_user_name)]
 
 
+EnvironmentMode = Literal["clean", "shared", "separate"]
+"""Where the verifier runs (docs/grading.md): a fresh container with the agent's changes, the
+agent's own, or a fresh one with the declared artifacts alone (Harbor's modes)."""
+
+
 class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -266,7 +271,7 @@ class VerifierConfig(_Table):
     env: EnvVars = Field(default_factory=dict)
     """Values keep ``${VAR}`` / ``${VAR:-default}`` templates; resolved when grading."""
     user: UserName = None
-    environment_mode: Literal["clean", "shared", "separate"] = "clean"
+    environment_mode: EnvironmentMode = "clean"
     """Where tests/test.sh runs (docs/grading.md). ``clean``, envfarm's default and an extension
     of Harbor's field: a fresh main container of the environment that receives only what the
     agent changed in the workdir and the declared ``artifacts``, with the workdir's original

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from envfarm.models.jobs import JobRequest
+from envfarm.models.jobs import JobRequest, TaskKey
 from envfarm.models.trajectory import Trajectory
 from envfarm.store.schema import episodes, groups, jobs, policy_versions, trajectories
 
@@ -218,17 +218,17 @@ def mark_running(conn: Connection, job_ids: Collection[str]) -> None:
     )
 
 
-def job_task_hashes(conn: Connection, statuses: Collection[str]) -> dict[str, set[str]]:
-    """For each job in ``statuses``: the content hashes of its tasks that still have work."""
+def job_task_hashes(conn: Connection, statuses: Collection[str]) -> dict[str, set[TaskKey]]:
+    """For each job in ``statuses``: its tasks that still have work, as (id, content hash)."""
     rows = conn.execute(
         select(groups.c.job_id, groups.c.task_hash, groups.c.task_id)
         .join(jobs, jobs.c.id == groups.c.job_id)
         .where(jobs.c.status.in_(list(statuses)), groups.c.state.in_(("pending", "running")))
         .distinct()
     ).all()
-    found: dict[str, set[str]] = {}
+    found: dict[str, set[TaskKey]] = {}
     for row in rows:
-        found.setdefault(row.job_id, set()).add(f"{row.task_id}\0{row.task_hash}")
+        found.setdefault(row.job_id, set()).add(TaskKey(row.task_id, row.task_hash))
     return found
 
 

@@ -34,7 +34,6 @@ jobs = Table(
     Column("concurrency", Integer),
     Column("max_staleness", Integer),
     Column("stale_policy", String(8), nullable=False),
-    Column("group_size", Integer, nullable=False),
     Column("max_retries", Integer, nullable=False),
     Column("request", Text, nullable=False),
     Column("last_cursor", Integer, nullable=False, default=0),

@@ -1,7 +1,8 @@
 """The job store's front: jobs, policy versions, delivery cursors, workers.
 
 Every method is one transaction, run on the store's own threads (``envfarm.store.engine``).
-Episode leasing and result recording live in ``envfarm.store.episodes``; this module submits
+Episode leasing lives in ``envfarm.store.leases``, result recording in ``envfarm.store.results``,
+groups in ``envfarm.store.groups`` and read models in ``envfarm.store.views``; this module submits
 jobs, changes their status, publishes versions and serves delivered groups in cursor order.
 """
 
@@ -21,16 +22,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from envfarm.errors import EnvfarmError, InvalidJobState, JobNotFound, StoreError
+from envfarm.errors import EnvfarmError, InvalidJobState, StoreError
 from envfarm.models.jobs import (
-    TERMINAL_STATUSES,
-    GroupMeta,
-    JobCounts,
+    JobAction,
     JobRequest,
     JobStatus,
     JobView,
     RawGroup,
-    redacted,
+    TaskKey,
 )
 from envfarm.models.trajectory import Trajectory
 from envfarm.store import groups as grp
@@ -39,21 +38,20 @@ from envfarm.store import results as rs
 from envfarm.store.engine import is_sqlite, normalize_url, open_engine
 from envfarm.store.migrate import upgrade
 from envfarm.store.schema import (
-    attempts,
     consumers,
     episodes,
     groups,
     jobs,
     metadata,
     policy_versions,
-    trajectories,
     workers,
 )
+from envfarm.store.views import delivered_group, job_row, job_view
 
 T = TypeVar("T")
 VERSIONS_LOCK_KEY = 0x76657273  # "vers": publications take the next sequence number one at a time
 
-_TRANSITIONS: dict[str, tuple[tuple[JobStatus, ...], JobStatus]] = {
+_TRANSITIONS: dict[JobAction, tuple[tuple[JobStatus, ...], JobStatus]] = {
     "pause": (("queued", "running"), "paused"),
     "resume": (("paused",), "running"),
     "cancel": (("queued", "running", "paused"), "cancelled"),
@@ -138,7 +136,6 @@ class Store:
                     concurrency=request.concurrency,
                     max_staleness=request.max_staleness,
                     stale_policy=request.stale_policy,
-                    group_size=request.group_size,
                     max_retries=request.max_retries,
                     request=request_json(request),
                     last_cursor=0,
@@ -153,28 +150,28 @@ class Store:
         return await self.transaction(create)
 
     async def job(self, job_id: str) -> JobView:
-        return await self.transaction(lambda conn: _job_view(conn, _job_row(conn, job_id)))
+        return await self.transaction(lambda conn: job_view(conn, job_row(conn, job_id)))
 
     async def jobs(self) -> list[JobView]:
         def read(conn: Connection) -> list[JobView]:
             rows = conn.execute(select(jobs).order_by(jobs.c.created_at)).mappings().all()
-            return [_job_view(conn, row) for row in rows]
+            return [job_view(conn, row) for row in rows]
 
         return await self.transaction(read)
 
     async def job_request(self, job_id: str) -> JobRequest:
         def read(conn: Connection) -> JobRequest:
-            return JobRequest.model_validate_json(_job_row(conn, job_id)["request"])
+            return JobRequest.model_validate_json(job_row(conn, job_id)["request"])
 
         return await self.transaction(read)
 
-    async def transition(self, job_id: str, action: str) -> JobView:
+    async def transition(self, job_id: str, action: JobAction) -> JobView:
         allowed, target = _TRANSITIONS[action]
 
         def change(conn: Connection) -> JobView:
-            row = _job_row(conn, job_id)
+            row = job_row(conn, job_id)
             if row["status"] == target:
-                return _job_view(conn, row)
+                return job_view(conn, row)
             if row["status"] not in allowed:
                 raise InvalidJobState(f"job {job_id} is {row['status']}: cannot {action} it")
             conn.execute(
@@ -182,7 +179,7 @@ class Store:
                 .where(jobs.c.id == job_id)
                 .values(status=target, updated_at=time.time())
             )
-            return _job_view(conn, _job_row(conn, job_id))
+            return job_view(conn, job_row(conn, job_id))
 
         return await self.transaction(change)
 
@@ -193,7 +190,7 @@ class Store:
 
         return await self.transaction(read)
 
-    # Episodes (envfarm.store.episodes)
+    # Episodes (envfarm.store.leases, envfarm.store.results)
 
     async def lease(
         self, worker: str, slots: int, lease_s: float, ready: Collection[str]
@@ -228,8 +225,8 @@ class Store:
     async def fail_task(self, job_id: str, task_hash: str, message: str) -> bool:
         return await self.transaction(lambda conn: grp.fail_task(conn, job_id, task_hash, message))
 
-    async def open_work(self) -> dict[str, set[str]]:
-        """Jobs that may still run episodes, each with its ``task_id\\0task_hash`` keys."""
+    async def open_work(self) -> dict[str, set[TaskKey]]:
+        """Jobs that may still run episodes, each with the tasks that still have work."""
         return await self.transaction(
             lambda conn: grp.job_task_hashes(conn, ("queued", "running", "paused"))
         )
@@ -249,7 +246,7 @@ class Store:
         order, and the job's last cursor."""
 
         def read(conn: Connection) -> tuple[list[RawGroup], int]:
-            job = _job_row(conn, job_id)
+            job = job_row(conn, job_id)
             start = after if after is not None else _acked(conn, job_id, consumer)
             rows = conn.execute(
                 select(groups)
@@ -257,14 +254,14 @@ class Store:
                 .order_by(groups.c.cursor)
                 .limit(limit)
             ).mappings()
-            found = [_delivered(conn, row) for row in rows]
+            found = [delivered_group(conn, row) for row in rows]
             return found, int(job["last_cursor"])
 
         return await self.transaction(read)
 
     async def ack(self, job_id: str, cursor: int, consumer: str) -> int:
         def write(conn: Connection) -> int:
-            job = _job_row(conn, job_id)
+            job = job_row(conn, job_id)
             if cursor > job["last_cursor"] or cursor < 0:
                 raise InvalidJobState(
                     f"cursor {cursor} of job {job_id} was never delivered "
@@ -323,7 +320,7 @@ class Store:
 
     async def task_hashes(self, job_id: str) -> dict[str, str]:
         def read(conn: Connection) -> dict[str, str]:
-            _job_row(conn, job_id)
+            job_row(conn, job_id)
             rows = conn.execute(
                 select(groups.c.task_id, groups.c.task_hash).where(groups.c.job_id == job_id)
             ).all()
@@ -401,13 +398,6 @@ class Store:
         )
 
 
-def _job_row(conn: Connection, job_id: str) -> Any:
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
-    if row is None:
-        raise JobNotFound(f"no job {job_id!r}", field="job_id")
-    return row
-
-
 def _acked(conn: Connection, job_id: str, consumer: str) -> int:
     acked = conn.execute(
         select(consumers.c.acked).where(consumers.c.job_id == job_id, consumers.c.name == consumer)
@@ -424,85 +414,3 @@ def _create_consumer(conn: Connection, job_id: str, consumer: str) -> None:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     values = {"job_id": job_id, "name": consumer, "acked": 0, "updated_at": time.time()}
     conn.execute(dialect.insert(consumers).values(**values).on_conflict_do_nothing())
-
-
-def _delivered(conn: Connection, group: Any) -> RawGroup:
-    rows = conn.execute(
-        select(trajectories.c.data)
-        .join(episodes, episodes.c.id == trajectories.c.episode_id)
-        .where(trajectories.c.group_id == group["id"])
-        .order_by(episodes.c.index)
-    ).all()
-    meta = GroupMeta(
-        cursor=group["cursor"],
-        group_id=group["id"],
-        task_id=group["task_id"],
-        dispatch_version=group["dispatch_version"],
-        staleness=group["staleness"],
-        stale=bool(group["stale"]),
-        zero_variance=group["zero_variance"],
-    )
-    return RawGroup(meta, [row.data for row in rows])
-
-
-def _job_view(conn: Connection, row: Any) -> JobView:
-    job_id = row["id"]
-    by_state: dict[str, int] = dict(
-        conn.execute(
-            select(episodes.c.state, func.count())
-            .where(episodes.c.job_id == job_id)
-            .group_by(episodes.c.state)
-        ).all()
-    )
-    group_states: dict[str, int] = dict(
-        conn.execute(
-            select(groups.c.state, func.count())
-            .where(groups.c.job_id == job_id)
-            .group_by(groups.c.state)
-        ).all()
-    )
-    final = attempts.c.final.is_(True)
-    totals = conn.execute(
-        select(
-            func.count(),
-            func.sum(attempts.c.valid.cast(type_=attempts.c.attempt.type)).filter(final),
-            func.count().filter(final, attempts.c.valid.is_(False), attempts.c.infrastructure),
-            func.avg(attempts.c.reward).filter(final, attempts.c.valid.is_(True)),
-        ).where(attempts.c.job_id == job_id)
-    ).one()
-    acked: dict[str, int] = {
-        name: int(cursor)
-        for name, cursor in conn.execute(
-            select(consumers.c.name, consumers.c.acked).where(consumers.c.job_id == job_id)
-        ).all()
-    }
-    request = JobRequest.model_validate_json(row["request"])
-    live_groups = sum(n for state, n in group_states.items() if state != "dropped")
-    return JobView(
-        id=job_id,
-        status=row["status"],
-        request=redacted(request),
-        counts=JobCounts(
-            episodes=sum(n for state, n in by_state.items()),
-            queued=by_state.get("queued", 0),
-            running=by_state.get("leased", 0),
-            completed=by_state.get("done", 0),
-            valid=int(totals[1] or 0),
-            infra_errors=int(totals[2] or 0),
-            attempts=int(totals[0] or 0),
-            groups=live_groups,
-            groups_completed=group_states.get("completed", 0),
-            groups_dropped=group_states.get("dropped", 0),
-            groups_acked=max(acked.values(), default=0),
-            mean_reward=None if totals[3] is None else float(totals[3]),
-        ),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        error=row["error"],
-        last_cursor=row["last_cursor"],
-        consumers=acked,
-    )
-
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL_STATUSES

@@ -13,7 +13,13 @@ import itertools
 from collections.abc import Awaitable, Callable
 
 from envfarm.errors import EnvfarmError, SandboxError, SandboxGone
-from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.base import (
+    ExecResult,
+    PreparedImage,
+    Sandbox,
+    SandboxBackend,
+    VerifierPhases,
+)
 from envfarm.spec.task import Task
 
 ExecHandler = Callable[[str], Awaitable[ExecResult] | ExecResult]
@@ -23,7 +29,7 @@ def ok(stdout: str = "") -> ExecResult:
     return ExecResult(exit_code=0, stdout=stdout, stderr="")
 
 
-class FakeSandbox(Sandbox):
+class FakeSandbox(Sandbox, VerifierPhases):
     _ids = itertools.count()
 
     def __init__(
@@ -43,6 +49,8 @@ class FakeSandbox(Sandbox):
         self.factory: Callable[[], Sandbox] | None = None
         """Makes the sandbox ``fork_clean`` returns (the backend sets it)."""
         self.forks: list[Sandbox] = []
+        self.network: bool | None = None
+        """The network the verifier phase was given (None: no phase change yet)."""
 
     async def start(self) -> None:
         if self.start_error is not None:
@@ -87,7 +95,11 @@ class FakeSandbox(Sandbox):
             raise OSError(f"sandbox paths must be absolute, got {path!r}")
         self.files[path] = data
 
-    async def fork_clean(self) -> Sandbox:
+    async def enter_verifier_phase(self, *, network: bool) -> None:
+        self._check()
+        self.network = network
+
+    async def fork_clean(self, *, network: bool) -> Sandbox:
         """A new sandbox from ``factory`` (its own empty files), started; this one stops."""
         self._check()
         if self.factory is None:

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
-from envfarm.controller.job import Job, JobConfig
+from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.policy.openai import OpenAIPolicy
@@ -199,7 +199,7 @@ async def test_sandbox_death_is_an_infrastructure_error_and_retried(backend, tmp
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-episode"
         )
-        job = Job([task], runner, JobConfig(max_retries=1))
+        job = Job([task], runner, request_for([task], runner, max_retries=1))
         result = await job.run()
     assert (await backend.prepare(task)).cached  # built once, by the job
     [trajectory] = result.trajectories

@@ -10,7 +10,7 @@ import pytest
 
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
-from envfarm.controller.job import Job, JobConfig, JobEvents
+from envfarm.controller.job import Job, JobEvents, request_for
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.controller.worker import Worker, WorkerConfig
 from envfarm.errors import PolicyConfigError
@@ -62,8 +62,9 @@ async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path):
         job = Job(
             [task],
             runner,
-            JobConfig(group_size=3, concurrency=1),
+            request_for([task], runner, group_size=3),
             JobEvents(on_group=lambda g: seen.append([t.episode_id for t in g])),
+            worker=WorkerConfig(concurrency=1),
         )
         result = await job.run()
     assert len(result.trajectories) == 3
@@ -83,7 +84,7 @@ async def test_missing_reward_is_invalid_and_not_retried(tmp_path):
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
         )
-        result = await Job([task], runner, JobConfig(max_retries=2)).run()
+        result = await Job([task], runner, request_for([task], runner, max_retries=2)).run()
     [trajectory] = result.trajectories
     assert trajectory.reward.valid is False
     assert trajectory.attempt == 0
@@ -109,8 +110,9 @@ async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
         )
-        config = JobConfig(group_size=2, build_retry_s=0.05)
-        result = await asyncio.wait_for(Job([task], runner, config).run(), 60)
+        request = request_for([task], runner, group_size=2)
+        job = Job([task], runner, request, worker=WorkerConfig(build_retry_s=0.05))
+        result = await asyncio.wait_for(job.run(), 60)
     assert len(result.trajectories) == 2
     for trajectory in result.trajectories:
         assert trajectory.error is not None

@@ -15,6 +15,7 @@ import pytest
 
 from envfarm.errors import SandboxGone, SandboxStartError
 from envfarm.k8s.api import CONFIG_MAPS, PODS
+from envfarm.sandbox.base import verifier_phases
 from envfarm.sandbox.kubernetes.backend import (
     LABEL_OWNER_HOST,
     LABEL_OWNER_PROCESS,
@@ -204,8 +205,10 @@ async def test_verifier_phase_switches_the_network_label(tmp_path, plain_task):
     sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-8")
     await sandbox.start()
     assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"
-    await sandbox.enter_verifier_phase()
-    assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"  # verifier: no network
+    await verifier_phases(sandbox).enter_verifier_phase(network=True)
+    assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "internet"
+    await verifier_phases(sandbox).enter_verifier_phase(network=False)
+    assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"
     await sandbox.stop()
     await backend.close()
     await cluster.api.close()

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import EnvironmentUnsupported, SandboxError
-from envfarm.grading.base import Grader
+from envfarm.grading.base import Graded, Grader
 from envfarm.grading.session import EpisodeGrading
 from envfarm.k8s.api import PODS
 from envfarm.models.trajectory import Reward
-from envfarm.sandbox.base import ExecResult, Sandbox
+from envfarm.sandbox.base import ExecResult, Sandbox, verifier_phases
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.podfork import LABEL_VERIFIER_OF
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
@@ -113,7 +113,7 @@ class RecordingGrader(Grader):
         self.files: dict[str, dict[str, str]] = {}
         self.commands: list[str] = []
 
-    async def grade(self, sandbox: Sandbox, task: Task) -> Reward:
+    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
         self.graded_in = sandbox
         self.pods = self.api.objects(PODS)
         container = self.runtime.sandbox_of(self.pods[-1])
@@ -121,7 +121,7 @@ class RecordingGrader(Grader):
         self.files = {where: container.tree(where) for where in ("/app", "/tmp")}
         self.commands = list(container.commands)
         calc = (await sandbox.read_file("/app/calc.py")).decode()
-        return Reward(value=1.0 if "a + b" in calc else 0.0, valid=True)
+        return Graded(Reward(value=1.0 if "a + b" in calc else 0.0, valid=True))
 
 
 def in_mode(task: Task, mode: str, workdir: str | None = None) -> Task:
@@ -211,7 +211,7 @@ async def test_a_compose_task_in_clean_mode_is_refused_before_any_episode(cluste
     await sandbox.start()
     sandbox.task = in_mode(task, "clean")  # as if made without prepare: still refused
     with pytest.raises(EnvironmentUnsupported):
-        await sandbox.fork_clean()
+        await verifier_phases(sandbox).fork_clean(network=False)
     assert len(api.objects(PODS)) == 1
     await sandbox.stop()
     assert api.objects(PODS) == []

@@ -15,8 +15,8 @@ from envfarm.policy import (
 
 
 def test_one_policy_value_is_a_target() -> None:
-    assert policy_fields(["oracle"]) == {"target": "oracle"}
-    assert policy_fields(["http://a:8000/v1"]) == {"target": "http://a:8000/v1"}
+    assert policy_fields(["oracle"]) == {"base_url": "oracle"}
+    assert policy_fields(["http://a:8000/v1"]) == {"base_url": "http://a:8000/v1"}
 
 
 def test_repeated_policy_values_are_weighted_endpoints() -> None:

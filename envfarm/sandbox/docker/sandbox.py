@@ -42,7 +42,7 @@ from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
-from envfarm.sandbox.base import ExecResult, Sandbox
+from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
@@ -79,7 +79,8 @@ class DockerSandboxConfig(BaseModel):
     network: bool = False
     """False: ``--network none``. True: the default bridge (the task asked for the network)."""
     verifier_network: bool | None = None
-    """Network access from ``enter_verifier_phase`` on; None: the same as ``network``."""
+    """The task's verifier-phase network access, so a container whose network will change is
+    created ready for it (grading decides when); None: the same as ``network``."""
     cpus: float = 1.0
     memory_mb: int = 2048
     storage_mb: int | None = None
@@ -122,7 +123,7 @@ def _remove_live_containers() -> None:
 atexit.register(_remove_live_containers)
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(Sandbox, VerifierPhases):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None
@@ -255,12 +256,12 @@ class DockerSandbox(Sandbox):
         cfg = self.config
         return cfg.verifier_network is not None and cfg.verifier_network != cfg.network
 
-    async def enter_verifier_phase(self) -> None:
-        """Give the container the verifier phase's network access: join or leave the default
-        bridge (an environment network and its sidecars stay as they are)."""
-        if self._container is None or not self._network_changes():
+    async def enter_verifier_phase(self, *, network: bool) -> None:
+        """Join or leave the default bridge (an environment network and its sidecars stay as
+        they are)."""
+        if self._container is None or network == self.config.network:
             return
-        public = bool(self.config.verifier_network)
+        public = network
         await asyncio.to_thread(switch_default_bridge, self.container_id, public)
         self.config = self.config.model_copy(update={"network": public})
         if not public:
@@ -357,17 +358,15 @@ class DockerSandbox(Sandbox):
         except SandboxGone as exc:
             await self._explain_gone(exc)
 
-    async def fork_clean(self) -> Sandbox:
+    async def fork_clean(self, *, network: bool) -> Sandbox:
         """Kill this container (it stays until teardown), then start a fresh one of the same
-        configuration (image, limits, aliases, volumes), with the verifier phase's network."""
+        configuration (image, limits, aliases, volumes) with ``network``."""
         if self._container is None:
             raise SandboxError("sandbox is not started")
         if self._channel is not None:
             self._channel.close()
         await asyncio.to_thread(_kill, self._container)
-        config = self.config
-        if config.verifier_network is not None:
-            config = config.model_copy(update={"network": config.verifier_network})
+        config = self.config.model_copy(update={"network": network, "verifier_network": None})
         clean = DockerSandbox(config)
         self._forks.append(clean)
         await clean.start()

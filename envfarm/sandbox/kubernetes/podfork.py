@@ -42,15 +42,15 @@ def check_task(task: Task) -> None:
     )
 
 
-def fork_pod(pod: KubeObject, task: Task, name: str) -> KubeObject:
-    """The verifier's pod: ``pod`` (the agent's spec) renamed, with the verifier's network."""
+def fork_pod(pod: KubeObject, name: str, *, network: bool) -> KubeObject:
+    """The verifier's pod: ``pod`` (the agent's spec) renamed, with ``network``."""
     fork = copy.deepcopy(pod)
     metadata = fork["metadata"]
     for key in ("generateName", "uid", "resourceVersion", "creationTimestamp"):
         metadata.pop(key, None)
     metadata["name"] = f"{name}{FORK_SUFFIX}"
-    network = "internet" if task.config.verifier_network() else "none"
-    metadata["labels"] = {**metadata.get("labels", {}), LABEL_NETWORK: network}
+    label = "internet" if network else "none"
+    metadata["labels"] = {**metadata.get("labels", {}), LABEL_NETWORK: label}
     metadata["labels"][LABEL_VERIFIER_OF] = label_value(name)
     fork.pop("status", None)
     return fork

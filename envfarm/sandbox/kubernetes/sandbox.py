@@ -29,7 +29,7 @@ from envfarm.errors import (
     SandboxStartError,
 )
 from envfarm.k8s.api import PODS, KubeObject
-from envfarm.sandbox.base import ExecResult, Sandbox
+from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.kubernetes.podfork import check_task, fork_pod
 from envfarm.sandbox.kubernetes.podspec import HELPER_PATH, LABEL_NETWORK, MAIN_CONTAINER
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 DELETE_WAIT_S = 120.0
 
 
-class KubernetesSandbox(Sandbox):
+class KubernetesSandbox(Sandbox, VerifierPhases):
     def __init__(
         self,
         backend: KubernetesBackend,
@@ -169,10 +169,10 @@ class KubernetesSandbox(Sandbox):
         except SandboxGone as exc:
             await self._explain_gone(exc)
 
-    async def enter_verifier_phase(self) -> None:
-        """The verifier's network setting: the NetworkPolicy follows the pod's label."""
-        network = "internet" if self.task.config.verifier_network() else "none"
-        patch = {"metadata": {"labels": {LABEL_NETWORK: network}}}
+    async def enter_verifier_phase(self, *, network: bool) -> None:
+        """The NetworkPolicy follows the pod's label."""
+        label = "internet" if network else "none"
+        patch = {"metadata": {"labels": {LABEL_NETWORK: label}}}
         try:
             await self.backend.api.patch(PODS, self.namespace, self.name, patch)
         except KubeError as exc:
@@ -180,9 +180,9 @@ class KubernetesSandbox(Sandbox):
                 f"could not switch {self.name} to the verifier's network: {exc}"
             ) from exc
 
-    async def fork_clean(self) -> Sandbox:
+    async def fork_clean(self, *, network: bool) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
-        spec with the verifier phase's network; EnvironmentUnsupported with sidecars."""
+        spec with ``network``; EnvironmentUnsupported with sidecars."""
         check_task(self.task)
         if self._channel is None or self._retired:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
@@ -194,7 +194,7 @@ class KubernetesSandbox(Sandbox):
             pass
         except KubeError as exc:
             raise SandboxError(f"could not stop environment pod {self.name}: {exc}") from exc
-        pod = fork_pod(self.pod, self.task, self.name)
+        pod = fork_pod(self.pod, self.name, network=network)
         fork = KubernetesSandbox(self.backend, self.task, pod, self.run_id, cold=True)
         self._forks.append(fork)
         await fork.start()

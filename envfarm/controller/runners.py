@@ -1,0 +1,78 @@
+"""The one way a job's request becomes an ``EpisodeRunner``: ``envfarm run``, ``envfarm check``
+and the controller service all open their runners here, so a flag and an API field mean the
+same thing everywhere.
+
+The runner holds the job's open policy (a built-in server or an endpoint pool) and its rubric
+judge; both close when the context exits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
+from envfarm.controller.versions import PolicyVersionBoard
+from envfarm.grading.base import Grader
+from envfarm.grading.judges import RubricGrading
+from envfarm.grading.script import TestScriptGrader
+from envfarm.models.jobs import JobPolicy, JobRequest
+from envfarm.policy.base import SamplingParams
+from envfarm.policy.builtin import BUILTIN_POLICIES
+from envfarm.sandbox.base import SandboxBackend
+from envfarm.sandbox.pool import WarmPools
+
+
+def policy_spec(policy: JobPolicy) -> PolicySpec:
+    return PolicySpec.model_validate(
+        {
+            "target": policy.base_url,
+            "model": policy.model,
+            "api_key": policy.api_key,
+            "endpoints": [e.model_dump() for e in policy.endpoints],
+            "server_profile": policy.server_profile,
+            "routed_experts": policy.routed_experts,
+            "token_mode": policy.token_mode,
+            "tokenizer": policy.tokenizer,
+            "tool_parser": policy.tool_parser,
+        }
+    )
+
+
+def judge_spec(request: JobRequest) -> JudgeSpec | None:
+    judge = request.judge
+    return JudgeSpec.model_validate(judge.model_dump()) if judge else None
+
+
+@asynccontextmanager
+async def open_runner(
+    request: JobRequest,
+    backend: SandboxBackend,
+    *,
+    run_id: str,
+    versions: PolicyVersionBoard | None = None,
+    artifacts_dir: Path | None = None,
+    pools: WarmPools | None = None,
+    grader: Grader | None = None,
+) -> AsyncIterator[EpisodeRunner]:
+    """The runner of ``request``'s episodes on ``backend``; ``artifacts_dir``: where each
+    episode's grading artifacts go; ``grader``: default ``TestScriptGrader``."""
+    builtin = request.policy.base_url in BUILTIN_POLICIES
+    async with (
+        open_policy(policy_spec(request.policy), versions) as policy,
+        open_judge(judge_spec(request)) as judge,
+    ):
+        yield EpisodeRunner(
+            backend=backend,
+            policy=policy,
+            grader=grader or TestScriptGrader(),
+            run_id=run_id,
+            sampling=SamplingParams(**request.sampling.model_dump()),
+            max_turns=request.max_turns,
+            rubrics=RubricGrading(judge, allow_unjudged=request.allow_unjudged or builtin),
+            context_budget=request.context_budget,
+            artifacts_dir=artifacts_dir,
+            pools=pools,
+        )

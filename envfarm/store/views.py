@@ -1,0 +1,109 @@
+"""Read models of the store: a job's row and its view (with its counts), a delivered group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from envfarm.errors import JobNotFound
+from envfarm.models.jobs import (
+    TERMINAL_STATUSES,
+    GroupMeta,
+    JobCounts,
+    JobRequest,
+    JobView,
+    RawGroup,
+    redacted,
+)
+from envfarm.store.schema import attempts, consumers, episodes, groups, jobs, trajectories
+
+
+def job_row(conn: Connection, job_id: str) -> Any:
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+    if row is None:
+        raise JobNotFound(f"no job {job_id!r}", field="job_id")
+    return row
+
+
+def delivered_group(conn: Connection, group: Any) -> RawGroup:
+    rows = conn.execute(
+        select(trajectories.c.data)
+        .join(episodes, episodes.c.id == trajectories.c.episode_id)
+        .where(trajectories.c.group_id == group["id"])
+        .order_by(episodes.c.index)
+    ).all()
+    meta = GroupMeta(
+        cursor=group["cursor"],
+        group_id=group["id"],
+        task_id=group["task_id"],
+        dispatch_version=group["dispatch_version"],
+        staleness=group["staleness"],
+        stale=bool(group["stale"]),
+        zero_variance=group["zero_variance"],
+    )
+    return RawGroup(meta, [row.data for row in rows])
+
+
+def job_view(conn: Connection, row: Any) -> JobView:
+    job_id = row["id"]
+    by_state: dict[str, int] = dict(
+        conn.execute(
+            select(episodes.c.state, func.count())
+            .where(episodes.c.job_id == job_id)
+            .group_by(episodes.c.state)
+        ).all()
+    )
+    group_states: dict[str, int] = dict(
+        conn.execute(
+            select(groups.c.state, func.count())
+            .where(groups.c.job_id == job_id)
+            .group_by(groups.c.state)
+        ).all()
+    )
+    final = attempts.c.final.is_(True)
+    totals = conn.execute(
+        select(
+            func.count(),
+            func.sum(attempts.c.valid.cast(type_=attempts.c.attempt.type)).filter(final),
+            func.count().filter(final, attempts.c.valid.is_(False), attempts.c.infrastructure),
+            func.avg(attempts.c.reward).filter(final, attempts.c.valid.is_(True)),
+        ).where(attempts.c.job_id == job_id)
+    ).one()
+    acked: dict[str, int] = {
+        name: int(cursor)
+        for name, cursor in conn.execute(
+            select(consumers.c.name, consumers.c.acked).where(consumers.c.job_id == job_id)
+        ).all()
+    }
+    request = JobRequest.model_validate_json(row["request"])
+    live_groups = sum(n for state, n in group_states.items() if state != "dropped")
+    return JobView(
+        id=job_id,
+        status=row["status"],
+        request=redacted(request),
+        counts=JobCounts(
+            episodes=sum(n for state, n in by_state.items()),
+            queued=by_state.get("queued", 0),
+            running=by_state.get("leased", 0),
+            completed=by_state.get("done", 0),
+            valid=int(totals[1] or 0),
+            infra_errors=int(totals[2] or 0),
+            attempts=int(totals[0] or 0),
+            groups=live_groups,
+            groups_completed=group_states.get("completed", 0),
+            groups_dropped=group_states.get("dropped", 0),
+            groups_acked=max(acked.values(), default=0),
+            mean_reward=None if totals[3] is None else float(totals[3]),
+        ),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        error=row["error"],
+        last_cursor=row["last_cursor"],
+        consumers=acked,
+    )
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES
