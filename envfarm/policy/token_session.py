@@ -3,17 +3,16 @@
 The agent still speaks messages (``PolicyClient.complete``); this client turns them into ids so
 that every prompt of a context extends the previous one by construction:
 
-    prompt(k+1) = prompt(k) + completion(k) + closing + rendered(new messages)
+    prompt(k+1) = prompt(k) + completion(k) + [end] + rendered(new messages)
 
 - ``completion(k)``: exactly the ids the model sampled (never the template's re-rendering of
   the parsed message, which differs: whitespace, key order, a cut-off tool call);
-- ``closing``: the template's end of an assistant message (Qwen: ``<|im_end|>\\n``), less what
-  the model already sampled of it (its end-of-turn token);
-- ``rendered(new messages)``: the template's ids for the tool results and user messages
-  appended since, with the generation prompt: the ids of the whole history rendered with them,
-  minus the ids of the history rendered up to the assistant message (both by the same template,
-  so the difference is exact when the template is append-only, which chat templates are for
-  appended messages).
+- ``end``: the template's end-of-message token (Qwen: ``<|im_end|>``), unless the model sampled
+  it as its last token (a completion cut at ``max_tokens`` did not);
+- ``rendered(new messages)``: what the template renders after that token when the history is
+  rendered with the new messages and the generation prompt. The history up to the last prompt
+  is rendered too, to find where the assistant message begins; both renders end in a
+  non-assistant message, since servers continue a final assistant message as a prefill.
 
 The first prompt of a context (and any history that does not extend the last one, e.g. after a
 summary restarted the context) is rendered whole. Rendering goes through the server's template
@@ -27,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from envfarm.errors import PolicyConfigError
+from envfarm.errors import PolicyConfigError, PolicyError
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams, ToolCallRaw
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server_api import LlamaCppRenderer, Renderer, VLLMRenderer
@@ -68,7 +67,7 @@ class TokenSession(PolicyClient):
         """The history of the last call followed by the assistant message it produced."""
         self._context: list[int] | None = None
         """The last prompt followed by the sampled completion."""
-        self._closing: list[int] | None = None
+        self._end: int | None = None
         self._calls = 0
 
     async def complete(
@@ -113,43 +112,49 @@ class TokenSession(PolicyClient):
         self, renderer: Renderer, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> tuple[list[int], list[str]]:
         covered = len(self._messages)
+        context = self._context
         extends = (
-            self._context is not None
+            context is not None
             and covered
             and len(messages) > covered
             and messages[: covered - 1] == self._messages[: covered - 1]
             and messages[covered - 1].get("role") == "assistant"
         )
-        if not extends or self._context is None:
+        if not extends or context is None:
             return await renderer.render(messages, tools, generation=True), []
-        before = await renderer.render(messages[:covered], tools, generation=False)
-        after = await renderer.render(messages, tools, generation=True)
-        if after[: len(before)] != before:
-            return after, [
+        # Both renders end in a non-assistant message: servers take a final assistant message
+        # as a prefill to continue (llama.cpp refuses one that has tool calls).
+        last_prompt = await renderer.render(messages[: covered - 1], tools, generation=True)
+        whole = await renderer.render(messages, tools, generation=True)
+        end = await self._end_token(renderer)
+        start = len(last_prompt)
+        cut = next((i for i in range(start, len(whole)) if whole[i] == end), None)
+        if whole[:start] != last_prompt or cut is None:
+            return whole, [
                 "the chat template is not append-only for this history: the prompt was "
                 "rendered whole, so it does not extend the previous one"
             ]
-        closing = await self._closing_ids(renderer)
-        sampled_end = self._context
-        glue = closing
-        for k in range(min(len(closing), len(sampled_end)), 0, -1):
-            if sampled_end[-k:] == closing[:k]:
-                glue = closing[k:]
-                break
-        return self._context + glue + after[len(before) :], []
+        glue = [] if context and context[-1] == end else [end]
+        return context + glue + whole[cut + 1 :], []
 
-    async def _closing_ids(self, renderer: Renderer) -> list[int]:
-        """The template's ids after an assistant message's content (once per session)."""
-        if self._closing is None:
+    async def _end_token(self, renderer: Renderer) -> int:
+        """The token that ends an assistant message in the template (Qwen: ``<|im_end|>``),
+        found once per session: the token after a probe message's content."""
+        if self._end is None:
             probe = [
                 {"role": "user", "content": "hi"},
                 {"role": "assistant", "content": SENTINEL},
+                {"role": "user", "content": "again"},
             ]
             rendered = await renderer.render(probe, [], generation=False)
             marker = await renderer.tokenize(SENTINEL)
-            self._closing = []
-            for start in range(len(rendered) - len(marker), -1, -1):
+            for start in range(len(rendered) - len(marker) - 1, -1, -1):
                 if rendered[start : start + len(marker)] == marker:
-                    self._closing = rendered[start + len(marker) :]
+                    self._end = rendered[start + len(marker)]
                     break
-        return self._closing
+            else:
+                raise PolicyError(
+                    f"token mode: cannot find where the chat template ends an assistant message "
+                    f"({renderer.name} did not render the probe message's text as such)"
+                )
+        return self._end

@@ -7,7 +7,8 @@ it, in the shapes the real servers send (llama.cpp's as recorded from ``llama-se
   ``{id, token, bytes, logprob, top_logprobs}`` only when ``logprobs`` is true and
   ``top_logprobs`` is not 0 (it defaults to 20), ``timings`` at the root, and HTTP 500 with a
   ``[json.exception.parse_error...]`` message when a history's tool-call arguments are not JSON;
-  HTTP 400 ``exceed_context_size_error`` past ``n_ctx``; ``POST /apply-template``, ``/tokenize``,
+  HTTP 400 ``exceed_context_size_error`` past ``n_ctx``; ``POST /apply-template`` (a final
+  assistant message is a prefill, refused with HTTP 400 when it has tool calls), ``/tokenize``,
   ``/detokenize`` and ``/completion`` (a prompt of ids; ``tokens``, ``completion_probabilities``,
   ``stop_type``, ``tokens_evaluated``, ``timings``).
 - vLLM: ``GET /version``, ``POST /tokenize`` (messages or a prompt), ``POST /v1/completions``
