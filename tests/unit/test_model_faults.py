@@ -5,16 +5,24 @@ retried and counted against the endpoint."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.policies import ResolvedPolicy
 from envfarm.errors import PolicyError, RequestRejected
+from envfarm.grading.script import TestScriptGrader
+from envfarm.models.trajectory import Trajectory
 from envfarm.policy import CaptureOptions, EndpointSpec, PolicyServer, PoolSettings, Reply
 from envfarm.policy.base import SamplingParams
 from envfarm.policy.pool import EndpointPool
+from envfarm.sandbox.base import ExecResult
 from envfarm.testing.fake_engine import PARSE_ERROR, FakeEngine
+from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
+from tests.unit.test_context_budget import make_task
 from tests.unit.test_llamacpp_and_token_mode import pool_on, run_agent
 
 FAST = PoolSettings(max_retries=3, backoff_base_s=0.0, backoff_max_s=0.0, cooldown_s=60)
@@ -150,3 +158,53 @@ async def test_a_weight_swap_503_stays_a_pause_in_token_mode() -> None:
     assert run.outcome.stop_reason == "submitted"
     assert run.turns[0].attempts == 3
     assert status.consecutive_failures == 0
+
+
+async def episode(tmp_path: Path, engine: FakeEngine, max_tokens: int | None = None) -> Trajectory:
+    task = make_task(tmp_path / "t", None)
+    backend = FakeBackend()
+
+    def handler(command: str) -> ExecResult:
+        if "/tests/test.sh" in command:
+            backend.created[-1].files["/logs/verifier/reward.txt"] = b"1\n"
+        return ok()
+
+    backend.handler = handler
+    async with pool_on(engine) as pool:
+        runner = EpisodeRunner(
+            backend=backend,
+            policy=ResolvedPolicy(pool, "fake", "m", needs_solution=False),
+            grader=TestScriptGrader(),
+            run_id="faults",
+            sampling=SamplingParams(max_tokens=max_tokens),
+        )
+        image = await backend.prepare(task)
+        request = EpisodeRequest(task=task, image=image, job_id="j", group_id="g", episode_id="e")
+        return await runner.run(request)
+
+
+async def test_a_request_rejected_twice_makes_the_episode_invalid_and_not_retryable(
+    tmp_path: Path,
+) -> None:
+    bad = Reply(status=400, body={"error": {"code": 400, "message": "Invalid 'tools'"}})
+    async with FakeEngine([tool_call("submit", {})], faults=[bad, bad]) as engine:
+        trajectory = await episode(tmp_path, engine)
+    assert trajectory.error is not None
+    assert trajectory.error.type == "RequestRejected"
+    assert trajectory.error.infrastructure
+    assert not trajectory.error.retryable
+    assert not trajectory.reward.valid
+    assert trajectory.reward.value is None
+    assert "request_rejected" in (trajectory.reward.reason or "")
+
+
+async def test_a_truncated_call_and_a_context_limit_are_graded_episodes(tmp_path: Path) -> None:
+    steps: list[Step] = [LONG_WRITE, tool_call("bash", {"command": "ls"})]
+    async with FakeEngine(steps, n_ctx=2100) as engine:
+        trajectory = await episode(tmp_path, engine, max_tokens=100)
+    assert trajectory.error is None
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.stop_reason == "context_length"
+    assert trajectory.outcome.malformed_tool_calls == 1
+    assert trajectory.reward.valid
+    assert trajectory.reward.value == 1.0
