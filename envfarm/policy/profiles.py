@@ -175,7 +175,6 @@ class TokenCapture:
             data = read_tokens(dict(body), dialect)
         else:
             data = TokenData()
-            data.completion_tokens = None
         data.server_profile, data.server_profile_reason = self.profile, self.reason
         data.request_mode = "chat"
         if data.policy_version is None:
