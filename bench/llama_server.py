@@ -22,7 +22,9 @@ measured in the same run. Not part of the test command.
         [--task tasks/fix-lru-cache] [--episodes 2] [--max-tokens 512]
 
 `--build-dir` reuses (or keeps) a build, `--model-gguf` a model file, `--server` a server
-already running (nothing is built or started then).
+already running (nothing is built or started then). `--in-process` runs the agent loop here
+against an in-memory sandbox instead of `envfarm run` (no Docker, no grading; the token checks
+are the same), for a machine too loaded to finish a task within its time limit.
 """
 
 from __future__ import annotations
@@ -140,6 +142,61 @@ def run_envfarm(server: str, task: str, mode: str, out: Path, args: argparse.Nam
     return time.monotonic() - started
 
 
+def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) -> float:
+    """The agent loop against the server with an in-memory sandbox (no Docker, no grading):
+    for a loaded machine, where a whole `envfarm run` cannot finish within the task's time."""
+    import asyncio
+
+    sys.path.insert(0, str(REPO))
+    from envfarm.agent.loop import Agent, AgentLimits
+    from envfarm.agent.tools import ToolContext
+    from envfarm.models.trajectory import Provenance, Trajectory
+    from envfarm.policy import EndpointSpec
+    from envfarm.policy.base import SamplingParams
+    from envfarm.policy.pool import EndpointPool
+    from envfarm.testing.fake_sandbox import FakeSandbox, ok
+
+    instruction = (REPO / args.task / "instruction.md").read_text()
+
+    async def episode(pool: EndpointPool, index: int) -> Trajectory:
+        sandbox = FakeSandbox(lambda command: ok("done\n"))
+        await sandbox.start()
+        agent = Agent(
+            pool.session(f"e{index}"),
+            sandbox,
+            limits=AgentLimits(max_turns=args.max_turns),
+            tools=ToolContext(workdir="/app"),
+            sampling=SamplingParams(max_tokens=args.max_tokens, seed=7 + index),
+        )
+        run = await agent.run(instruction)
+        return Trajectory(
+            trajectory_id=f"{mode}-{index}",
+            episode_id=f"e{index}",
+            job_id=mode,
+            group_id="g",
+            task_id=args.task,
+            messages=run.messages,
+            turns=run.turns,
+            segments=run.segments,
+            outcome=run.outcome,
+            provenance=Provenance(task_hash="-", envfarm_version="-"),
+        )
+
+    async def main() -> None:
+        pool = EndpointPool([EndpointSpec(url=f"{server}/v1")], "qwen", token_mode=mode == "tokens")
+        async with pool:
+            if mode == "tokens":
+                await pool.preflight(token_mode=True)
+            trajectories = [await episode(pool, i) for i in range(args.episodes)]
+        out.mkdir(parents=True, exist_ok=True)
+        lines = [t.to_json(samples=True) for t in trajectories]
+        (out / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+
+    started = time.monotonic()
+    asyncio.run(main())
+    return time.monotonic() - started
+
+
 def check(server: str, mode: str, out: Path) -> dict[str, Any]:
     trajectories = [json.loads(line) for line in (out / "trajectories.jsonl").open()]
     problems: list[str] = []
@@ -182,6 +239,7 @@ def check(server: str, mode: str, out: Path) -> dict[str, Any]:
                 problems.append(f"{trajectory['trajectory_id']}: first prompt != server's own")
     samples = sum(len(t["samples"] or []) for t in trajectories)
     rewards = [t["reward"]["value"] for t in trajectories if t["reward"]["valid"]]
+    rewards = [r for r in rewards if r is not None]
     return {
         "episodes": len(trajectories),
         "valid": len(rewards),
@@ -218,6 +276,12 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the agent loop in this process with an in-memory sandbox (no Docker, no "
+        "grading) instead of `envfarm run`",
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="envfarm-llama-"))
     process = None
@@ -234,7 +298,10 @@ def main() -> None:
         results: dict[str, dict[str, Any]] = {}
         for mode in ("chat", "tokens"):
             out = scratch / f"run-{mode}"
-            seconds = run_envfarm(server, args.task, mode, out, args)
+            if args.in_process:
+                seconds = run_in_process(server, mode, out, args)
+            else:
+                seconds = run_envfarm(server, args.task, mode, out, args)
             results[mode] = {"wall_s": round(seconds, 1), **check(server, mode, out)}
             print(json.dumps({mode: results[mode]}, indent=2))
     finally:
