@@ -1,14 +1,18 @@
 """A trainer's rollout loop against ``envfarm serve``, exactly once across crashes of either side.
 
-    envfarm serve --tasks tasks --token secret &
-    python examples/trainer_loop.py --api http://127.0.0.1:8000 --token secret \\
+    .venv/bin/envfarm serve --tasks tasks --token secret &
+    .venv/bin/python examples/trainer_loop.py --api http://127.0.0.1:8000 --token secret \\
         --task envfarm/word-count-cli --task envfarm/jq-log-summary --group-size 2
+
+(from the checkout, after ``scripts/setup``: the virtualenv's Python has envfarm installed).
 
 It submits a job (the built-in ``oracle`` policy unless ``--policy URL`` names an
 OpenAI-compatible endpoint), then consumes its groups in batches. After each batch it "trains"
 (here: prints the batch's rewards and advantages), writes a checkpoint holding the last cursor
 it trained on, acknowledges that cursor, and publishes its new policy version. Kill it at any
-moment and start it again with the same ``--checkpoint``: it continues the same job after the
+moment and start it again with the same ``--checkpoint`` (default: ``trainer-checkpoint.json``
+in envfarm's data directory, ``$XDG_DATA_HOME/envfarm`` or ``~/.local/share/envfarm``, or
+``ENVFARM_DATA_DIR``, where ``envfarm serve`` keeps its store): it continues the same job after the
 last checkpointed cursor, so no group is trained on twice or skipped (docs/api.md, "Exactly
 once, for trainers"). The server may restart too: the client retries through the outage.
 """
@@ -24,7 +28,9 @@ from statistics import fmean
 from typing import Any
 
 from envfarm.client import EnvfarmClient
+from envfarm.client.errors import ApiError
 from envfarm.models.jobs import DeliveredGroup
+from envfarm.paths import user_data_dir
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -32,6 +38,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(state))
     os.replace(partial, path)  # atomic: the checkpoint is the old one or the new one
@@ -67,6 +74,15 @@ async def main(args: argparse.Namespace) -> None:
         else:
             print(f"resuming job {state['job_id']} after cursor {state['cursor']}")
         job_id = state["job_id"]
+        try:
+            await client.job(job_id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise SystemExit(
+                f"{checkpoint}: job {job_id} is not on {args.api} (another server's store?); "
+                "remove the checkpoint or pass another --checkpoint to start a new job"
+            ) from None
         await client.publish_version(f"step-{state['step']}")
         batch: list[DeliveredGroup] = []
         groups = client.groups(job_id, consumer=args.consumer, after=state["cursor"], ack=False)
@@ -101,5 +117,9 @@ if __name__ == "__main__":
     parser.add_argument("--max-staleness", type=int, default=None)
     parser.add_argument("--batch-groups", type=int, default=2, help="groups per training step")
     parser.add_argument("--consumer", default="trainer")
-    parser.add_argument("--checkpoint", default="trainer-checkpoint.json")
+    parser.add_argument(
+        "--checkpoint",
+        default=str(user_data_dir() / "trainer-checkpoint.json"),
+        help="state kept across restarts (default: in envfarm's data directory)",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -1,6 +1,6 @@
 """The ``/v1`` routes: parse the request, make one call to the controller, render the answer.
 
-Shapes and names are fixed (DESIGN.md, "Fixed interfaces"); docs/api.md describes them for
+Shapes and names are fixed (docs/design.md, "Fixed interfaces"); docs/api.md describes them for
 trainers. The groups route answers JSON (long-poll) or, with ``Accept: text/event-stream``,
 a stream of server-sent events.
 """

@@ -125,7 +125,7 @@ def _table(report: CheckReport) -> Table:
         nop = "-" if check.nop_reward is None else f"{check.nop_reward:.3g}"
         verdict = check.verdict
         reason = next(iter((check.problems or check.infra or [""])[0].splitlines()), "")
-        shown = verdict if not reason else f"{verdict}: {reason[:70]}"
+        shown = verdict if not reason else f"{verdict}: {_first_words(reason)}"
         table.add_row(
             escape(check.task_id),
             lint,
@@ -141,6 +141,11 @@ def _table(report: CheckReport) -> Table:
             escape(error.path), "unreadable", "-", "-", "-", "-", "-", "[red]bad input[/]"
         )
     return table
+
+
+def _first_words(reason: str, width: int = 70) -> str:
+    """The start of a reason for its cell, marked as cut; the whole of it follows the table."""
+    return reason if len(reason) <= width else reason[: width - 1] + "… (below)"
 
 
 def _render(report: CheckReport) -> None:

@@ -1,8 +1,13 @@
-"""Rich rendering for the CLI: progress while a job runs, a per-task table when it ends."""
+"""Rich rendering for the CLI: progress while a job runs, a per-task table when it ends.
+
+A table cell never carries an error's text: an error names a file, a field and what was
+expected, and a cut one says none of it. The table marks the row; the whole message follows
+the table.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -85,7 +90,16 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def summary_table(summary: RunSummary) -> Table:
+def summary_table(summary: RunSummary) -> RenderableType:
+    """The per-task table, then each bad input's full reason."""
+    reasons = [
+        f"[yellow]bad input[/] {escape(name)}: {escape(reason)}"
+        for name, reason in summary.bad_inputs.items()
+    ]
+    return Group(_task_table(summary), *reasons)
+
+
+def _task_table(summary: RunSummary) -> Table:
     table = Table(title=f"envfarm run {summary.job_id}  ({summary.policy}, {summary.model})")
     table.add_column("task", overflow="fold")
     table.add_column("episodes", justify="right")
@@ -102,9 +116,8 @@ def summary_table(summary: RunSummary) -> Table:
             _fmt(task.mean_reward),
             style=style,
         )
-    for name, reason in summary.bad_inputs.items():
+    for name in summary.bad_inputs:
         table.add_row(escape(name), "-", "-", "-", "bad input", style="yellow")
-        table.add_row(escape(f"  {reason.splitlines()[0][:90]}"), "", "", "", "", style="dim")
     table.add_section()
     table.add_row(
         "all",

@@ -31,12 +31,12 @@ from envfarm.controller.service import Controller, open_controller
 from envfarm.controller.summary import EXIT_BAD_INPUT
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
+from envfarm.paths import user_data_dir
 from envfarm.sandbox.base import SandboxBackend
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.engine import default_url
 
 F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_DATA_DIR = Path("envfarm-data")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -54,9 +54,11 @@ def controller_options(command: F) -> F:
         click.option("--tasks", "tasks_dir", type=click.Path(path_type=Path), default=Path("tasks"),
                      show_default=True,
                      help="Directory of task directories; jobs name tasks by id."),
-        click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA_DIR,
-                     show_default=True,
-                     help="Where the default SQLite store and grading artifacts live."),
+        click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+                     envvar="ENVFARM_DATA_DIR",
+                     help="Where the default SQLite store and grading artifacts live (or "
+                     "ENVFARM_DATA_DIR) [default: $XDG_DATA_HOME/envfarm, else "
+                     "~/.local/share/envfarm]."),
         click.option("--db", default=None, metavar="URL",
                      help="Store: sqlite:///FILE or postgresql://USER:PASSWORD@HOST/DB "
                      "[default: DATA_DIR/envfarm.db]. Processes sharing one database share "
@@ -88,7 +90,7 @@ def serve(
     max_body_bytes: int,
     access_log: bool,
     db: str | None,
-    data_dir: Path,
+    data_dir: Path | None,
     tasks_dir: Path,
     concurrency: int,
     warm_pool: int,
@@ -96,6 +98,7 @@ def serve(
 ) -> None:
     """Serve the REST API for trainers (docs/api.md), running episodes in this process too."""
     tasks = _load_tasks(tasks_dir)
+    data_dir = data_dir or user_data_dir()
     url = db or default_url(data_dir)
 
     async def main(stopping: asyncio.Event) -> None:
@@ -123,7 +126,7 @@ def serve(
 @controller_options
 def worker(
     db: str | None,
-    data_dir: Path,
+    data_dir: Path | None,
     tasks_dir: Path,
     concurrency: int,
     warm_pool: int,
@@ -131,6 +134,7 @@ def worker(
 ) -> None:
     """Run episodes of the jobs in the store at --db, without serving HTTP."""
     tasks = _load_tasks(tasks_dir)
+    data_dir = data_dir or user_data_dir()
     url = db or default_url(data_dir)
 
     async def main(stopping: asyncio.Event) -> None:
@@ -164,9 +168,8 @@ def _controller(
 
 
 def _run(main: Callable[[asyncio.Event], Any]) -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its migration notes are not ours
 
     async def guarded() -> None:
         stopping = asyncio.Event()

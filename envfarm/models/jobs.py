@@ -1,6 +1,6 @@
 """Wire shapes of rollout jobs: what a trainer submits, what it reads back, what it consumes.
 
-These are the REST API's bodies (DESIGN.md, "Fixed interfaces") and the rows the store keeps
+These are the REST API's bodies (docs/design.md, "Fixed interfaces") and the rows the store keeps
 as JSON. API keys are ``SecretStr``: they are kept for the workers but never serialized back
 to a client (``JobView`` carries the request with keys redacted).
 """

@@ -14,7 +14,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -134,7 +134,7 @@ class PolicyClient(ABC):
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections; the client may not be used afterwards."""
 
-    async def __aenter__(self) -> PolicyClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

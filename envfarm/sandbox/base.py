@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from types import TracebackType
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -82,7 +83,7 @@ class Sandbox(ABC):
         self._stopped = True
         await asyncio.shield(self._teardown())
 
-    async def __aenter__(self) -> Sandbox:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

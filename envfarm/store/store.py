@@ -154,7 +154,7 @@ class Store:
 
     async def jobs(self) -> list[JobView]:
         def read(conn: Connection) -> list[JobView]:
-            rows = conn.execute(select(jobs).order_by(jobs.c.created_at)).mappings().all()
+            rows = conn.execute(select(jobs).order_by(jobs.c.created_at.desc())).mappings().all()
             return [job_view(conn, row) for row in rows]
 
         return await self.transaction(read)

@@ -91,7 +91,7 @@ def assert_confined(results: list[ToolResult]) -> None:
     assert check.output.splitlines()[1] == "agent"
 
 
-async def test_configured_agent_user_is_confined(tmp_path):
+async def test_configured_agent_user_is_confined(tmp_path: Path) -> None:
     trajectory, results = await run_scripted(
         make_task(tmp_path / "as-agent", agent='user = "agent"')
     )
@@ -100,7 +100,7 @@ async def test_configured_agent_user_is_confined(tmp_path):
     assert trajectory.reward.components == {"reward": 1.0, "owner": 1234.0, "verifier_uid": 0.0}
 
 
-async def test_numeric_agent_user(tmp_path):
+async def test_numeric_agent_user(tmp_path: Path) -> None:
     task = make_task(tmp_path / "as-uid", agent="user = 1234")
     assert task.config.agent.user == "1234"
     trajectory, results = await run_scripted(task)
@@ -108,14 +108,14 @@ async def test_numeric_agent_user(tmp_path):
     assert trajectory.reward.components["owner"] == 1234.0
 
 
-async def test_image_user_is_the_default(tmp_path):
+async def test_image_user_is_the_default(tmp_path: Path) -> None:
     task = make_task(tmp_path / "image-user", dockerfile=f"{DOCKERFILE}USER agent\n")
     trajectory, results = await run_scripted(task)
     assert_confined(results)
     assert trajectory.reward.value == 1.0
 
 
-async def test_root_when_nobody_is_named(tmp_path):
+async def test_root_when_nobody_is_named(tmp_path: Path) -> None:
     trajectory, results = await run_scripted(make_task(tmp_path / "as-root"))
     whoami, touch, write, read = results[:4]
     assert whoami.output.splitlines()[:2] == ["0", "root"]

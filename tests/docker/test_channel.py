@@ -37,7 +37,7 @@ def _channel(sandbox: DockerSandbox) -> Channel:
     return sandbox.channel
 
 
-async def test_helper_is_a_static_binary_cached_on_the_host():
+async def test_helper_is_a_static_binary_cached_on_the_host() -> None:
     first, second = await ensure_helper(), await ensure_helper()
     assert first == second
     content = first.read_bytes()
@@ -45,7 +45,7 @@ async def test_helper_is_a_static_binary_cached_on_the_host():
     assert b"/lib64/ld-linux" not in content  # no program interpreter: statically linked
 
 
-async def test_helper_is_bind_mounted_read_only_from_the_cache(base_image):
+async def test_helper_is_bind_mounted_read_only_from_the_cache(base_image: str) -> None:
     helper = await ensure_helper()
     async with _sandbox(base_image) as sandbox:
         mounts = docker_client().api.inspect_container(sandbox.container_id)["Mounts"]
@@ -55,7 +55,7 @@ async def test_helper_is_bind_mounted_read_only_from_the_cache(base_image):
         assert overwrite.exit_code != 0
 
 
-async def test_helper_can_be_uploaded_instead(base_image):
+async def test_helper_can_be_uploaded_instead(base_image: str) -> None:
     """The path for an engine that cannot see this machine's files."""
     helper = await ensure_helper()
     client = docker_client()
@@ -80,7 +80,7 @@ async def test_helper_can_be_uploaded_instead(base_image):
         await asyncio.to_thread(container.remove, force=True)
 
 
-async def test_helper_is_the_main_process_and_exec_basics(base_image):
+async def test_helper_is_the_main_process_and_exec_basics(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         ps = await sandbox.exec("cat /proc/1/cmdline | tr '\\0' ' '; echo; ps -o comm= --ppid 1")
         assert ps.stdout.splitlines() == [f"/sbin/docker-init -- {HELPER_PATH} ", "sandboxd"]
@@ -91,7 +91,7 @@ async def test_helper_is_the_main_process_and_exec_basics(base_image):
         assert ping["version"] == 1
 
 
-async def test_stdout_and_stderr_stay_separate_and_binary(base_image):
+async def test_stdout_and_stderr_stay_separate_and_binary(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         outcome = await _channel(sandbox).exec(
             "printf 'a\\000\\377\\n'; printf 'E\\001\\200' >&2; printf 'b'"
@@ -101,7 +101,7 @@ async def test_stdout_and_stderr_stay_separate_and_binary(base_image):
         assert outcome.exit_code == 0
 
 
-async def test_exit_codes_signals_and_setup_failures(base_image):
+async def test_exit_codes_signals_and_setup_failures(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         assert (await sandbox.exec("exit 42")).exit_code == 42
         killed = await sandbox.exec("kill -9 $$")
@@ -121,7 +121,7 @@ async def test_exit_codes_signals_and_setup_failures(base_image):
         assert "no-such-user" in bad_user.stderr
 
 
-async def test_timeout_kills_the_process_tree_background_children_included(base_image):
+async def test_timeout_kills_the_process_tree_background_children_included(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         result = await sandbox.exec(
             "sleep 300 & setsid sleep 301 & bash -c 'sleep 302 & wait' & set -m; sleep 303 & wait",
@@ -132,7 +132,9 @@ async def test_timeout_kills_the_process_tree_background_children_included(base_
         assert (await sandbox.exec(LEFTOVER_SLEEPS)).stdout == ""
 
 
-async def test_exec_returns_when_its_shell_exits_and_background_work_goes_on(base_image):
+async def test_exec_returns_when_its_shell_exits_and_background_work_goes_on(
+    base_image: str,
+) -> None:
     async with _sandbox(base_image) as sandbox:
         result = await sandbox.exec(
             "(sleep 0.5; echo noise; echo done > /tmp/marker) & echo started", timeout=60
@@ -144,7 +146,7 @@ async def test_exec_returns_when_its_shell_exits_and_background_work_goes_on(bas
         await _eventually(sandbox, "cat /tmp/marker 2>/dev/null", "done\n")
 
 
-async def test_output_beyond_the_cap_is_drained_and_flagged(base_image):
+async def test_output_beyond_the_cap_is_drained_and_flagged(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         outcome = await _channel(sandbox).exec(
             "head -c 3000000 /dev/zero | tr '\\0' o; head -c 10 /dev/zero | tr '\\0' e >&2",
@@ -157,18 +159,21 @@ async def test_output_beyond_the_cap_is_drained_and_flagged(base_image):
         assert not outcome.stderr_truncated
 
 
-async def test_twenty_concurrent_execs_on_one_sandbox(base_image):
+async def test_twenty_concurrent_execs_on_one_sandbox(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
-        results = await asyncio.gather(
-            *(sandbox.exec(f"sleep 0.3; echo {i}; echo e{i} >&2; exit {i}") for i in range(20)),
-            sandbox.read_file("/etc/hostname"),
-        )
-        for i, result in enumerate(results[:20]):
+        execs = [
+            asyncio.ensure_future(sandbox.exec(f"sleep 0.3; echo {i}; echo e{i} >&2; exit {i}"))
+            for i in range(20)
+        ]
+        hostname = asyncio.ensure_future(sandbox.read_file("/etc/hostname"))
+        await asyncio.gather(*execs, hostname)
+        for i, done in enumerate(execs):
+            result = done.result()
             assert (result.stdout, result.stderr, result.exit_code) == (f"{i}\n", f"e{i}\n", i)
-        assert results[20] == b"sandbox\n"
+        assert hostname.result() == b"sandbox\n"
 
 
-async def test_twenty_megabyte_binary_round_trip(base_image):
+async def test_twenty_megabyte_binary_round_trip(base_image: str) -> None:
     payload = os.urandom(20 * 1024 * 1024)
     async with _sandbox(base_image) as sandbox:
         await sandbox.write_file("/data/blob.bin", payload, mode=0o640)
@@ -181,7 +186,7 @@ async def test_twenty_megabyte_binary_round_trip(base_image):
         assert leftovers.stdout == "blob.bin\n"  # the temporary file was renamed, not left
 
 
-async def test_file_errors_map_to_python_exceptions(base_image):
+async def test_file_errors_map_to_python_exceptions(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         await sandbox.exec(
             "mkdir -p /srv/dir && echo secret > /srv/secret && chmod 600 /srv/secret"
@@ -206,7 +211,7 @@ async def test_file_errors_map_to_python_exceptions(base_image):
         assert (await sandbox.exec("ls /root")).stdout == ""
 
 
-async def test_files_written_as_a_user_belong_to_that_user(base_image):
+async def test_files_written_as_a_user_belong_to_that_user(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         await sandbox.write_file("/tmp/mine/notes.txt", b"hi", mode=0o600, user="nobody")
         stat = await sandbox.exec("stat -c '%U %a' /tmp/mine /tmp/mine/notes.txt")
@@ -214,7 +219,7 @@ async def test_files_written_as_a_user_belong_to_that_user(base_image):
         assert await sandbox.read_file("/tmp/mine/notes.txt", user="nobody") == b"hi"
 
 
-async def test_user_switching(base_image):
+async def test_user_switching(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         nobody = await sandbox.exec('id -u; id -g; echo "$HOME"', user="nobody")
         assert nobody.stdout.splitlines() == ["65534", "65534", "/nonexistent"]
@@ -227,7 +232,7 @@ async def test_user_switching(base_image):
         assert (await sandbox.exec("id -un")).stdout == "root\n"
 
 
-async def test_env_and_cwd(base_image):
+async def test_env_and_cwd(base_image: str) -> None:
     async with _sandbox(base_image, workdir="/opt/app", env={"FROM_CONFIG": "a"}) as sandbox:
         result = await sandbox.exec(
             'pwd; echo "$FROM_CONFIG $FROM_CALL $LANG"; echo "$PATH"',
@@ -240,7 +245,7 @@ async def test_env_and_cwd(base_image):
         assert other.stdout.splitlines() == ["/tmp", "unset"]
 
 
-async def test_cancelling_an_exec_kills_its_command(base_image):
+async def test_cancelling_an_exec_kills_its_command(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         task = asyncio.create_task(sandbox.exec("sleep 300; echo never", timeout=600))
         await _eventually(sandbox, "pgrep -c -x sleep", "1\n")
@@ -251,7 +256,7 @@ async def test_cancelling_an_exec_kills_its_command(base_image):
         assert (await sandbox.exec("echo alive")).stdout == "alive\n"
 
 
-async def test_a_killed_helper_is_a_clear_error(base_image):
+async def test_a_killed_helper_is_a_clear_error(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         with pytest.raises(SandboxGone, match=f"exit code 137; its command helper {HELPER_PATH}"):
             await sandbox.exec("pkill -9 sandboxd; sleep 5")
@@ -259,14 +264,14 @@ async def test_a_killed_helper_is_a_clear_error(base_image):
             await sandbox.read_file("/etc/hostname")
 
 
-async def test_network_less_sandbox_works(base_image):
+async def test_network_less_sandbox_works(base_image: str) -> None:
     async with _sandbox(base_image, network=False) as sandbox:
         assert (await sandbox.exec("ls /sys/class/net")).stdout.split() == ["lo"]
         await sandbox.write_file("/tmp/x", b"offline")
         assert await sandbox.read_file("/tmp/x") == b"offline"
 
 
-async def test_engine_exec_fallback_still_works(base_image):
+async def test_engine_exec_fallback_still_works(base_image: str) -> None:
     async with _sandbox(base_image, channel=False) as sandbox:
         assert sandbox.channel is None
         result = await sandbox.exec("echo out; echo err >&2; exit 3", user="nobody")

@@ -7,6 +7,7 @@ import ipaddress
 import signal
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -15,10 +16,11 @@ import pytest
 from envfarm.errors import SandboxStartError
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.environment import LABEL_ENVIRONMENT, DockerEnvironment
+from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.networks import DEFAULT_POOL, DEFAULT_PREFIX
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.sandbox import LABEL_RUN
+from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.spec import load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -47,6 +49,9 @@ CACHE = """
       interval: 1s
       retries: 10
 """
+
+DockerFilters = dict[str, str | list[str] | bool]
+"""The shape the docker SDK takes for ``filters``."""
 
 
 def make_task(
@@ -89,7 +94,7 @@ async def environment(root: Path, run_id: str | None = None) -> DockerEnvironmen
 def leftovers(env_id: str) -> list[str]:
     """Every container, network and volume of the environment still on the engine."""
     client = docker_client()
-    label = {"label": [f"{LABEL_ENVIRONMENT}={env_id}"]}
+    label: DockerFilters = {"label": [f"{LABEL_ENVIRONMENT}={env_id}"]}
     found = [f"container {c.name}" for c in client.containers.list(all=True, filters=label)]
     found += [f"network {n['Name']}" for n in client.api.networks(filters=label)]
     volumes = client.api.volumes(filters=label).get("Volumes") or []
@@ -102,7 +107,7 @@ async def run(sandbox: DockerEnvironment, command: str) -> str:
     return result.stdout.strip()
 
 
-async def test_postgres_service_honours_the_official_conventions(tmp_path):
+async def test_postgres_service_honours_the_official_conventions(tmp_path: Path) -> None:
     sandbox = await environment(make_task(tmp_path / "pg", PG))
     async with sandbox:
         query = (
@@ -119,7 +124,7 @@ async def test_postgres_service_honours_the_official_conventions(tmp_path):
         assert user == "app"
 
 
-async def test_postgres_defaults_and_trust_mode(tmp_path):
+async def test_postgres_defaults_and_trust_mode(tmp_path: Path) -> None:
     services = """
   db:
     image: postgres
@@ -141,7 +146,7 @@ async def test_postgres_defaults_and_trust_mode(tmp_path):
         assert await run(sandbox, trusted) == "guest"
 
 
-async def test_postgres_without_a_password_fails_the_start_with_its_message(tmp_path):
+async def test_postgres_without_a_password_fails_the_start_with_its_message(tmp_path: Path) -> None:
     services = PG.replace("POSTGRES_PASSWORD: s3cret", "POSTGRES_DB_UNUSED: x")
     sandbox = await environment(make_task(tmp_path / "nopw", services))
     with pytest.raises(SandboxStartError) as caught:
@@ -151,7 +156,7 @@ async def test_postgres_without_a_password_fails_the_start_with_its_message(tmp_
     assert leftovers(sandbox.env_id) == []
 
 
-async def test_redis_service_takes_command_line_options(tmp_path):
+async def test_redis_service_takes_command_line_options(tmp_path: Path) -> None:
     sandbox = await environment(make_task(tmp_path / "redis", CACHE, main="image: redis:7"))
     async with sandbox:
         assert await run(sandbox, "redis-cli -h cache ping") == "PONG"
@@ -160,7 +165,26 @@ async def test_redis_service_takes_command_line_options(tmp_path):
         assert protected == "protected-mode\nno"
 
 
-async def test_a_sidecar_built_from_the_task(tmp_path):
+async def test_build_s_is_the_wait_for_images_built_side_by_side(tmp_path: Path) -> None:
+    """The main image and a sidecar's build at once: their build times overlap, so the
+    episode's build_s is the time prepare took, not the sum (which could exceed a run's wall
+    time)."""
+    services = "  side:\n    build:\n      context: ./side\n"
+    root = make_task(tmp_path / "overlap", services, main="build:\n  context: ./app")
+    nonce = uuid.uuid4().hex  # a fresh recipe: both images are built, not found
+    for name in ("app", "side"):
+        (root / "environment" / name).mkdir()
+        (root / "environment" / name / "Dockerfile").write_text(
+            f"FROM debian:bookworm-slim\nRUN sleep 3 && echo {name}-{nonce} > /built\n"
+        )
+    started = time.monotonic()
+    prepared = await DockerBackend().prepare(load_task(root))
+    waited = time.monotonic() - started
+    assert not prepared.cached
+    assert 3 <= prepared.build_s <= waited
+
+
+async def test_a_sidecar_built_from_the_task(tmp_path: Path) -> None:
     services = """
   side:
     build:
@@ -181,11 +205,14 @@ async def test_a_sidecar_built_from_the_task(tmp_path):
     sandbox = await environment(root)
     async with sandbox:
         side = docker_client().containers.get(sandbox.sidecar_ids["side"])
+        assert side.image is not None
         assert side.image.tags[0].startswith("envfarm-task/test-built-side:")
         assert side.exec_run(["cat", "/greeting"]).output == b"hello-from-build\n"
 
 
-async def test_sidecars_are_reachable_by_name_and_only_from_their_own_environment(tmp_path):
+async def test_sidecars_are_reachable_by_name_and_only_from_their_own_environment(
+    tmp_path: Path,
+) -> None:
     root = make_task(tmp_path / "pair", CACHE, main="image: redis:7")
     first, second = await environment(root), await environment(root)
     async with first, second:
@@ -206,7 +233,7 @@ async def test_sidecars_are_reachable_by_name_and_only_from_their_own_environmen
         assert docker_client().api.exec_start(sidecar_sees_main["Id"]).strip()
 
 
-async def test_no_network_main_sees_only_its_sidecars(tmp_path):
+async def test_no_network_main_sees_only_its_sidecars(tmp_path: Path) -> None:
     sandbox = await environment(make_task(tmp_path / "offline", CACHE, main="image: redis:7"))
     async with sandbox:
         routes = (await run(sandbox, "cat /proc/net/route")).splitlines()[1:]
@@ -218,6 +245,7 @@ async def test_no_network_main_sees_only_its_sidecars(tmp_path):
         assert outside.exit_code != 0
         assert "unreachable" in outside.stderr
         assert await run(sandbox, "redis-cli -h cache ping") == "PONG"
+        assert sandbox.network_id is not None
         inspect = docker_client().api.inspect_network(sandbox.network_id)
         assert inspect["Internal"] is True
         subnet = ipaddress.IPv4Network(inspect["IPAM"]["Config"][0]["Subnet"])
@@ -225,7 +253,7 @@ async def test_no_network_main_sees_only_its_sidecars(tmp_path):
         assert subnet.subnet_of(ipaddress.IPv4Network(DEFAULT_POOL))
 
 
-async def test_public_main_also_joins_the_default_bridge(tmp_path):
+async def test_public_main_also_joins_the_default_bridge(tmp_path: Path) -> None:
     toml = '[agent]\nnetwork_mode = "public"\n'
     sandbox = await environment(
         make_task(tmp_path / "online", CACHE, main="image: redis:7", toml=toml)
@@ -240,7 +268,9 @@ async def test_public_main_also_joins_the_default_bridge(tmp_path):
         assert list(cache.attrs["NetworkSettings"]["Networks"]) == [sandbox.config.network_name]
 
 
-async def test_a_healthcheck_that_never_passes_fails_the_start_and_leaves_nothing(tmp_path):
+async def test_a_healthcheck_that_never_passes_fails_the_start_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
     services = """
   stuck:
     image: redis:7
@@ -260,7 +290,7 @@ async def test_a_healthcheck_that_never_passes_fails_the_start_and_leaves_nothin
     assert leftovers(sandbox.env_id) == []
 
 
-async def test_cancelling_a_start_leaves_nothing(tmp_path):
+async def test_cancelling_a_start_leaves_nothing(tmp_path: Path) -> None:
     services = """
   waiting:
     image: redis:7
@@ -280,11 +310,11 @@ async def test_cancelling_a_start_leaves_nothing(tmp_path):
     with pytest.raises(asyncio.CancelledError):
         await starting
     assert leftovers(sandbox.env_id) == []
-    label = {"label": [f"{LABEL_RUN}={run_id}"]}  # the main container too
+    label: DockerFilters = {"label": [f"{LABEL_RUN}={run_id}"]}  # the main container too
     assert docker_client().containers.list(all=True, filters=label) == []
 
 
-async def test_the_agent_waits_for_healthchecks(tmp_path):
+async def test_the_agent_waits_for_healthchecks(tmp_path: Path) -> None:
     services = """
   slow:
     image: redis:7
@@ -310,7 +340,7 @@ async def test_the_agent_waits_for_healthchecks(tmp_path):
         assert await run(sandbox, "ls /tmp/main-ready") == "/tmp/main-ready"
 
 
-async def test_main_healthcheck_without_services(tmp_path):
+async def test_main_healthcheck_without_services(tmp_path: Path) -> None:
     root = tmp_path / "plain"
     make_task(root, "")
     (root / "environment" / "docker-compose.yaml").unlink()
@@ -324,11 +354,11 @@ async def test_main_healthcheck_without_services(tmp_path):
     assert sandbox.task.compose is None
     with pytest.raises(SandboxStartError, match="service 'main'"):
         await sandbox.start()
-    label = {"label": [f"{LABEL_RUN}={sandbox.config.run_id}"]}
+    label: DockerFilters = {"label": [f"{LABEL_RUN}={sandbox.config.run_id}"]}
     assert docker_client().containers.list(all=True, filters=label) == []
 
 
-async def test_teardown_removes_containers_network_and_volumes(tmp_path):
+async def test_teardown_removes_containers_network_and_volumes(tmp_path: Path) -> None:
     extra = "volumes:\n  shared:\n"
     services = CACHE.replace(
         "    command:", "    volumes: [shared:/shared, /scratch]\n    command:"
@@ -365,7 +395,7 @@ asyncio.run(main())
 """
 
 
-async def test_reaper_removes_a_dead_owners_sidecars_network_and_volumes(tmp_path):
+async def test_reaper_removes_a_dead_owners_sidecars_network_and_volumes(tmp_path: Path) -> None:
     root = make_task(tmp_path / "reaped", CACHE, main="image: redis:7", extra="volumes:\n  data:\n")
     compose = root / "environment" / "docker-compose.yaml"
     compose.write_text(

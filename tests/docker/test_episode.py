@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -14,6 +15,7 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
@@ -68,7 +70,9 @@ async def backend() -> DockerBackend:
     return DockerBackend()
 
 
-async def run_one(backend: DockerBackend, task: Task, policy: ResolvedPolicy, **runner_args):
+async def run_one(
+    backend: DockerBackend, task: Task, policy: ResolvedPolicy, **runner_args: Any
+) -> Trajectory:
     image = await backend.prepare(task)
     runner = EpisodeRunner(
         backend=backend,
@@ -83,9 +87,11 @@ async def run_one(backend: DockerBackend, task: Task, policy: ResolvedPolicy, **
     return await runner.run(request)
 
 
-async def test_malformed_calls_are_observations_and_tests_stay_hidden(backend, tmp_path):
+async def test_malformed_calls_are_observations_and_tests_stay_hidden(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "answer")
-    steps = [
+    steps: list[Step] = [
         tool_call("bash", '{"command": "ls /'),  # bad JSON
         tool_call("python", {"code": "print(1)"}),  # unknown tool
         tool_call("write_file", {"path": "answer.txt"}),  # missing argument
@@ -133,7 +139,7 @@ async def test_malformed_calls_are_observations_and_tests_stay_hidden(backend, t
     )
 
 
-async def test_planted_reward_file_is_never_read(backend, tmp_path):
+async def test_planted_reward_file_is_never_read(backend: DockerBackend, tmp_path: Path) -> None:
     test_sh = "#!/bin/bash\n[ -f /app/answer.txt ] && echo 1 > /logs/verifier/reward.txt\nexit 1\n"
     task = make_task(tmp_path / "planted", test_sh=test_sh)
     steps = [
@@ -160,7 +166,7 @@ async def test_planted_reward_file_is_never_read(backend, tmp_path):
     )
 
 
-async def test_verifier_timeout_is_invalid_not_zero(backend, tmp_path):
+async def test_verifier_timeout_is_invalid_not_zero(backend: DockerBackend, tmp_path: Path) -> None:
     task = make_task(tmp_path / "slowgrader", test_sh="sleep 30\n", verifier="timeout_sec = 1")
     async with scripted([tool_call("submit", {})]) as (_, policy):
         trajectory = await run_one(backend, task, policy)
@@ -169,7 +175,9 @@ async def test_verifier_timeout_is_invalid_not_zero(backend, tmp_path):
     assert "timed out after 1s" in (trajectory.reward.reason or "")
 
 
-async def test_agent_limits_are_outcomes_that_still_get_graded(backend, tmp_path):
+async def test_agent_limits_are_outcomes_that_still_get_graded(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "limits", agent="timeout_sec = 3")
     async with scripted([tool_call("bash", {"command": "sleep 20"})] * 3) as (_, policy):
         timed = await run_one(backend, task, policy)
@@ -186,7 +194,9 @@ async def test_agent_limits_are_outcomes_that_still_get_graded(backend, tmp_path
     assert capped.reward.valid
 
 
-async def test_sandbox_death_is_an_infrastructure_error_and_retried(backend, tmp_path):
+async def test_sandbox_death_is_an_infrastructure_error_and_retried(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "dies")
     steps = [
         tool_call("bash", {"command": "kill -TERM 1; sleep 5"}),
@@ -208,7 +218,9 @@ async def test_sandbox_death_is_an_infrastructure_error_and_retried(backend, tmp
     assert trajectory.reward.value == 1.0
 
 
-async def test_sandbox_death_without_retries_is_invalid(backend, tmp_path):
+async def test_sandbox_death_without_retries_is_invalid(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "dies2")
     steps = [
         tool_call("bash", {"command": "kill -TERM 1; sleep 5"}),
@@ -224,7 +236,9 @@ async def test_sandbox_death_without_retries_is_invalid(backend, tmp_path):
     assert trajectory.reward.value is None
 
 
-async def test_oracle_gets_the_solution_and_nop_does_not(backend, tmp_path):
+async def test_oracle_gets_the_solution_and_nop_does_not(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     from envfarm.controller.policies import PolicySpec, open_policy
 
     task = make_task(tmp_path / "oracle")

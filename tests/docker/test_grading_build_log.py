@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.docker.grading_tasks import make_task
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-async def test_the_build_log_is_kept_and_found_again_for_a_cached_image(tmp_path):
+async def test_the_build_log_is_kept_and_found_again_for_a_cached_image(tmp_path: Path) -> None:
     root = tmp_path / "logged"
     make_task(root)
     marker = f"envfarm-build-log-{uuid.uuid4().hex}"

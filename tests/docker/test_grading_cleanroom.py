@@ -13,12 +13,14 @@ import pytest
 import pytest_asyncio
 
 from envfarm.sandbox.docker.backend import DockerBackend
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec.task import load_task
+from envfarm.testing.scripted import Step
 from tests.docker.grading_tasks import (
     FIXED_CALC,
     JUNIT,
     REWARD_FROM_STATUS,
+    TESTS_IN_PLACE,
     bash,
     make_task,
     run_episode,
@@ -66,11 +68,11 @@ def site_packages(name: str, text: str) -> str:
     )
 
 
-PLANT_STARTUP_HOOK = [
+PLANT_STARTUP_HOOK: list[Step] = [
     bash(site_packages("envfarm_forge.py", PASS_EVERYTHING_PLUGIN)),
     bash(site_packages("envfarm_forge.pth", STARTUP_HOOK)),
 ]
-PLANT_PYTEST = [
+PLANT_PYTEST: list[Step] = [
     bash(f"cat > /usr/local/bin/pytest <<'EOF'\n{FAKE_PYTEST}EOF\nchmod +x /usr/local/bin/pytest")
 ]
 
@@ -83,15 +85,20 @@ PLANT_PYTEST = [
     ],
 )
 async def test_what_the_agent_plants_outside_the_workdir_never_reaches_the_verifier(
-    backend, tmp_path, name, steps, test_sh, flag
-):
-    extra = {"test_sh": test_sh} if test_sh else {}
-    shared = make_task(tmp_path / f"{name}-shared", verifier=SHARED, **extra)
+    backend: DockerBackend,
+    tmp_path: Path,
+    name: str,
+    steps: list[Step],
+    test_sh: str | None,
+    flag: str,
+) -> None:
+    script = test_sh or TESTS_IN_PLACE
+    shared = make_task(tmp_path / f"{name}-shared", verifier=SHARED, test_sh=script)
     hacked = await run_episode(backend, shared, steps, episode_id=f"ep-{name}-shared")
     assert (hacked.reward.valid, hacked.reward.value) == (True, 1.0)  # in the agent's container
     assert flag in hacked.reward.flags
 
-    clean = make_task(tmp_path / f"{name}-clean", **extra)
+    clean = make_task(tmp_path / f"{name}-clean", test_sh=script)
     graded = await run_episode(backend, clean, steps, episode_id=f"ep-{name}-clean")
     assert (graded.reward.valid, graded.reward.value) == (True, 0.0), graded.reward
     assert flag in graded.reward.flags
@@ -102,7 +109,9 @@ async def test_what_the_agent_plants_outside_the_workdir_never_reaches_the_verif
     assert (solved.reward.valid, solved.reward.value) == (True, 1.0)
 
 
-async def test_a_process_the_agent_leaves_running_cannot_write_the_reward(backend, tmp_path):
+async def test_a_process_the_agent_leaves_running_cannot_write_the_reward(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "leftover")
     loop = "while :; do mkdir -p /logs/verifier; echo 1 >/logs/verifier/reward.txt; sleep 0.1; done"
     trajectory = await run_episode(
@@ -140,8 +149,8 @@ CHANGES = [
 
 
 async def test_every_kind_of_workdir_change_is_carried_and_test_files_are_restored(
-    backend, tmp_path
-):
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "carry", test_sh=CHECKS, git_history=True)
     artifacts = tmp_path / "artifacts"
     trajectory = await run_episode(backend, task, CHANGES, artifacts_dir=artifacts)
@@ -165,8 +174,8 @@ echo "{\"reward\": $a, \"artifact\": $a, \"workspace\": $w}" > /logs/verifier/re
 
 @pytest.mark.parametrize(("mode", "workspace"), [("clean", 1.0), ("separate", 0.0)])
 async def test_declared_artifacts_reach_clean_and_separate_verifiers(
-    backend, tmp_path, mode, workspace
-):
+    backend: DockerBackend, tmp_path: Path, mode: str, workspace: float
+) -> None:
     task = make_task(
         tmp_path / f"artifact-{mode}",
         test_sh=ARTIFACT_CHECK,
@@ -183,7 +192,9 @@ async def test_declared_artifacts_reach_clean_and_separate_verifiers(
     }
 
 
-async def test_a_migration_is_graded_through_the_carried_over_database(backend):
+async def test_a_migration_is_graded_through_the_carried_over_database(
+    backend: DockerBackend,
+) -> None:
     task = load_task(REPO / "tasks" / "pg-schema-migration")
     assert task.solution_dir is not None
     migration = (task.solution_dir / "002_split_customer_name.sql").read_text()
@@ -212,7 +223,7 @@ class Hello(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def outside() -> Iterator[str]:
     """``host:port`` of an HTTP server on the default bridge's gateway (test_phase_network)."""
-    gateway = docker_client().api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway()
     server = ThreadingHTTPServer((gateway, 0), Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"{gateway}:{server.server_address[1]}"
@@ -229,8 +240,8 @@ def outside() -> Iterator[str]:
     ],
 )
 async def test_the_fresh_verifier_container_gets_the_verifier_phase_network(
-    tmp_path, outside, agent, verifier, sidecar
-):
+    tmp_path: Path, outside: str, agent: str, verifier: str, sidecar: bool
+) -> None:
     shared = make_phase_task(
         tmp_path / "phase", outside, agent=agent, verifier=verifier, sidecar=sidecar
     )

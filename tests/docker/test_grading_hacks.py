@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import pytest_asyncio
 
@@ -39,7 +41,9 @@ def write(path: str, text: str) -> str:
     return f"mkdir -p $(dirname {path}) && cat > {path} <<'EOF'\n{text}EOF"
 
 
-async def test_a_planted_reward_file_scores_zero_and_is_flagged(backend, tmp_path):
+async def test_a_planted_reward_file_scores_zero_and_is_flagged(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "planted")
     trajectory = await run_episode(
         backend,
@@ -64,7 +68,9 @@ async def test_a_planted_reward_file_scores_zero_and_is_flagged(backend, tmp_pat
     }
 
 
-async def test_edited_or_deleted_tests_grade_as_if_intact(backend, tmp_path):
+async def test_edited_or_deleted_tests_grade_as_if_intact(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "edits")
     nop = await run_episode(backend, task, [], episode_id="ep-nop")
     assert (nop.reward.valid, nop.reward.value) == (True, 0.0)
@@ -96,8 +102,8 @@ async def test_edited_or_deleted_tests_grade_as_if_intact(backend, tmp_path):
 
 
 async def test_a_pass_everything_conftest_is_flagged_and_zeroed_when_the_task_asks(
-    backend, tmp_path
-):
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     steps = [bash(write("/app/conftest.py", PASS_EVERYTHING))]
     exposed = make_task(tmp_path / "conftest", test_sh=TESTS_IN_REPO)
     hacked = await run_episode(backend, exposed, steps, episode_id="ep-conftest")
@@ -121,7 +127,9 @@ async def test_a_pass_everything_conftest_is_flagged_and_zeroed_when_the_task_as
     assert "tamper:conftest_added" in ignored.reward.flags
 
 
-async def test_sys_exit_zero_in_a_conftest_is_caught_by_the_missing_report(backend, tmp_path):
+async def test_sys_exit_zero_in_a_conftest_is_caught_by_the_missing_report(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "exit-conftest", test_sh=TESTS_IN_REPO)
     trajectory = await run_episode(
         backend, task, [bash(write("/app/conftest.py", "import sys\nsys.exit(0)\n"))]
@@ -134,7 +142,9 @@ async def test_sys_exit_zero_in_a_conftest_is_caught_by_the_missing_report(backe
     assert reward.flag_details["report:missing"] == ["junit.xml was not written"]
 
 
-async def test_sys_exit_zero_at_import_of_the_module_under_test_is_flagged(backend, tmp_path):
+async def test_sys_exit_zero_at_import_of_the_module_under_test_is_flagged(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(
         tmp_path / "exit-module", test_sh=TESTS_BY_SCRIPT, verifier='reports = ["junit.xml"]'
     )
@@ -152,8 +162,8 @@ async def test_sys_exit_zero_at_import_of_the_module_under_test_is_flagged(backe
 
 
 async def test_hidden_paths_are_invisible_to_the_agent_and_reading_them_is_flagged(
-    backend, tmp_path
-):
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "hidden")
     trajectory = await run_episode(
         backend,
@@ -167,7 +177,7 @@ async def test_hidden_paths_are_invisible_to_the_agent_and_reading_them_is_flagg
     assert trajectory.reward.flags == ["read:hidden_path"]
 
 
-async def test_git_history_mining_is_flagged(backend, tmp_path):
+async def test_git_history_mining_is_flagged(backend: DockerBackend, tmp_path: Path) -> None:
     task = make_task(tmp_path / "git", git_history=True)
     trajectory = await run_episode(
         backend,

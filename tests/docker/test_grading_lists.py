@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -30,7 +31,9 @@ async def backend() -> DockerBackend:
     return DockerBackend()
 
 
-async def test_fail_to_pass_and_pass_to_pass_decide_the_reward(backend, tmp_path):
+async def test_fail_to_pass_and_pass_to_pass_decide_the_reward(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "lists", test_sh=ONLY_TESTS, verifier=LISTS)
     solved = await run_episode(backend, task, [bash(FIX)], episode_id="ep-solved")
     assert (solved.reward.valid, solved.reward.value) == (True, 1.0), solved.reward
@@ -56,7 +59,9 @@ async def test_fail_to_pass_and_pass_to_pass_decide_the_reward(backend, tmp_path
     }
 
 
-async def test_a_suite_that_exits_early_is_not_a_pass(backend, tmp_path):
+async def test_a_suite_that_exits_early_is_not_a_pass(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(
         tmp_path / "lists-exit", test_sh=TESTS_IN_REPO, verifier=LISTS + "\nzero_on_flags = []"
     )
@@ -70,7 +75,9 @@ async def test_a_suite_that_exits_early_is_not_a_pass(backend, tmp_path):
     assert "cannot be trusted" in (reward.reason or "")
 
 
-async def test_a_verifier_that_crashes_is_invalid_not_zero(backend, tmp_path):
+async def test_a_verifier_that_crashes_is_invalid_not_zero(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(tmp_path / "lists-crash", test_sh="exit 3\n", verifier=LISTS)
     trajectory = await run_episode(backend, task, [bash(FIX)])
     assert trajectory.reward.valid is False
@@ -81,8 +88,8 @@ async def test_a_verifier_that_crashes_is_invalid_not_zero(backend, tmp_path):
 
 
 async def test_artifacts_keep_the_verifier_output_reports_diff_and_collected_files(
-    backend, tmp_path
-):
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     task = make_task(
         tmp_path / "artifacts",
         top='artifacts = ["/app/out", {source = "/app/calc.py", destination = "final/calc.py"}]',

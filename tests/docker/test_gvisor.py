@@ -79,13 +79,13 @@ async def run_oracle(backend: DockerBackend, task: Task) -> dict[str, float]:
     return trajectory.reward.components
 
 
-async def test_runsc_is_registered_as_gvisor_without_network():
+async def test_runsc_is_registered_as_gvisor_without_network() -> None:
     runtime = registered_runtimes()[GVISOR]
     assert runtime.gvisor
     assert not runtime.networked
 
 
-async def test_channel_exec_files_and_users(base_image):
+async def test_channel_exec_files_and_users(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         attrs = docker_client().api.inspect_container(sandbox.container_id)
         assert attrs["HostConfig"]["Runtime"] == GVISOR
@@ -110,7 +110,7 @@ async def test_channel_exec_files_and_users(base_image):
         assert (await sandbox.exec("pgrep -c -x sleep || true")).stdout == "0\n"
 
 
-async def test_engine_path_exec_and_files(base_image):
+async def test_engine_path_exec_and_files(base_image: str) -> None:
     async with _sandbox(base_image, channel=False) as sandbox:
         assert sandbox.channel is None
         result = await sandbox.exec("ls / >/dev/null; echo out; echo err >&2; exit 3")
@@ -126,7 +126,7 @@ async def test_engine_path_exec_and_files(base_image):
         assert (await sandbox.exec("sleep 300", timeout=1)).timed_out
 
 
-async def test_uploaded_helper_and_compat_library(base_image):
+async def test_uploaded_helper_and_compat_library(base_image: str) -> None:
     """The path of an engine that cannot see this machine's files."""
     helper = await ensure_helper()
     container = await asyncio.to_thread(
@@ -154,13 +154,13 @@ async def test_uploaded_helper_and_compat_library(base_image):
         await asyncio.to_thread(container.remove, force=True)
 
 
-async def test_oracle_episode_of_a_task_that_asks_for_gvisor(tmp_path):
+async def test_oracle_episode_of_a_task_that_asks_for_gvisor(tmp_path: Path) -> None:
     task = load_task(make_task(tmp_path / "asks-gvisor", environment='runtime = "gvisor"'))
     seen = await run_oracle(DockerBackend(), task)
     assert seen == {"reward": 1.0, "verifier_gvisor": 1.0, "agent_gvisor": 1.0}
 
 
-async def test_oracle_episode_as_a_non_root_agent_under_gvisor(tmp_path):
+async def test_oracle_episode_as_a_non_root_agent_under_gvisor(tmp_path: Path) -> None:
     root = make_task(tmp_path / "gvisor-user", agent='user = "nobody"')
     (root / "environment" / "Dockerfile").write_text(
         "FROM debian:bookworm-slim\nRUN mkdir -p /app && chown nobody /app\nWORKDIR /app\n"
@@ -181,7 +181,7 @@ async def test_oracle_episode_as_a_non_root_agent_under_gvisor(tmp_path):
     assert (seen["reward"], seen["agent_gvisor"]) == (1.0, 1.0)
 
 
-async def test_tasks_gvisor_cannot_run_are_refused(tmp_path):
+async def test_tasks_gvisor_cannot_run_are_refused(tmp_path: Path) -> None:
     backend = DockerBackend(GVISOR)
     public = load_task(make_task(tmp_path / "public", agent='network_mode = "public"'))
     with pytest.raises(EnvironmentUnsupported, match=r"--network=none.*'public' in the agent"):
@@ -195,7 +195,7 @@ async def test_tasks_gvisor_cannot_run_are_refused(tmp_path):
         await DockerBackend("no-such-runtime").prepare(offline)
 
 
-async def test_cli_runs_a_task_under_gvisor_and_refuses_a_network_task(tmp_path):
+async def test_cli_runs_a_task_under_gvisor_and_refuses_a_network_task(tmp_path: Path) -> None:
     good = make_task(tmp_path / "tasks" / "offline")
     make_task(tmp_path / "tasks" / "online", environment='network_mode = "public"')
     out = tmp_path / "out"

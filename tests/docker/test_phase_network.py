@@ -18,7 +18,7 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec.task import Task, load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -75,8 +75,7 @@ class _Hello(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def outside() -> Iterator[str]:
     """``host:port`` of an HTTP server on the default bridge's gateway address."""
-    bridge = docker_client().api.inspect_network("bridge")
-    gateway = bridge["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway()
     server = ThreadingHTTPServer((gateway, 0), _Hello)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -122,7 +121,7 @@ async def run_oracle(task: Task) -> dict[str, float]:
     return trajectory.reward.components
 
 
-async def test_no_network_agent_then_public_verifier(tmp_path, outside):
+async def test_no_network_agent_then_public_verifier(tmp_path: Path, outside: str) -> None:
     task = make_task(
         tmp_path / "offline-agent", outside, agent="no-network", verifier="public", sidecar=False
     )
@@ -131,7 +130,9 @@ async def test_no_network_agent_then_public_verifier(tmp_path, outside):
     assert (seen["verifier_outside"], seen["verifier_route"]) == (1, 1)
 
 
-async def test_public_agent_then_no_network_verifier_sidecar_stays(tmp_path, outside):
+async def test_public_agent_then_no_network_verifier_sidecar_stays(
+    tmp_path: Path, outside: str
+) -> None:
     task = make_task(
         tmp_path / "offline-verifier", outside, agent="public", verifier="no-network", sidecar=True
     )
@@ -140,7 +141,9 @@ async def test_public_agent_then_no_network_verifier_sidecar_stays(tmp_path, out
     assert (seen["verifier_outside"], seen["verifier_route"], seen["verifier_sidecar"]) == (0, 0, 1)
 
 
-async def test_no_network_agent_then_public_verifier_with_sidecar(tmp_path, outside):
+async def test_no_network_agent_then_public_verifier_with_sidecar(
+    tmp_path: Path, outside: str
+) -> None:
     task = make_task(
         tmp_path / "offline-agent-db", outside, agent="no-network", verifier="public", sidecar=True
     )

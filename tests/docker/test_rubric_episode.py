@@ -90,7 +90,9 @@ def user_text(request: dict[str, Any]) -> str:
     return str(request["messages"][1]["content"])
 
 
-async def test_a_refactoring_is_graded_by_tests_and_one_judge_per_item(backend, task) -> None:
+async def test_a_refactoring_is_graded_by_tests_and_one_judge_per_item(
+    backend: DockerBackend, task: Task
+) -> None:
     judge = ScriptedJudge(
         {
             "readability": ["Looks good to me!", '{"score": 9, "reason": "small named helpers"}'],
@@ -133,7 +135,9 @@ async def test_a_refactoring_is_graded_by_tests_and_one_judge_per_item(backend, 
     assert calls[0]["endpoint"] == server.base_url
 
 
-async def test_a_judge_outage_makes_the_episode_reward_invalid(backend, task) -> None:
+async def test_a_judge_outage_makes_the_episode_reward_invalid(
+    backend: DockerBackend, task: Task
+) -> None:
     judge = ScriptedJudge({"readability": [], "no_duplication": []})
     async with served(judge) as (server, client):
         await server.close()
@@ -149,7 +153,7 @@ async def test_a_judge_outage_makes_the_episode_reward_invalid(backend, task) ->
     assert all(call.error and call.score is None for call in trajectory.judge_calls)
 
 
-async def test_without_a_judge_the_rule_decides(backend, task) -> None:
+async def test_without_a_judge_the_rule_decides(backend: DockerBackend, task: Task) -> None:
     refused = await run_episode(backend, task, refactoring_steps(), RubricGrading())
     assert not refused.reward.valid
     assert refused.reward.value is None
@@ -175,7 +179,9 @@ WORKDIR /repo
 """
 
 
-async def test_workspace_changes_with_and_without_git(backend, tmp_path) -> None:
+async def test_workspace_changes_with_and_without_git(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
     root = tmp_path / "diff-task"
     (root / "environment").mkdir(parents=True)
     (root / "tests").mkdir()
@@ -214,7 +220,7 @@ async def test_workspace_changes_with_and_without_git(backend, tmp_path) -> None
     assert missing == "(the workdir /nowhere does not exist)"
 
 
-async def test_envfarm_run_with_a_judge_flag(tmp_path) -> None:
+async def test_envfarm_run_with_a_judge_flag(tmp_path: Path) -> None:
     judge = ScriptedJudge(
         {"readability": ['{"score": 10, "reason": "x"}'], "no_duplication": ["Score: 1/2"]}
     )
@@ -251,7 +257,7 @@ async def test_envfarm_run_with_a_judge_flag(tmp_path) -> None:
     assert summary["mean_reward"] == pytest.approx(0.875)
 
 
-async def test_envfarm_run_refuses_rubric_tasks_for_a_model_without_a_judge(tmp_path) -> None:
+async def test_envfarm_run_refuses_rubric_tasks_for_a_model_without_a_judge(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -48,7 +48,7 @@ def _exists(container_id: str) -> bool:
     return True
 
 
-async def test_lifecycle_and_teardown_leaves_no_container(base_image):
+async def test_lifecycle_and_teardown_leaves_no_container(base_image: str) -> None:
     sandbox = _sandbox(base_image)
     async with sandbox:
         container_id = sandbox.container_id
@@ -60,7 +60,7 @@ async def test_lifecycle_and_teardown_leaves_no_container(base_image):
     await sandbox.stop()  # idempotent
 
 
-async def test_exec_workdir_env_and_user(base_image):
+async def test_exec_workdir_env_and_user(base_image: str) -> None:
     async with _sandbox(base_image, workdir="/tmp", env={"FROM_CONFIG": "a"}) as sandbox:
         result = await sandbox.exec(
             'pwd; echo "$FROM_CONFIG $FROM_CALL"; id -un', env={"FROM_CALL": "b"}
@@ -70,7 +70,7 @@ async def test_exec_workdir_env_and_user(base_image):
         assert other.stdout.splitlines() == ["/", "nobody"]
 
 
-async def test_exec_timeout_kills_the_whole_process_group(base_image):
+async def test_exec_timeout_kills_the_whole_process_group(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         result = await sandbox.exec("sleep 60 & sleep 61 & wait", timeout=1)
         assert result.timed_out
@@ -80,14 +80,14 @@ async def test_exec_timeout_kills_the_whole_process_group(base_image):
         assert leftovers.stdout.strip() == ""
 
 
-async def test_output_is_capped_not_buffered_without_bound(base_image):
+async def test_output_is_capped_not_buffered_without_bound(base_image: str) -> None:
     async with _sandbox(base_image, output_cap=1000) as sandbox:
         result = await sandbox.exec("head -c 5000000 /dev/zero | tr '\\0' x")
         assert result.exit_code == 0
         assert len(result.stdout) == 1000
 
 
-async def test_file_round_trip_binary_and_nested(base_image):
+async def test_file_round_trip_binary_and_nested(base_image: str) -> None:
     payload = os.urandom(3 * 1024 * 1024) + bytes(range(256))
     async with _sandbox(base_image) as sandbox:
         await sandbox.write_file("/work/deep/dir/blob.bin", payload, mode=0o600)
@@ -104,7 +104,7 @@ async def test_file_round_trip_binary_and_nested(base_image):
             await sandbox.read_file("/work/deep")
 
 
-async def test_hardened_defaults(base_image):
+async def test_hardened_defaults(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         status = (await sandbox.exec("cat /proc/self/status")).stdout
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
@@ -120,13 +120,13 @@ async def test_hardened_defaults(base_image):
         assert attrs["HostConfig"]["Init"] is True
 
 
-async def test_network_when_the_task_asks(base_image):
+async def test_network_when_the_task_asks(base_image: str) -> None:
     async with _sandbox(base_image, network=True) as sandbox:
         interfaces = (await sandbox.exec("ls /sys/class/net")).stdout.split()
         assert "eth0" in interfaces
 
 
-async def test_memory_limit_is_enforced(base_image):
+async def test_memory_limit_is_enforced(base_image: str) -> None:
     async with _sandbox(base_image, memory_mb=64) as sandbox:
         attrs = docker_client().api.inspect_container(sandbox.container_id)
         assert attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
@@ -137,7 +137,7 @@ async def test_memory_limit_is_enforced(base_image):
         assert (await sandbox.exec("echo alive")).stdout == "alive\n"
 
 
-async def test_pids_and_cpu_limits_are_enforced(base_image):
+async def test_pids_and_cpu_limits_are_enforced(base_image: str) -> None:
     async with _sandbox(base_image, pids_limit=40, cpus=0.5) as sandbox:
         attrs = docker_client().api.inspect_container(sandbox.container_id)
         assert attrs["HostConfig"]["NanoCpus"] == 500_000_000
@@ -152,13 +152,13 @@ async def test_pids_and_cpu_limits_are_enforced(base_image):
         assert 0 < started < 40
 
 
-async def test_missing_image_is_a_start_error():
+async def test_missing_image_is_a_start_error() -> None:
     sandbox = _sandbox("envfarm-test/does-not-exist:0")
     with pytest.raises(SandboxStartError, match="does not exist"):
         await sandbox.start()
 
 
-async def test_sandbox_that_dies_mid_episode_is_reported_as_gone(base_image):
+async def test_sandbox_that_dies_mid_episode_is_reported_as_gone(base_image: str) -> None:
     async with _sandbox(base_image) as sandbox:
         await sandbox.exec("kill -TERM 1")
         await asyncio.sleep(0.5)
@@ -166,7 +166,7 @@ async def test_sandbox_that_dies_mid_episode_is_reported_as_gone(base_image):
             await sandbox.exec("echo still here?")
 
 
-async def test_cancellation_still_tears_down(base_image):
+async def test_cancellation_still_tears_down(base_image: str) -> None:
     sandbox = _sandbox(base_image)
     started = asyncio.Event()
 
@@ -185,7 +185,7 @@ async def test_cancellation_still_tears_down(base_image):
     assert not _exists(container_id)
 
 
-async def test_containers_are_labelled_for_the_reaper(base_image):
+async def test_containers_are_labelled_for_the_reaper(base_image: str) -> None:
     labelled = docker_client().containers.list(
         all=True, filters={"label": f"{LABEL_RUN}=test-sandbox"}
     )

@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import pytest_asyncio
@@ -89,11 +89,14 @@ async def run_episode(backend: DockerBackend, task: Task, policy: ResolvedPolicy
 
 def written(trajectory: Trajectory, **output: bool) -> dict[str, Any]:
     """The trajectory as a trainer reads it from trajectories.jsonl."""
-    return json.loads(trajectory.to_json(**output))
+    written: dict[str, Any] = json.loads(trajectory.to_json(**output))
+    return written
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
-async def test_trajectory_tokens_equal_what_the_server_sent(backend, task, dialect) -> None:
+async def test_trajectory_tokens_equal_what_the_server_sent(
+    backend: DockerBackend, task: Task, dialect: Literal["vllm", "sglang"]
+) -> None:
     fake = FakeVLLM(dialect=dialect, commands=COMMANDS, routed_experts=True, version="3")
     async with policy_for(fake, routed_experts=True) as policy:
         trajectory = await run_episode(backend, task, policy)
@@ -130,7 +133,7 @@ async def test_trajectory_tokens_equal_what_the_server_sent(backend, task, diale
     assert trajectory.turns[1].prompt_suffix_ids is not None
 
 
-async def test_versions_follow_a_mid_run_weight_swap(backend, task) -> None:
+async def test_versions_follow_a_mid_run_weight_swap(backend: DockerBackend, task: Task) -> None:
     fake = FakeVLLM(commands=COMMANDS, version="7")
     plan = command_planner(COMMANDS)
 
@@ -147,7 +150,9 @@ async def test_versions_follow_a_mid_run_weight_swap(backend, task) -> None:
     assert (trajectory.policy_versions.min, trajectory.policy_versions.max) == ("7", "8")
 
 
-async def test_sglang_version_spans_of_a_turn_that_spanned_a_swap(backend, task) -> None:
+async def test_sglang_version_spans_of_a_turn_that_spanned_a_swap(
+    backend: DockerBackend, task: Task
+) -> None:
     fake = FakeVLLM(
         dialect="sglang",
         commands=COMMANDS,
@@ -163,7 +168,9 @@ async def test_sglang_version_spans_of_a_turn_that_spanned_a_swap(backend, task)
     assert swapped.policy_version_source == "response"
 
 
-async def test_published_versions_stamp_turns_the_server_does_not_version(backend, task) -> None:
+async def test_published_versions_stamp_turns_the_server_does_not_version(
+    backend: DockerBackend, task: Task
+) -> None:
     board = PolicyVersionBoard()
     board.publish("run-a")
     fake = FakeVLLM(commands=COMMANDS, version_header=None)
@@ -182,7 +189,9 @@ async def test_published_versions_stamp_turns_the_server_does_not_version(backen
     assert (trajectory.policy_versions.min, trajectory.policy_versions.max) == ("run-a", "run-b")
 
 
-async def test_mismatched_lengths_are_a_fault_that_invalidates_the_reward(backend, task) -> None:
+async def test_mismatched_lengths_are_a_fault_that_invalidates_the_reward(
+    backend: DockerBackend, task: Task
+) -> None:
     fake = FakeVLLM(commands=COMMANDS, faults={1: "mismatch"})
     async with policy_for(fake) as policy:
         trajectory = await run_episode(backend, task, policy)
@@ -200,7 +209,7 @@ async def test_mismatched_lengths_are_a_fault_that_invalidates_the_reward(backen
     assert [s.turns for s in merged_samples(trajectory)] == [[0], [2]]
 
 
-async def test_openai_profile_records_text_only(backend, task) -> None:
+async def test_openai_profile_records_text_only(backend: DockerBackend, task: Task) -> None:
     fake = FakeVLLM(commands=COMMANDS, version_header=None)
     async with policy_for(fake, server_profile="openai") as policy:
         trajectory = await run_episode(backend, task, policy)

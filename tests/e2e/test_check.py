@@ -89,7 +89,7 @@ def reasons(output: str) -> dict[str, list[str]]:
     return found
 
 
-def test_the_example_suite_is_sound():
+def test_the_example_suite_is_sound() -> None:
     proc = envfarm("check", "tasks/", "--runs", "2", "--concurrency", "4")
     assert proc.returncode == 0, proc.stderr[-5000:]
     summary = re.search(r"^(\d+) of (\d+) tasks sound$", proc.stderr, re.MULTILINE)
@@ -102,7 +102,7 @@ def test_the_example_suite_is_sound():
     )
 
 
-def test_unsound_tasks_are_rejected_each_with_its_reason(tmp_path: Path):
+def test_unsound_tasks_are_rejected_each_with_its_reason(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks"
     harbor_task(tasks / "sound")
     always_one = "#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n"
@@ -178,7 +178,7 @@ def test_unsound_tasks_are_rejected_each_with_its_reason(tmp_path: Path):
     assert re.search(r"^1 of 7 tasks sound$", proc.stderr, re.MULTILINE)
 
 
-def test_a_legacy_task_is_checked_like_any_other(tmp_path: Path):
+def test_a_legacy_task_is_checked_like_any_other(tmp_path: Path) -> None:
     root = legacy_task(tmp_path / "hello-legacy")
     proc = envfarm("check", str(root), "--runs", "2")
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -192,7 +192,7 @@ def test_a_legacy_task_is_checked_like_any_other(tmp_path: Path):
     assert (summary["completed"], summary["mean_reward"]) == (1, 0.0)
 
 
-def test_no_run_lints_without_building_and_bad_input_exits_two(tmp_path: Path):
+def test_no_run_lints_without_building_and_bad_input_exits_two(tmp_path: Path) -> None:
     good = harbor_task(tmp_path / "tasks" / "good")
     leaky = harbor_task(
         tmp_path / "tasks" / "leaky",

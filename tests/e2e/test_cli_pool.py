@@ -34,7 +34,9 @@ def faults() -> list[Step]:
     return [completion("I will sta", finish_reason="abort"), *[storm] * 15]
 
 
-async def test_two_endpoints_ride_out_a_storm_and_each_turn_names_its_server(tmp_path):
+async def test_two_endpoints_ride_out_a_storm_and_each_turn_names_its_server(
+    tmp_path: Path,
+) -> None:
     served = [Served(), Served()]
     responders = [FaultyResponder(s, faults()) for s in served]
     out = tmp_path / "run"

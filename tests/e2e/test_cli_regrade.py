@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,11 +23,11 @@ def envfarm(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def lines(out: Path) -> list[dict]:
+def lines(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
 
 
-def test_regrade_reproduces_a_run_and_follows_a_changed_task(tmp_path):
+def test_regrade_reproduces_a_run_and_follows_a_changed_task(tmp_path: Path) -> None:
     task = tmp_path / "tasks" / "lru"
     shutil.copytree(REPO / "tasks" / "fix-lru-cache", task)
     out = tmp_path / "run"
@@ -78,7 +79,7 @@ def test_regrade_reproduces_a_run_and_follows_a_changed_task(tmp_path):
     assert json.loads((out / "regrade.json").read_text())["regraded"][0]["changed"] is True
 
 
-def test_regrade_refuses_a_directory_without_a_run(tmp_path):
+def test_regrade_refuses_a_directory_without_a_run(tmp_path: Path) -> None:
     proc = envfarm("regrade", str(tmp_path))
     assert proc.returncode == 2
     assert "trajectories.jsonl does not exist" in proc.stderr

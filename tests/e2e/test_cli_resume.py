@@ -51,7 +51,7 @@ def envfarm(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_killed_run_resumes_and_every_episode_ends_exactly_once(tmp_path):
+def test_a_killed_run_resumes_and_every_episode_ends_exactly_once(tmp_path: Path) -> None:
     task, out = slowish_task(tmp_path), tmp_path / "out"
     assert TASK_ID in (task / "task.toml").read_text()
     args = ["run", str(task), "--group-size", "4", "--concurrency", "2", "--out", str(out)]
@@ -94,7 +94,7 @@ def test_a_killed_run_resumes_and_every_episode_ends_exactly_once(tmp_path):
     assert left == []
 
 
-def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path):
+def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     result = envfarm("run", "--resume", str(tmp_path))
     assert result.returncode == 2
     assert "not the output directory of an envfarm run" in result.stderr

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -27,13 +28,13 @@ def envfarm(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[st
     )
 
 
-def read_run(out: Path) -> tuple[dict, list[dict]]:
+def read_run(out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     summary = json.loads((out / "summary.json").read_text())
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     return summary, [json.loads(line) for line in lines]
 
 
-def test_oracle_scores_one_on_every_example_task(tmp_path):
+def test_oracle_scores_one_on_every_example_task(tmp_path: Path) -> None:
     assert len(EXAMPLE_TASKS) >= 3
     out = tmp_path / "oracle"
     proc = envfarm("run", "tasks/", "--policy", "oracle", "--out", str(out), "--concurrency", "4")
@@ -60,7 +61,7 @@ def test_oracle_scores_one_on_every_example_task(tmp_path):
     assert "mean reward" in proc.stderr
 
 
-def test_nop_scores_below_one_on_every_task_and_exits_zero(tmp_path):
+def test_nop_scores_below_one_on_every_task_and_exits_zero(tmp_path: Path) -> None:
     out = tmp_path / "nop"
     proc = envfarm("run", "tasks/", "--policy", "nop", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -70,7 +71,7 @@ def test_nop_scores_below_one_on_every_task_and_exits_zero(tmp_path):
     assert all(t["outcome"]["stop_reason"] == "submitted" for t in trajectories)
 
 
-def test_bad_task_exits_two_and_the_good_ones_still_run(tmp_path):
+def test_bad_task_exits_two_and_the_good_ones_still_run(tmp_path: Path) -> None:
     shutil.copytree(TASKS / "fix-lru-cache", tmp_path / "tasks" / "good")
     bad = tmp_path / "tasks" / "bad"
     shutil.copytree(TASKS / "fix-lru-cache", bad)
@@ -92,7 +93,9 @@ def test_bad_task_exits_two_and_the_good_ones_still_run(tmp_path):
     assert all(t["advantage"] == 0.0 and t["group_zero_variance"] for t in trajectories)
 
 
-def test_unreachable_endpoint_is_an_infra_error_and_the_key_is_never_written(tmp_path):
+def test_unreachable_endpoint_is_an_infra_error_and_the_key_is_never_written(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "down"
     secret = "sk-test-secret-key-123"
     proc = envfarm(
@@ -129,7 +132,7 @@ def test_unreachable_endpoint_is_an_infra_error_and_the_key_is_never_written(tmp
     assert secret.encode() not in written
 
 
-def test_check_and_help():
+def test_check_and_help() -> None:
     assert envfarm("check", "tasks/", "--no-run").returncode == 0
     assert envfarm("check", "does-not-exist/").returncode == 2
     help_text = envfarm("run", "--help").stdout
@@ -149,13 +152,13 @@ def test_check_and_help():
 
 
 @pytest.mark.parametrize("flag", ["--temperature=-1", "--top-p=2"])
-def test_bad_sampling_flags_are_rejected(flag):
+def test_bad_sampling_flags_are_rejected(flag: str) -> None:
     proc = envfarm("run", "tasks/fix-lru-cache", flag)
     assert proc.returncode == 2
     assert "Invalid value" in proc.stderr or "Error" in proc.stderr
 
 
-def test_a_warm_pool_run_grades_every_episode_and_leaves_no_sandbox(tmp_path):
+def test_a_warm_pool_run_grades_every_episode_and_leaves_no_sandbox(tmp_path: Path) -> None:
     out = tmp_path / "pooled"
     args = ["--group-size", "3", "--concurrency", "1", "--warm-pool", "2", "--out", str(out)]
     proc = envfarm("run", "tasks/word-count-cli", *args)

@@ -41,7 +41,7 @@ def containers_of(task_id: str) -> list[str]:
     client = docker.from_env()
     labels = [f"{LABEL_TASK}={task_id}", f"{LABEL_KIND}=sandbox"]  # not build containers
     found = client.containers.list(all=True, filters={"label": labels})
-    return [c.id for c in found]
+    return [c.id for c in found if c.id is not None]
 
 
 def wait_for_container(task_id: str, proc: subprocess.Popen[str]) -> list[str]:
@@ -55,7 +55,7 @@ def wait_for_container(task_id: str, proc: subprocess.Popen[str]) -> list[str]:
     raise AssertionError("the sandbox never appeared")
 
 
-def test_ctrl_c_removes_the_sandboxes(tmp_path):
+def test_ctrl_c_removes_the_sandboxes(tmp_path: Path) -> None:
     proc = start_run(slow_task(tmp_path, "interrupted"), tmp_path / "out")
     wait_for_container("test/interrupted", proc)
     proc.send_signal(signal.SIGINT)
@@ -65,7 +65,7 @@ def test_ctrl_c_removes_the_sandboxes(tmp_path):
     assert containers_of("test/interrupted") == []
 
 
-def test_sandboxes_of_a_killed_run_are_reaped(tmp_path):
+def test_sandboxes_of_a_killed_run_are_reaped(tmp_path: Path) -> None:
     proc = start_run(slow_task(tmp_path, "killed"), tmp_path / "out")
     [orphan] = wait_for_container("test/killed", proc)
     proc.kill()
@@ -75,7 +75,7 @@ def test_sandboxes_of_a_killed_run_are_reaped(tmp_path):
     assert containers_of("test/killed") == []
 
 
-def test_gc_leaves_nothing_of_a_killed_run_with_services(tmp_path):
+def test_gc_leaves_nothing_of_a_killed_run_with_services(tmp_path: Path) -> None:
     task = slow_task(tmp_path, "gc-killed")
     (task / "environment" / "docker-compose.yaml").write_text(
         "services:\n"

@@ -18,8 +18,11 @@ READY_S = 180.0
 
 
 class ServeProcess:
-    def __init__(self, workdir: Path, *args: str, token: str | None = None) -> None:
+    def __init__(
+        self, workdir: Path, *args: str, token: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.workdir = workdir
+        self.env = env or {}
         self.args = list(args)
         self.token = token
         self.log = workdir / "serve.log"
@@ -28,7 +31,7 @@ class ServeProcess:
 
     def start(self) -> ServeProcess:
         command = [sys.executable, "-m", "envfarm", "serve", "--port", "0", *self.args]
-        env = {**os.environ, "COLUMNS": "1000"}
+        env = {**os.environ, "COLUMNS": "1000", **self.env}
         env.pop("ENVFARM_TOKEN", None)
         if self.token:
             env["ENVFARM_TOKEN"] = self.token

@@ -64,7 +64,9 @@ async def oracle_job(served: ServeProcess) -> tuple[str, list[DeliveredGroup]]:
     return job_id, groups
 
 
-async def test_oracle_job_is_delivered_whole_graded_and_counted(client, oracle_job) -> None:
+async def test_oracle_job_is_delivered_whole_graded_and_counted(
+    client: EnvfarmClient, oracle_job: tuple[str, list[DeliveredGroup]]
+) -> None:
     job_id, groups = oracle_job
     assert [g.cursor for g in groups] == sorted({g.cursor for g in groups})
     assert sorted(g.task_id for g in groups) == sorted(TASK_IDS)
@@ -91,7 +93,7 @@ async def test_oracle_job_is_delivered_whole_graded_and_counted(client, oracle_j
 
 
 async def test_acked_groups_are_not_delivered_again_and_consumers_are_independent(
-    client, oracle_job
+    client: EnvfarmClient, oracle_job: tuple[str, list[DeliveredGroup]]
 ) -> None:
     job_id, groups = oracle_job
     assert [g async for g in client.groups(job_id, consumer="trainer", wait_s=0)] == []
@@ -104,7 +106,9 @@ async def test_acked_groups_are_not_delivered_again_and_consumers_are_independen
     assert page.groups == groups[1:]
 
 
-async def test_errors_unknown_job_unknown_task_bad_body_no_token(served, client) -> None:
+async def test_errors_unknown_job_unknown_task_bad_body_no_token(
+    served: ServeProcess, client: EnvfarmClient
+) -> None:
     with pytest.raises(ApiError) as raised:
         await client.job("no-such-job")
     assert raised.value.status == 404
@@ -124,7 +128,9 @@ async def test_errors_unknown_job_unknown_task_bad_body_no_token(served, client)
     assert raised.value.problem["type"] == "urn:envfarm:problem:unauthorized"
 
 
-async def test_tasks_versions_metrics_and_job_controls(served, client, oracle_job) -> None:
+async def test_tasks_versions_metrics_and_job_controls(
+    served: ServeProcess, client: EnvfarmClient, oracle_job: tuple[str, list[DeliveredGroup]]
+) -> None:
     assert sorted(task.id for task in await client.tasks()) == sorted(TASK_IDS)
     await client.publish_version("step-1")
     job_id, _ = oracle_job
@@ -143,7 +149,9 @@ async def test_tasks_versions_metrics_and_job_controls(served, client, oracle_jo
     assert 'envfarm_policy_version_info{policy_version="step-1"} 1.0' in text
 
 
-def test_export_writes_parquet_and_jsonl_from_the_server(served, oracle_job, tmp_path) -> None:
+def test_export_writes_parquet_and_jsonl_from_the_server(
+    served: ServeProcess, oracle_job: tuple[str, list[DeliveredGroup]], tmp_path: Path
+) -> None:
     job_id, groups = oracle_job
     env = {"ENVFARM_TOKEN": TOKEN}
     for name in ("out.parquet", "out.jsonl"):
@@ -161,7 +169,9 @@ def test_export_writes_parquet_and_jsonl_from_the_server(served, oracle_job, tmp
     assert [row["cursor"] for row in table] == [g.cursor for g in groups for _ in g.trajectories]
 
 
-async def test_jobs_and_groups_survive_a_graceful_restart(served, oracle_job) -> None:
+async def test_jobs_and_groups_survive_a_graceful_restart(
+    served: ServeProcess, oracle_job: tuple[str, list[DeliveredGroup]]
+) -> None:
     job_id, groups = oracle_job
     assert served.stop(signal.SIGTERM) == 0, served.output()
     served.start()

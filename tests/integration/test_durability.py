@@ -63,7 +63,7 @@ def job_body(tasks: list[str], group_size: int) -> dict[str, object]:
     }
 
 
-async def test_sigkill_during_a_job_loses_and_duplicates_nothing(tmp_path):
+async def test_sigkill_during_a_job_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     names = ["a", "b", "c"]
     tasks = task_dir(tmp_path, names, sleep_s=2)
     args = ["--tasks", str(tasks), "--data-dir", str(tmp_path / "data"), "--concurrency", "3"]
@@ -93,8 +93,8 @@ async def test_sigkill_during_a_job_loses_and_duplicates_nothing(tmp_path):
 
 
 async def test_two_controllers_on_postgresql_split_a_job_without_running_any_episode_twice(
-    tmp_path, pg_url
-):
+    tmp_path: Path, pg_url: str
+) -> None:
     names = ["p", "q", "r", "s"]
     tasks = task_dir(tmp_path, names, sleep_s=1)
     common = ["--tasks", str(tasks), "--db", pg_url, "--concurrency", "2"]

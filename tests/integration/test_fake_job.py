@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,15 +18,15 @@ from envfarm.errors import PolicyConfigError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Trajectory
-from envfarm.sandbox.base import ExecResult
-from envfarm.spec.task import load_task
+from envfarm.sandbox.base import ExecResult, PreparedImage
+from envfarm.spec.task import Task, load_task
 from envfarm.store.store import Store
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-def make_task(root: Path):
+def make_task(root: Path) -> Task:
     (root / "environment").mkdir(parents=True)
     (root / "tests").mkdir()
     (root / "solution").mkdir()
@@ -40,7 +41,7 @@ def make_task(root: Path):
     return load_task(root)
 
 
-def grading_handler(backend_box: list[FakeSandbox], reward: bytes):
+def grading_handler(backend_box: list[FakeSandbox], reward: bytes) -> Callable[[str], ExecResult]:
     def handler(command: str) -> ExecResult:
         if "/tests/test.sh" in command:
             sandbox = backend_box[-1]
@@ -50,7 +51,7 @@ def grading_handler(backend_box: list[FakeSandbox], reward: bytes):
     return handler
 
 
-async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path):
+async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = FakeBackend()
     backend.handler = grading_handler(backend.created, b"1\n")
@@ -77,7 +78,7 @@ async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path):
     assert all(not s.running for s in backend.created)  # every sandbox was stopped
 
 
-async def test_missing_reward_is_invalid_and_not_retried(tmp_path):
+async def test_missing_reward_is_invalid_and_not_retried(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = FakeBackend()
     async with open_policy(PolicySpec(target="nop")) as policy:
@@ -98,12 +99,12 @@ class BrokenBuilds(FakeBackend):
 
     prepared = 0
 
-    async def prepare(self, task):
+    async def prepare(self, task: Task) -> PreparedImage:
         self.prepared += 1
         raise RuntimeError("the engine said something unexpected")
 
 
-async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_path):
+async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = BrokenBuilds()
     async with open_policy(PolicySpec(target="nop")) as policy:
@@ -123,7 +124,7 @@ async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_
     assert backend.prepared == 3  # an infrastructure failure is built again, up to 3 times
 
 
-async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_path):
+async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     store = await Store.open("sqlite://", finalize=finalize_group)
     request = JobRequest(
@@ -132,7 +133,7 @@ async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_pat
     job_id = await store.create_job(request, {task.id: task.content_hash})
 
     @asynccontextmanager
-    async def runners(*_):
+    async def runners(*_: object) -> AsyncIterator[EpisodeRunner]:
         raise PolicyConfigError("model 'm' is not served by http://nowhere/v1")
         yield
 

@@ -9,6 +9,7 @@ import pytest
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
@@ -43,7 +44,7 @@ def make_task(root: Path, mode: str) -> Task:
     return load_task(root)
 
 
-async def run(task: Task, backend: FakeBackend):
+async def run(task: Task, backend: FakeBackend) -> Trajectory:
     async with open_policy(PolicySpec(target="nop")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fork"
@@ -55,7 +56,9 @@ async def run(task: Task, backend: FakeBackend):
         return await runner.run(request)
 
 
-async def test_a_separate_verifier_runs_in_a_fresh_sandbox_and_both_are_stopped(tmp_path):
+async def test_a_separate_verifier_runs_in_a_fresh_sandbox_and_both_are_stopped(
+    tmp_path: Path,
+) -> None:
     backend = PassingTests()
     trajectory = await run(make_task(tmp_path / "separate", "separate"), backend)
     assert (trajectory.reward.valid, trajectory.reward.value) == (True, 1.0), trajectory.error
@@ -69,7 +72,7 @@ async def test_a_separate_verifier_runs_in_a_fresh_sandbox_and_both_are_stopped(
     assert not verifier.running
 
 
-async def test_shared_mode_grades_in_the_agent_sandbox(tmp_path):
+async def test_shared_mode_grades_in_the_agent_sandbox(tmp_path: Path) -> None:
     backend = PassingTests()
     trajectory = await run(make_task(tmp_path / "shared", "shared"), backend)
     assert (trajectory.reward.valid, trajectory.reward.value) == (True, 1.0)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from envfarm.errors import SandboxGone, SandboxStartError
-from envfarm.k8s.api import CONFIG_MAPS, PODS
+from envfarm.k8s.api import CONFIG_MAPS, PODS, KubeObject
 from envfarm.sandbox.base import verifier_phases
 from envfarm.sandbox.kubernetes.backend import (
     LABEL_OWNER_HOST,
@@ -23,6 +25,7 @@ from envfarm.sandbox.kubernetes.backend import (
     KubernetesBackendConfig,
 )
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, PodOptions, environment_pod
+from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeSandbox, ok
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
@@ -34,7 +37,7 @@ NS = "envfarm-sandboxes"
 
 
 class Cluster:
-    def __init__(self, **kubelet) -> None:
+    def __init__(self, **kubelet: Any) -> None:
         self.api = MemoryKubeApi()
         self.ready: dict[str, bool] = {}
         """Container name -> does its readiness probe pass (default yes)."""
@@ -47,13 +50,13 @@ class Cluster:
             **kubelet,
         )
 
-    def backend(self, **config) -> KubernetesBackend:
+    def backend(self, **config: Any) -> KubernetesBackend:
         return KubernetesBackend(self.api, KubernetesBackendConfig(**config))
 
-    def pods(self) -> list[dict]:
+    def pods(self) -> list[KubeObject]:
         return self.api.objects(PODS)
 
-    async def wait_for(self, predicate) -> None:
+    async def wait_for(self, predicate: Callable[[KubeObject], bool]) -> None:
         async for event in self.api.watch(PODS, NS):
             if predicate(event.object):
                 return
@@ -72,11 +75,11 @@ def plain_task() -> Task:
     return load_task(TASKS / "word-count-cli")
 
 
-def _running(pod: dict) -> bool:
+def _running(pod: KubeObject) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
-async def test_start_waits_for_every_healthcheck_then_speaks_over_the_stream(pg_task):
+async def test_start_waits_for_every_healthcheck_then_speaks_over_the_stream(pg_task: Task) -> None:
     cluster = Cluster()
     cluster.ready["db"] = False
     backend = cluster.backend()
@@ -90,6 +93,7 @@ async def test_start_waits_for_every_healthcheck_then_speaks_over_the_stream(pg_
     await starting
     [pod] = cluster.pods()
     fake = cluster.runtime.sandbox_of(pod)
+    assert isinstance(fake, FakeSandbox)
     result = await sandbox.exec("psql -c 'select 1'", timeout=5)
     assert (result.exit_code, result.stdout) == (0, "ran: psql -c 'select 1'")
     assert fake.commands == ["psql -c 'select 1'"]
@@ -106,7 +110,7 @@ async def test_start_waits_for_every_healthcheck_then_speaks_over_the_stream(pg_
     await cluster.api.close()
 
 
-async def test_many_sandboxes_share_one_watch_and_each_has_one_stream(plain_task):
+async def test_many_sandboxes_share_one_watch_and_each_has_one_stream(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
     image = await backend.prepare(plain_task)
@@ -122,7 +126,7 @@ async def test_many_sandboxes_share_one_watch_and_each_has_one_stream(plain_task
     await cluster.api.close()
 
 
-async def test_a_service_that_dies_fails_the_start_and_nothing_is_left(pg_task):
+async def test_a_service_that_dies_fails_the_start_and_nothing_is_left(pg_task: Task) -> None:
     cluster = Cluster()
     cluster.ready["db"] = False
     backend = cluster.backend()
@@ -138,7 +142,9 @@ async def test_a_service_that_dies_fails_the_start_and_nothing_is_left(pg_task):
     await cluster.api.close()
 
 
-async def test_a_start_that_never_gets_ready_times_out_with_the_pods_state(plain_task):
+async def test_a_start_that_never_gets_ready_times_out_with_the_pods_state(
+    plain_task: Task,
+) -> None:
     cluster = Cluster(start_delay_s=3600)
     backend = cluster.backend(start_timeout_s=0.05)
     sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-4")
@@ -149,7 +155,7 @@ async def test_a_start_that_never_gets_ready_times_out_with_the_pods_state(plain
     await cluster.api.close()
 
 
-async def test_the_ttl_ends_the_environment_and_calls_say_so(plain_task):
+async def test_the_ttl_ends_the_environment_and_calls_say_so(plain_task: Task) -> None:
     cluster = Cluster(time_scale=0.05)
     backend = cluster.backend(ttl_seconds=1)
     sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-5")
@@ -163,11 +169,12 @@ async def test_the_ttl_ends_the_environment_and_calls_say_so(plain_task):
     await cluster.api.close()
 
 
-async def test_a_deleted_pod_is_reported_gone(plain_task):
+async def test_a_deleted_pod_is_reported_gone(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
     sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-6")
     await sandbox.start()
+    assert isinstance(sandbox, KubernetesSandbox)
     marked = await cluster.api.delete(PODS, NS, sandbox.name)
     version = marked["metadata"]["resourceVersion"]
     async for event in cluster.api.watch(PODS, NS, resource_version=version):
@@ -180,7 +187,7 @@ async def test_a_deleted_pod_is_reported_gone(plain_task):
     await cluster.api.close()
 
 
-async def test_the_watch_survives_410_gone_by_listing_again(plain_task):
+async def test_the_watch_survives_410_gone_by_listing_again(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
     image = await backend.prepare(plain_task)
@@ -199,7 +206,7 @@ async def test_the_watch_survives_410_gone_by_listing_again(plain_task):
     await cluster.api.close()
 
 
-async def test_verifier_phase_switches_the_network_label(tmp_path, plain_task):
+async def test_verifier_phase_switches_the_network_label(tmp_path: Path, plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
     sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-8")
@@ -214,7 +221,7 @@ async def test_verifier_phase_switches_the_network_label(tmp_path, plain_task):
     await cluster.api.close()
 
 
-async def test_reap_removes_ended_pods_and_an_earlier_process_pods(plain_task):
+async def test_reap_removes_ended_pods_and_an_earlier_process_pods(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
     images = backend.images(plain_task)

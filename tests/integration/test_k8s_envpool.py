@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from envfarm.k8s.api import ENV_POOLS, PODS
+from envfarm.k8s.api import ENV_POOLS, PODS, KubeObject
 from envfarm.k8s.pools import CLAIMED_LABEL, POOL_LABEL, NoWarmEnvironment, claim, pod_ready
 from envfarm.operator.envpool import EnvPoolReconciler
 from envfarm.operator.poolcache import PoolPods
 from envfarm.operator.runner import Operator, envpool_controller
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
+from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
 from envfarm.spec.task import load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
@@ -41,18 +44,20 @@ class Farm:
         await self.operator.start()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.operator.stop()
         await self.api.close()
 
-    async def pool(self, name: str, replicas: int, task: str | None = None, **spec) -> dict:
+    async def pool(
+        self, name: str, replicas: int, task: str | None = None, **spec: Any
+    ) -> KubeObject:
         body = {
             "metadata": {"name": name},
             "spec": {"taskRef": {"name": task or self.task_id}, "replicas": replicas, **spec},
         }
         return await self.api.create(ENV_POOLS, NS, body)
 
-    def members(self, pool: str) -> list[dict]:
+    def members(self, pool: str) -> list[KubeObject]:
         return [
             p
             for p in self.api.objects(PODS)
@@ -71,7 +76,7 @@ class Farm:
         )
 
 
-async def eventually(predicate, attempts: int = 4000) -> None:
+async def eventually(predicate: Callable[[], object], attempts: int = 4000) -> None:
     for _ in range(attempts):
         if predicate():
             return
@@ -80,7 +85,9 @@ async def eventually(predicate, attempts: int = 4000) -> None:
 
 
 @pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
-async def test_the_pool_holds_its_replicas_through_deletions_and_scales_when_patched(cached):
+async def test_the_pool_holds_its_replicas_through_deletions_and_scales_when_patched(
+    cached: bool,
+) -> None:
     async with Farm(cached) as farm:
         await farm.pool("warm", 3)
         await eventually(lambda: farm.settled("warm", 3))
@@ -109,7 +116,7 @@ def _names(farm: Farm, pool: str) -> set[str]:
 
 
 @pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
-async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cached):
+async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cached: bool) -> None:
     async with Farm(cached) as farm:
         await farm.pool("warm", 8)
         await eventually(lambda: farm.settled("warm", 8))
@@ -120,7 +127,8 @@ async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cache
                 pod = await claim(farm.api, NS, "warm", f"worker-{index}")
             except NoWarmEnvironment:
                 return None
-            return pod["metadata"]["name"]
+            name: str = pod["metadata"]["name"]
+            return name
 
         results = await asyncio.gather(*(attempt(i) for i in range(30)))
         won = [name for name in results if name is not None]
@@ -137,7 +145,7 @@ async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cache
         assert len(farm.api.objects(PODS)) == 16
 
 
-async def test_deleting_the_pool_removes_its_pods_and_leaves_nothing():
+async def test_deleting_the_pool_removes_its_pods_and_leaves_nothing() -> None:
     async with Farm() as farm:
         await farm.pool("doomed", 4)
         await eventually(lambda: farm.settled("doomed", 4))
@@ -146,7 +154,7 @@ async def test_deleting_the_pool_removes_its_pods_and_leaves_nothing():
 
 
 @pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
-async def test_an_expired_watch_lists_again_and_sees_what_it_missed(cached):
+async def test_an_expired_watch_lists_again_and_sees_what_it_missed(cached: bool) -> None:
     async with Farm(cached) as farm:
         await farm.pool("warm", 2)
         await eventually(lambda: farm.settled("warm", 2))
@@ -162,7 +170,7 @@ async def test_an_expired_watch_lists_again_and_sees_what_it_missed(cached):
         assert [informer.lists for informer in farm.operator.informers] == [n + 1 for n in lists]
 
 
-async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop():
+async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop() -> None:
     async with Farm() as farm:
         await farm.pool("broken", 2, task="no-such-task")
 
@@ -181,7 +189,7 @@ async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop():
 
 
 @pytest.mark.parametrize(("strategy", "replaced"), [("Recreate", True), ("OnReplenish", False)])
-async def test_update_strategy_on_a_template_change(strategy, replaced):
+async def test_update_strategy_on_a_template_change(strategy: str, replaced: bool) -> None:
     async with Farm() as farm:
         await farm.pool("warm", 2, updateStrategy={"type": strategy})
         await eventually(lambda: farm.settled("warm", 2))
@@ -197,7 +205,7 @@ async def test_update_strategy_on_a_template_change(strategy, replaced):
             assert _names(farm, "warm") == before
 
 
-async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_without_one():
+async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_without_one() -> None:
     async with Farm(cached=True) as farm:
         await farm.pool("warm", 1)
         await eventually(lambda: farm.settled("warm", 1))
@@ -212,6 +220,8 @@ async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_with
         warm, cold = (backend.create(task, image, run_id="run-9") for _ in range(2))
         await warm.start()
         await cold.start()  # the pool's only pod is taken: a cold start
+        assert isinstance(warm, KubernetesSandbox)
+        assert isinstance(cold, KubernetesSandbox)
         assert (warm.launch, cold.launch) == ("warm", "cold")
         claimed = await farm.api.get(PODS, NS, warm.name)
         assert claimed["metadata"]["labels"][CLAIMED_LABEL]

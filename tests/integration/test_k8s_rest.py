@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -45,13 +46,13 @@ class Served:
         self.api = RestKubeApi(KubeConfig(server=self.url, token=self.token))
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.api.close()
         await self.memory.close()
         await self.runner.cleanup()
 
 
-async def test_crud_and_the_errors_of_each_over_http():
+async def test_crud_and_the_errors_of_each_over_http() -> None:
     async with Served() as served:
         api = served.api
         created = await api.create(CONFIG_MAPS, NS, {"metadata": {"name": "a"}, "data": {"k": "v"}})
@@ -79,7 +80,7 @@ async def test_crud_and_the_errors_of_each_over_http():
         assert served.memory.all_keys() == []
 
 
-async def test_subresources_and_cascading_deletion_over_http():
+async def test_subresources_and_cascading_deletion_over_http() -> None:
     async with Served() as served:
         api = served.api
         pool = await api.create(ENV_POOLS, NS, {"metadata": {"name": "p"}, "spec": {"replicas": 1}})
@@ -98,7 +99,7 @@ async def test_subresources_and_cascading_deletion_over_http():
         assert served.memory.all_keys() == []
 
 
-async def test_watch_streams_large_objects_and_reports_410():
+async def test_watch_streams_large_objects_and_reports_410() -> None:
     async with Served() as served:
         api = served.api
         start = (await api.list(CONFIG_MAPS, NS)).resource_version
@@ -110,6 +111,7 @@ async def test_watch_streams_large_objects_and_reports_410():
         waiting = asyncio.ensure_future(anext(stream))
         await api.patch(CONFIG_MAPS, NS, "big", {"data": {"blob": "small"}})
         assert (await waiting).type == "MODIFIED"
+        assert isinstance(stream, AsyncGenerator)
         await stream.aclose()
         served.memory.compact_history()
         with pytest.raises(KubeGone) as gone:
@@ -117,7 +119,7 @@ async def test_watch_streams_large_objects_and_reports_410():
         assert gone.value.status == 410
 
 
-async def test_authentication_and_unreachable_servers():
+async def test_authentication_and_unreachable_servers() -> None:
     async with Served() as served:
         anonymous = RestKubeApi(KubeConfig(server=served.url))
         with pytest.raises(KubeError) as refused:
@@ -133,7 +135,7 @@ async def test_authentication_and_unreachable_servers():
     await nobody.close()
 
 
-async def test_the_sandbox_backend_over_http_and_websocket_attach():
+async def test_the_sandbox_backend_over_http_and_websocket_attach() -> None:
     async with Served() as served:
         runtime = FakePodRuntime(lambda pod: FakeSandbox(lambda c: ok(f"ran: {c}")))
         SimulatedKubelet(served.memory, runtime=runtime, probe_period_s=0.01)
@@ -157,7 +159,9 @@ async def test_the_sandbox_backend_over_http_and_websocket_attach():
         assert served.memory.all_keys() == []
 
 
-def test_kubeconfig_file_and_in_cluster_settings(tmp_path, monkeypatch):
+def test_kubeconfig_file_and_in_cluster_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     (tmp_path / "token").write_text("from-file\n")
     config = tmp_path / "config"

@@ -24,7 +24,7 @@ from envfarm.cli.operator import tasks_in_archive
 from envfarm.client import EnvfarmClient
 from envfarm.controller.service import open_controller
 from envfarm.controller.worker import WorkerConfig
-from envfarm.k8s.api import CONFIG_MAPS, PODS, ROLLOUT_JOBS, SECRETS
+from envfarm.k8s.api import CONFIG_MAPS, PODS, ROLLOUT_JOBS, SECRETS, KubeObject
 from envfarm.operator.rolloutjob import FINALIZER, RolloutJobReconciler
 from envfarm.operator.runner import Operator, rolloutjob_controller
 from envfarm.sandbox.base import ExecResult
@@ -88,16 +88,23 @@ class Farm:
     gate: asyncio.Event
     """Solutions block until it is set (to catch a job while it runs)."""
 
-    def pods(self) -> list[dict]:
+    def pods(self) -> list[KubeObject]:
         return self.api.objects(PODS)
 
-    def rolloutjob(self, name: str) -> dict | None:
+    def rolloutjob(self, name: str) -> KubeObject | None:
         found = [j for j in self.api.objects(ROLLOUT_JOBS) if j["metadata"]["name"] == name]
         return found[0] if found else None
 
+    def status(self, name: str) -> KubeObject:
+        """The status of RolloutJob ``name``, which must exist."""
+        job = self.rolloutjob(name)
+        assert job is not None, f"no RolloutJob {name}"
+        status: KubeObject = job["status"]
+        return status
 
-def grading_sandbox(gate: asyncio.Event) -> Callable[[dict], FakeSandbox]:
-    def factory(pod: dict) -> FakeSandbox:
+
+def grading_sandbox(gate: asyncio.Event) -> Callable[[KubeObject], FakeSandbox]:
+    def factory(pod: KubeObject) -> FakeSandbox:
         sandbox = FakeSandbox()
 
         async def handler(command: str) -> ExecResult:
@@ -152,7 +159,7 @@ async def until(predicate: Callable[[], object], attempts: int = 6000) -> None:
     raise AssertionError("the condition never came true")
 
 
-def rolloutjob(name: str, **spec: object) -> dict:
+def rolloutjob(name: str, **spec: object) -> KubeObject:
     return {
         "apiVersion": "envfarm.dev/v1alpha1",
         "kind": "RolloutJob",
@@ -178,7 +185,9 @@ async def setup_cluster(farm: Farm, tmp_path: Path, names: list[str]) -> None:
     await farm.api.create(SECRETS, NS, secret)
 
 
-async def test_a_rolloutjob_runs_streams_its_groups_mirrors_counts_and_deletes_clean(tmp_path):
+async def test_a_rolloutjob_runs_streams_its_groups_mirrors_counts_and_deletes_clean(
+    tmp_path: Path,
+) -> None:
     names = ["alpha", "beta"]
     for name in names:
         make_task(tmp_path / "tasks" / name, name)
@@ -198,9 +207,9 @@ async def test_a_rolloutjob_runs_streams_its_groups_mirrors_counts_and_deletes_c
         assert all(t["reward"]["value"] == 1.0 for g in groups for t in g.trajectories)
 
         await until(lambda: (f.rolloutjob("smoke") or {})["status"].get("phase") == "Completed")
-        await until(lambda: f.rolloutjob("smoke")["status"]["counts"]["groupsDelivered"] == 2)
+        await until(lambda: f.status("smoke")["counts"]["groupsDelivered"] == 2)
         view = await f.client.job(job_id)
-        status = f.rolloutjob("smoke")["status"]
+        status = f.status("smoke")
         assert status["counts"] == {
             "episodes": view.counts.episodes,
             "queued": view.counts.queued,
@@ -229,7 +238,9 @@ async def test_a_rolloutjob_runs_streams_its_groups_mirrors_counts_and_deletes_c
         assert f.pods() == []
 
 
-async def test_deleting_a_running_rolloutjob_cancels_its_job_and_leaves_nothing(tmp_path):
+async def test_deleting_a_running_rolloutjob_cancels_its_job_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
     make_task(tmp_path / "tasks" / "alpha", "alpha")
     async with farm(tmp_path, ["alpha"]) as f:
         await setup_cluster(f, tmp_path, ["alpha"])
@@ -244,13 +255,13 @@ async def test_deleting_a_running_rolloutjob_cancels_its_job_and_leaves_nothing(
         await until(
             lambda: (f.rolloutjob("long") or {}).get("status", {}).get("phase") == "Running"
         )
-        job_id = f.rolloutjob("long")["status"]["jobId"]
+        job_id = f.status("long")["jobId"]
 
         await f.api.patch(ROLLOUT_JOBS, NS, "long", {"spec": {"paused": True}})
-        await until(lambda: f.rolloutjob("long")["status"].get("phase") == "Paused")
+        await until(lambda: f.status("long").get("phase") == "Paused")
         assert (await f.client.job(job_id)).status == "paused"
         await f.api.patch(ROLLOUT_JOBS, NS, "long", {"spec": {"paused": False}})
-        await until(lambda: f.rolloutjob("long")["status"].get("phase") == "Running")
+        await until(lambda: f.status("long").get("phase") == "Running")
 
         await f.api.delete(ROLLOUT_JOBS, NS, "long")
         await until(lambda: f.rolloutjob("long") is None)
@@ -259,7 +270,7 @@ async def test_deleting_a_running_rolloutjob_cancels_its_job_and_leaves_nothing(
         assert f.api.objects(ROLLOUT_JOBS) == []
 
 
-async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop(tmp_path):
+async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop(tmp_path: Path) -> None:
     make_task(tmp_path / "tasks" / "alpha", "alpha")
     make_task(tmp_path / "tasks" / "beta", "beta")
     async with farm(tmp_path, ["alpha"]) as f:  # the API serves alpha only
@@ -271,7 +282,7 @@ async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop(tmp_pat
             return conditions[0]["reason"] if conditions else None
 
         await until(lambda: reason() is not None)
-        [ready] = f.rolloutjob("bad")["status"]["conditions"]
+        [ready] = f.status("bad")["conditions"]
         assert (ready["status"], ready["reason"]) == ("False", "UnknownTask")
         assert "'beta'" in ready["message"]
         assert f.operator.failures == {}  # not queued for a retry

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import docker
 import pytest
@@ -19,7 +20,8 @@ TASK_ID = "durable/pooled"
 
 def sandboxes() -> list[str]:
     labels = [f"{LABEL_TASK}={TASK_ID}", f"{LABEL_KIND}=sandbox"]
-    return [c.id for c in docker.from_env().containers.list(all=True, filters={"label": labels})]
+    found = docker.from_env().containers.list(all=True, filters={"label": labels})
+    return [c.id for c in found if c.id is not None]
 
 
 def wait_for_sandboxes(count: int) -> list[str]:
@@ -29,7 +31,7 @@ def wait_for_sandboxes(count: int) -> list[str]:
     return found
 
 
-async def test_a_warm_pool_serves_episodes_and_is_emptied_on_shutdown(tmp_path):
+async def test_a_warm_pool_serves_episodes_and_is_emptied_on_shutdown(tmp_path: Path) -> None:
     tasks = task_dir(tmp_path, ["pooled"], sleep_s=0)
     args = ["--tasks", str(tasks), "--data-dir", str(tmp_path / "data"), "--warm-pool", "2"]
     server = ServeProcess(tmp_path, *args).start()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,7 +24,7 @@ HASHES = {"a": "hash-a", "b": "hash-b"}
 READY = ["hash-a", "hash-b"]
 
 
-def request(**fields) -> JobRequest:
+def request(**fields: Any) -> JobRequest:
     data = {"tasks": ["a"], "policy": JobPolicy(base_url="oracle"), "group_size": 2}
     return JobRequest(**{**data, **fields})
 
@@ -45,7 +47,7 @@ def result(lease: Lease, reward: float | None = 1.0, *, infra: bool = False) -> 
 
 
 @pytest.fixture
-async def store(db_url):
+async def store(db_url: str) -> AsyncIterator[Store]:
     opened = await Store.open(db_url, finalize=finalize_group)
     yield opened
     for view in await opened.jobs():  # the database is shared by the module's tests
@@ -54,13 +56,22 @@ async def store(db_url):
     await opened.close()
 
 
-async def test_migrations_bring_the_database_to_head(store):
+async def test_migrations_bring_the_database_to_head(store: Store) -> None:
     assert current_revision(store.engine) == head_revision() is not None
     again = await Store.open(str(store.url.render_as_string(hide_password=False)))
     await again.close()
 
 
-async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(store):
+async def test_jobs_are_listed_newest_first(store: Store) -> None:
+    older = await store.create_job(request(tasks=["a"]), HASHES)
+    newer = await store.create_job(request(tasks=["b"]), HASHES)
+    listed = [view.id for view in await store.jobs()]
+    assert listed.index(newer) < listed.index(older)
+
+
+async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(
+    store: Store,
+) -> None:
     job = await store.create_job(request(tasks=["a", "b"]), HASHES)
     leases = await store.lease("w1", 10, 30, READY)
     assert len(leases) == 4
@@ -95,7 +106,9 @@ async def test_a_group_completes_once_with_advantages_and_is_delivered_in_order(
         await store.ack(job, 7, "c")
 
 
-async def test_a_retryable_failure_requeues_the_episode_and_every_attempt_is_kept(store):
+async def test_a_retryable_failure_requeues_the_episode_and_every_attempt_is_kept(
+    store: Store,
+) -> None:
     job = await store.create_job(request(group_size=1, max_retries=1), HASHES)
     [lease] = await store.lease("w1", 5, 30, READY)
     assert (await store.record("w1", result(lease, None, infra=True), final=False)).status == (
@@ -112,7 +125,9 @@ async def test_a_retryable_failure_requeues_the_episode_and_every_attempt_is_kep
     assert view.counts.valid == 1
 
 
-async def test_two_stores_racing_for_leases_never_share_an_episode(store, db_url):
+async def test_two_stores_racing_for_leases_never_share_an_episode(
+    store: Store, db_url: str
+) -> None:
     await store.create_job(request(group_size=40), HASHES)
     rival = await Store.open(db_url, finalize=finalize_group)
     try:
@@ -125,7 +140,9 @@ async def test_two_stores_racing_for_leases_never_share_an_episode(store, db_url
     assert len(taken) == len(set(taken)) == 40
 
 
-async def test_an_expired_lease_is_a_lost_attempt_and_the_late_result_is_discarded(store):
+async def test_an_expired_lease_is_a_lost_attempt_and_the_late_result_is_discarded(
+    store: Store,
+) -> None:
     job = await store.create_job(request(group_size=1), HASHES)
     [lease] = await store.lease("slow", 1, 0.01, READY)
     await asyncio.sleep(0.05)
@@ -139,7 +156,7 @@ async def test_an_expired_lease_is_a_lost_attempt_and_the_late_result_is_discard
     assert view.counts.completed == 1
 
 
-async def test_a_dead_workers_leases_are_reclaimed_at_once(store):
+async def test_a_dead_workers_leases_are_reclaimed_at_once(store: Store) -> None:
     await store.create_job(request(group_size=1), HASHES)
     await store.register_worker("gone", "host-x", 4_000_000)
     [lease] = await store.lease("gone", 1, 3600, READY)
@@ -151,7 +168,7 @@ async def test_a_dead_workers_leases_are_reclaimed_at_once(store):
     assert again.attempt == 1
 
 
-async def test_priority_then_fair_share_then_per_job_limits(store):
+async def test_priority_then_fair_share_then_per_job_limits(store: Store) -> None:
     low = await store.create_job(request(group_size=6, priority=0), HASHES)
     high = await store.create_job(request(group_size=3, priority=5, concurrency=2), HASHES)
     leases = await store.lease("w", 4, 30, READY)
@@ -163,7 +180,7 @@ async def test_priority_then_fair_share_then_per_job_limits(store):
     assert sorted(lease.job_id for lease in leases) == sorted([low, other, other, other])
 
 
-async def test_stale_groups_are_dropped_and_rerun_or_marked(store):
+async def test_stale_groups_are_dropped_and_rerun_or_marked(store: Store) -> None:
     await store.publish_version("1")
     dropping = await store.create_job(request(group_size=1, max_staleness=1), HASHES)
     marking = await store.create_job(
@@ -190,7 +207,7 @@ async def test_stale_groups_are_dropped_and_rerun_or_marked(store):
     assert marked.dispatch_version == "1"
 
 
-async def test_job_transitions_and_unknown_jobs(store):
+async def test_job_transitions_and_unknown_jobs(store: Store) -> None:
     job = await store.create_job(request(group_size=1), HASHES)
     assert (await store.transition(job, "pause")).status == "paused"
     assert await store.lease("w", 1, 30, READY) == []
@@ -202,7 +219,7 @@ async def test_job_transitions_and_unknown_jobs(store):
         await store.job("job-nope")
 
 
-async def test_api_keys_are_kept_for_workers_and_never_shown(store):
+async def test_api_keys_are_kept_for_workers_and_never_shown(store: Store) -> None:
     secret = request(
         policy=JobPolicy(base_url="http://x/v1", api_key="sk-secret"),
         judge={"base_url": "http://judge/v1", "api_key": "sk-judge"},
@@ -220,7 +237,7 @@ async def test_api_keys_are_kept_for_workers_and_never_shown(store):
     assert stored.judge.api_key.get_secret_value() == "sk-judge"
 
 
-async def test_a_job_limit_holds_across_controllers(store, db_url):
+async def test_a_job_limit_holds_across_controllers(store: Store, db_url: str) -> None:
     job = await store.create_job(request(group_size=10, concurrency=2), HASHES)
     rival = await Store.open(db_url, finalize=finalize_group)
     try:
@@ -232,7 +249,7 @@ async def test_a_job_limit_holds_across_controllers(store, db_url):
     assert sum(1 for batch in batches for lease in batch if lease.job_id == job) == 2
 
 
-async def test_acks_never_move_backwards(store):
+async def test_acks_never_move_backwards(store: Store) -> None:
     job = await store.create_job(request(tasks=["a", "b"], group_size=1), HASHES)
     for lease in await store.lease("w", 5, 30, READY):
         await store.record("w", result(lease), final=True)
@@ -241,7 +258,7 @@ async def test_acks_never_move_backwards(store):
     assert (await store.job(job)).consumers == {"t": 2}
 
 
-async def test_stale_drops_are_capped_then_delivered_marked(store):
+async def test_stale_drops_are_capped_then_delivered_marked(store: Store) -> None:
     await store.publish_version("v0")
     job = await store.create_job(request(group_size=1, max_staleness=0), HASHES)
     for round_ in range(MAX_STALE_DROPS + 1):
@@ -256,7 +273,7 @@ async def test_stale_drops_are_capped_then_delivered_marked(store):
     assert raw.meta.staleness == 1
 
 
-async def test_controllers_opening_a_fresh_database_together_migrate_it_once(pg_url):
+async def test_controllers_opening_a_fresh_database_together_migrate_it_once(pg_url: str) -> None:
     fresh = pg_url.rsplit("/", 1)[0] + f"/envfarm_fresh_{uuid.uuid4().hex[:8]}"
     admin = psycopg.connect("postgresql://" + pg_url.split("://", 1)[1], autocommit=True)
     with admin:
@@ -271,7 +288,7 @@ async def test_controllers_opening_a_fresh_database_together_migrate_it_once(pg_
             c.execute(f"DROP DATABASE IF EXISTS {fresh.rsplit('/', 1)[1]} WITH (FORCE)")
 
 
-async def test_versions_published_at_once_all_get_a_place(store):
+async def test_versions_published_at_once_all_get_a_place(store: Store) -> None:
     await asyncio.gather(*(store.publish_version(f"race-{i}") for i in range(6)))
     names, _current = await store.versions()
     assert {f"race-{i}" for i in range(6)} <= set(names)

@@ -25,7 +25,8 @@ def _render(target: str) -> tuple[Resource, ...]:
 
 def rendered(target: str) -> list[Resource]:
     """A fresh copy of the rendering of ``manifests/TARGET`` (tests may mutate it)."""
-    return yaml.safe_load(yaml.safe_dump(list(_render(target))))
+    copy: list[Resource] = yaml.safe_load(yaml.safe_dump(list(_render(target))))
+    return copy
 
 
 def of_kind(resources: list[Resource], kind: str) -> list[Resource]:

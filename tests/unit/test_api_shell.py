@@ -16,6 +16,7 @@ import pytest_asyncio
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.controller.metrics import MetricsSnapshot
+from envfarm.models.jobs import JobRequest
 from tests.unit.api_double import MemoryService
 
 TOKEN = "s3cret-token"
@@ -48,7 +49,9 @@ async def call(
         return response.status, dict(response.headers), body
 
 
-async def test_health_needs_no_token_and_everything_else_does(api) -> None:
+async def test_health_needs_no_token_and_everything_else_does(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, _, session = api
     status, _, body = await call(session, "GET", url + "/healthz", headers={})
     assert (status, body) == (200, {"status": "ok"})
@@ -83,7 +86,9 @@ async def test_health_needs_no_token_and_everything_else_does(api) -> None:
          "policy.endpoints[0].weight"),
     ],
 )  # fmt: skip
-async def test_malformed_job_is_422_naming_the_field(api, body, field) -> None:
+async def test_malformed_job_is_422_naming_the_field(
+    api: tuple[str, MemoryService, aiohttp.ClientSession], body: dict[str, Any], field: str
+) -> None:
     url, _, session = api
     status, headers, problem = await call(session, "POST", url + "/v1/jobs", json=body)
     assert status == 422
@@ -94,7 +99,9 @@ async def test_malformed_job_is_422_naming_the_field(api, body, field) -> None:
     assert problem["detail"]
 
 
-async def test_unparseable_json_and_bad_query_are_422(api) -> None:
+async def test_unparseable_json_and_bad_query_are_422(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, service, session = api
     headers = {**AUTH, "Content-Type": "application/json"}
     status, _, problem = await call(
@@ -113,7 +120,9 @@ async def test_unparseable_json_and_bad_query_are_422(api) -> None:
     assert (status, problem["errors"][0]["field"]) == (422, "cursor")
 
 
-async def test_unknown_task_is_422_naming_its_index(api) -> None:
+async def test_unknown_task_is_422_naming_its_index(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, _, session = api
     body = {**JOB, "tasks": ["alpha", "nope"]}
     status, _, problem = await call(session, "POST", url + "/v1/jobs", json=body)
@@ -122,7 +131,9 @@ async def test_unknown_task_is_422_naming_its_index(api) -> None:
     assert problem["errors"][0]["field"] == "tasks[1]"
 
 
-async def test_unknown_job_is_404_and_bad_transition_409(api) -> None:
+async def test_unknown_job_is_404_and_bad_transition_409(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, _, session = api
     for method, path in [("GET", ""), ("POST", "/pause"), ("GET", "/groups")]:
         status, _, problem = await call(session, method, url + "/v1/jobs/missing" + path)
@@ -138,7 +149,9 @@ async def test_unknown_job_is_404_and_bad_transition_409(api) -> None:
     assert (status, view["status"]) == (200, "paused")
 
 
-async def test_bodies_over_the_limit_are_413(api) -> None:
+async def test_bodies_over_the_limit_are_413(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, _, session = api
     big = {**JOB, "name": "x" * MAX_BODY}
     status, _, problem = await call(session, "POST", url + "/v1/jobs", json=big)
@@ -158,7 +171,9 @@ async def test_bodies_over_the_limit_are_413(api) -> None:
     assert status == 413
 
 
-async def test_unexpected_errors_are_500_problems_without_details(api) -> None:
+async def test_unexpected_errors_are_500_problems_without_details(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, service, session = api
     service.fail_with = RuntimeError("api_key=sk-do-not-leak")
     try:
@@ -170,7 +185,9 @@ async def test_unexpected_errors_are_500_problems_without_details(api) -> None:
     assert "sk-do-not-leak" not in str(problem)
 
 
-async def test_api_keys_are_never_echoed(api) -> None:
+async def test_api_keys_are_never_echoed(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, _, session = api
     body = {
         **JOB,
@@ -188,7 +205,9 @@ async def test_api_keys_are_never_echoed(api) -> None:
         assert "sk-policy-key" not in str(text)
 
 
-async def test_openapi_documents_routes_problems_and_bearer_auth(api) -> None:
+async def test_openapi_documents_routes_problems_and_bearer_auth(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, _, session = api
     status, _, schema = await call(session, "GET", url + "/openapi.json")
     assert status == 200
@@ -211,7 +230,9 @@ async def test_openapi_documents_routes_problems_and_bearer_auth(api) -> None:
     assert "swagger" in page.lower()
 
 
-async def test_metrics_render_the_controller_snapshot(api) -> None:
+async def test_metrics_render_the_controller_snapshot(
+    api: tuple[str, MemoryService, aiohttp.ClientSession],
+) -> None:
     url, service, session = api
     snapshot = MetricsSnapshot(
         queue_depth=7,
@@ -243,7 +264,5 @@ async def test_metrics_render_the_controller_snapshot(api) -> None:
         assert line in text, line
 
 
-def service_request():
-    from envfarm.models.jobs import JobRequest
-
+def service_request() -> JobRequest:
     return JobRequest.model_validate(JOB)

@@ -34,7 +34,7 @@ async def served() -> AsyncIterator[tuple[MemoryService, ApiServer, EnvfarmClien
 
 
 async def test_groups_are_yielded_in_order_acked_after_the_body_until_the_job_ends(
-    served,
+    served: tuple[MemoryService, ApiServer, EnvfarmClient],
 ) -> None:
     service, _, client = served
     job_id = await client.submit(JOB)
@@ -51,7 +51,9 @@ async def test_groups_are_yielded_in_order_acked_after_the_body_until_the_job_en
     assert service.acked[(job_id, "default")] == 4
 
 
-async def test_a_group_left_by_break_is_not_acked_and_comes_again(served) -> None:
+async def test_a_group_left_by_break_is_not_acked_and_comes_again(
+    served: tuple[MemoryService, ApiServer, EnvfarmClient],
+) -> None:
     service, _, client = served
     job_id = await client.submit(JOB)
     service.add_group(job_id)
@@ -69,7 +71,9 @@ async def test_a_group_left_by_break_is_not_acked_and_comes_again(served) -> Non
 
 
 @pytest.mark.parametrize("mode", ["long-poll", "sse"])
-async def test_consumption_survives_a_server_restart(served, mode) -> None:
+async def test_consumption_survives_a_server_restart(
+    served: tuple[MemoryService, ApiServer, EnvfarmClient], mode: str
+) -> None:
     service, server, client = served
     job_id = await client.submit(JOB)
     service.add_group(job_id)
@@ -101,7 +105,9 @@ async def test_consumption_survives_a_server_restart(served, mode) -> None:
     assert service.acked[(job_id, "default")] == 3
 
 
-async def test_stream_resumes_after_the_acked_cursor_and_ends_with_the_job(served) -> None:
+async def test_stream_resumes_after_the_acked_cursor_and_ends_with_the_job(
+    served: tuple[MemoryService, ApiServer, EnvfarmClient],
+) -> None:
     service, _, client = served
     job_id = await client.submit(JOB)
     for _ in range(3):
@@ -116,7 +122,9 @@ async def test_stream_resumes_after_the_acked_cursor_and_ends_with_the_job(serve
     assert service.acked[(job_id, "default")] == 3
 
 
-async def test_errors_are_typed_with_the_problem(served) -> None:
+async def test_errors_are_typed_with_the_problem(
+    served: tuple[MemoryService, ApiServer, EnvfarmClient],
+) -> None:
     service, server, client = served
     with pytest.raises(ApiError) as raised:
         await client.submit({**JOB, "tasks": ["alpha", 5]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,7 +15,7 @@ from envfarm.client.export import ExportError, TrajectoryWriter, read_jsonl
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 
 
-def trajectory(index: int) -> dict:
+def trajectory(index: int) -> dict[str, Any]:
     item = Trajectory(
         trajectory_id=f"t{index}",
         episode_id=f"e{index}",
@@ -27,7 +28,7 @@ def trajectory(index: int) -> dict:
         advantage=None if index == 0 else 1.0,
         provenance=Provenance(task_hash="abc", envfarm_version="0"),
     )
-    data: dict = json.loads(item.to_json())
+    data: dict[str, Any] = json.loads(item.to_json())
     return data
 
 

@@ -22,7 +22,7 @@ def named(entries: dict[str, tuple[str, float]]) -> Listing:
     return Listing(workdir="/app", now=START, entries=entries)
 
 
-def test_changed_new_and_retyped_entries_are_carried_deleted_ones_removed():
+def test_changed_new_and_retyped_entries_are_carried_deleted_ones_removed() -> None:
     before = named(
         {
             "calc.py": ("f", OLD),
@@ -53,13 +53,13 @@ def test_changed_new_and_retyped_entries_are_carried_deleted_ones_removed():
     assert plan.restored == []
 
 
-def test_a_change_just_before_the_start_counts_the_coarse_file_clock():
+def test_a_change_just_before_the_start_counts_the_coarse_file_clock() -> None:
     before = listing(**{"a.py": ("f", OLD), "b.py": ("f", OLD)})
     after = listing(**{"a.py": ("f", START - 0.5), "b.py": ("f", START - 30)})
     assert plan_changes(before, after).carry == ["a.py"]
 
 
-def test_test_files_the_agent_touched_stay_as_the_image_has_them():
+def test_test_files_the_agent_touched_stay_as_the_image_has_them() -> None:
     before = named(
         {
             "calc.py": ("f", OLD),
@@ -85,7 +85,7 @@ def test_test_files_the_agent_touched_stay_as_the_image_has_them():
     assert plan.delete == ["notes.txt"]  # not tests/ (tests live in it), not test_top.py
 
 
-def test_parse_entries_skips_paths_that_leave_the_workdir():
+def test_parse_entries_skips_paths_that_leave_the_workdir() -> None:
     data = b"f 1.5 ok.py\0f 2 ../etc/passwd\0f 2 /abs\0f x bad-ctime\0d 3 a/./b\0l 4 a/link\0\0"
     assert _parse_entries(data) == {"ok.py": ("f", 1.5), "a/link": ("l", 4.0)}
 
@@ -112,7 +112,7 @@ def _names(data: bytes) -> list[str]:
         return [m.name.removeprefix("./") for m in archive]
 
 
-def test_an_honest_archive_passes_unchanged():
+def test_an_honest_archive_passes_unchanged() -> None:
     before = named({"pkg": ("d", OLD), "pkg/a.py": ("f", OLD)})
     data = _tar(
         ("./pkg/a.py", b"x = 1\n", "file"), ("./new/", b"", "dir"), ("./new/b", b"", "file")
@@ -121,7 +121,7 @@ def test_an_honest_archive_passes_unchanged():
     assert (checked, rejected) == (data, [])
 
 
-def test_members_not_asked_for_or_placed_through_links_are_dropped():
+def test_members_not_asked_for_or_placed_through_links_are_dropped() -> None:
     before = named({"pkg": ("d", OLD), "data": ("f", OLD)})
     data = _tar(
         ("./pkg/ok.py", b"ok\n", "file"),
@@ -148,7 +148,7 @@ def test_members_not_asked_for_or_placed_through_links_are_dropped():
         assert member.read() == b"ok\n"
 
 
-def test_clean_mode_carries_only_the_artifacts_outside_the_workdir():
+def test_clean_mode_carries_only_the_artifacts_outside_the_workdir() -> None:
     copies = [CopiedPath(source=s, destination=s) for s in ("/app/out", "/srv/report", "/app")]
     assert [c.source for c in carried_copies("clean", copies, "/app")] == ["/srv/report"]
     assert len(carried_copies("separate", copies, "/app")) == 3

@@ -7,10 +7,10 @@ import tomllib
 import pytest
 
 from envfarm.errors import TaskSpecError
-from envfarm.spec.config import parse_task_config
+from envfarm.spec.config import TaskConfig, parse_task_config
 
 
-def parse(text: str):
+def parse(text: str) -> TaskConfig:
     return parse_task_config(tomllib.loads(text), "task.toml")
 
 
@@ -20,7 +20,7 @@ def error(text: str) -> TaskSpecError:
     return caught.value
 
 
-def test_defaults():
+def test_defaults() -> None:
     config = parse("")
     assert config.artifacts == []
     assert config.verifier.collect == []
@@ -29,7 +29,7 @@ def test_defaults():
     assert config.verifier.reports == []
 
 
-def test_harbor_artifacts_and_collect_hooks_are_read():
+def test_harbor_artifacts_and_collect_hooks_are_read() -> None:
     config = parse(
         'artifacts = ["/app/out", {source = "/data", destination = "d", exclude = ["*.tmp"]}]\n'
         "[[verifier.collect]]\n"
@@ -45,7 +45,7 @@ def test_harbor_artifacts_and_collect_hooks_are_read():
     assert (hook.timeout_sec, hook.user) == (30, "postgres")
 
 
-def test_flag_policy_accepts_patterns_and_booleans():
+def test_flag_policy_accepts_patterns_and_booleans() -> None:
     assert parse("[verifier]\nzero_on_flags = true\n").verifier.zero_on_flags == ["*"]
     assert parse("[verifier]\nzero_on_flags = false\n").verifier.zero_on_flags == []
     patterns = '[verifier]\nzero_on_flags = ["tamper:conftest_*", "git:history_mining"]\n'
@@ -68,12 +68,12 @@ def test_flag_policy_accepts_patterns_and_booleans():
         ("[[verifier.collect]]\ntimeout_sec = 5\n", "verifier.collect[0].command", "required"),
     ],
 )
-def test_bad_grading_fields_name_the_field(text, field, message):
+def test_bad_grading_fields_name_the_field(text: str, field: str, message: str) -> None:
     problem = error(text)
     assert problem.field == field
     assert message in problem.detail
 
 
-def test_reports_may_be_given_with_their_directory():
+def test_reports_may_be_given_with_their_directory() -> None:
     config = parse('[verifier]\nreports = ["/logs/verifier/out/junit.xml", "ctrf.json"]\n')
     assert config.verifier.reports == ["out/junit.xml", "ctrf.json"]

@@ -18,7 +18,7 @@ def _traj(value: float | None, valid: bool = True) -> Trajectory:
     )
 
 
-def test_group_relative_advantage_uses_population_std():
+def test_group_relative_advantage_uses_population_std() -> None:
     group = [_traj(1.0), _traj(0.0), _traj(0.5), _traj(None, valid=False)]
     assign_advantages(group)
     rewards = [1.0, 0.0, 0.5]
@@ -30,21 +30,21 @@ def test_group_relative_advantage_uses_population_std():
     assert all(t.group_zero_variance is False for t in group)
 
 
-def test_zero_variance_group_gets_zero_and_is_marked():
+def test_zero_variance_group_gets_zero_and_is_marked() -> None:
     group = [_traj(1.0), _traj(1.0), _traj(1.0)]
     assign_advantages(group)
     assert [t.advantage for t in group] == [0.0, 0.0, 0.0]
     assert all(t.group_zero_variance for t in group)
 
 
-def test_group_of_one_gets_null():
+def test_group_of_one_gets_null() -> None:
     group = [_traj(1.0)]
     assign_advantages(group)
     assert group[0].advantage is None
     assert group[0].group_zero_variance is None
 
 
-def test_leave_one_out_baseline():
+def test_leave_one_out_baseline() -> None:
     group = [_traj(1.0), _traj(0.0), _traj(0.0)]
     assign_advantages(group, leave_one_out=True)
     std = statistics.pstdev([1.0, 0.0, 0.0])

@@ -3,33 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from envfarm.errors import KubeConflict, KubeGone, KubeInvalid, KubeNotFound
-from envfarm.k8s.api import CONFIG_MAPS, ENV_POOLS, PODS, WatchEvent
+from envfarm.k8s.api import CONFIG_MAPS, ENV_POOLS, PODS, KubeObject, WatchEvent
 from envfarm.k8s.objects import owner_reference
 from envfarm.testing.k8s.memory import MemoryKubeApi
 
 NS = "envs"
 
 
-def _cm(name: str, **labels: str) -> dict:
+def _cm(name: str, **labels: str) -> KubeObject:
     return {"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}
 
 
-def _pool(name: str, replicas: int = 2) -> dict:
+def _pool(name: str, replicas: int = 2) -> KubeObject:
     return {"metadata": {"name": name}, "spec": {"replicas": replicas, "task": "t"}}
 
 
-def _pod(name: str, owner: dict | None = None, **extra) -> dict:
-    metadata: dict = {"name": name, **extra}
+def _pod(name: str, owner: KubeObject | None = None, **extra: Any) -> KubeObject:
+    metadata: KubeObject = {"name": name, **extra}
     if owner is not None:
         metadata["ownerReferences"] = [owner_reference(owner)]
     return {"metadata": metadata, "spec": {"containers": [{"name": "main", "image": "x"}]}}
 
 
-async def _collect(stream, count: int) -> list[WatchEvent]:
+async def _collect(stream: AsyncIterator[WatchEvent], count: int) -> list[WatchEvent]:
     events = []
     async for event in stream:
         events.append(event)
@@ -38,7 +40,7 @@ async def _collect(stream, count: int) -> list[WatchEvent]:
     return events
 
 
-async def test_create_get_list_and_the_errors_of_each():
+async def test_create_get_list_and_the_errors_of_each() -> None:
     api = MemoryKubeApi()
     created = await api.create(CONFIG_MAPS, NS, _cm("a", app="x"))
     assert created["metadata"]["uid"]
@@ -66,7 +68,7 @@ async def test_create_get_list_and_the_errors_of_each():
     assert [o["metadata"]["name"] for o in by_name.items] == ["b"]
 
 
-async def test_generate_name_gives_distinct_names():
+async def test_generate_name_gives_distinct_names() -> None:
     api = MemoryKubeApi()
     body = {"metadata": {"generateName": "pool-"}, "spec": {"containers": [{"name": "m"}]}}
     names = {(await api.create(PODS, NS, body))["metadata"]["name"] for _ in range(20)}
@@ -74,7 +76,7 @@ async def test_generate_name_gives_distinct_names():
     assert all(name.startswith("pool-") and len(name) == 10 for name in names)
 
 
-async def test_optimistic_concurrency_and_versions():
+async def test_optimistic_concurrency_and_versions() -> None:
     api = MemoryKubeApi()
     first = await api.create(CONFIG_MAPS, NS, _cm("a"))
     stale = dict(first)
@@ -93,7 +95,7 @@ async def test_optimistic_concurrency_and_versions():
     assert again["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"]
 
 
-async def test_generation_status_and_scale_subresources():
+async def test_generation_status_and_scale_subresources() -> None:
     api = MemoryKubeApi()
     pool = await api.create(ENV_POOLS, NS, _pool("p") | {"status": {"replicas": 9}})
     assert pool["status"] == {}
@@ -123,7 +125,7 @@ async def test_generation_status_and_scale_subresources():
         await api.get(CONFIG_MAPS, NS, "p", subresource="scale")
 
 
-async def test_pod_specs_are_immutable_but_for_what_kubernetes_allows():
+async def test_pod_specs_are_immutable_but_for_what_kubernetes_allows() -> None:
     api = MemoryKubeApi()
     await api.create(PODS, NS, _pod("p"))
     await api.patch(PODS, NS, "p", {"spec": {"activeDeadlineSeconds": 60}})
@@ -131,7 +133,7 @@ async def test_pod_specs_are_immutable_but_for_what_kubernetes_allows():
         await api.patch(PODS, NS, "p", {"spec": {"hostname": "other"}})
 
 
-async def test_finalizers_hold_an_object_until_the_last_is_removed():
+async def test_finalizers_hold_an_object_until_the_last_is_removed() -> None:
     api = MemoryKubeApi()
     await api.create(CONFIG_MAPS, NS, _cm("a") | {"metadata": {"name": "a", "finalizers": ["x/y"]}})
     marked = await api.delete(CONFIG_MAPS, NS, "a")
@@ -145,7 +147,7 @@ async def test_finalizers_hold_an_object_until_the_last_is_removed():
         await api.get(CONFIG_MAPS, NS, "a")
 
 
-async def test_background_deletion_cascades_through_owner_chains():
+async def test_background_deletion_cascades_through_owner_chains() -> None:
     api = MemoryKubeApi()
     pool = await api.create(ENV_POOLS, NS, _pool("p"))
     pod = await api.create(PODS, NS, _pod("p-1", pool))
@@ -159,7 +161,7 @@ async def test_background_deletion_cascades_through_owner_chains():
     assert [key[2] for key in api.all_keys()] == ["unowned"]
 
 
-async def test_a_dependent_with_another_live_owner_stays():
+async def test_a_dependent_with_another_live_owner_stays() -> None:
     api = MemoryKubeApi()
     one = await api.create(ENV_POOLS, NS, _pool("one"))
     two = await api.create(ENV_POOLS, NS, _pool("two"))
@@ -174,7 +176,7 @@ async def test_a_dependent_with_another_live_owner_stays():
     assert [ref["name"] for ref in left["metadata"]["ownerReferences"]] == ["two"]
 
 
-async def test_an_owner_reference_to_nothing_is_collected():
+async def test_an_owner_reference_to_nothing_is_collected() -> None:
     api = MemoryKubeApi()
     ghost = {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "no-such-uid"}
     body = _pod("orphan")
@@ -183,7 +185,7 @@ async def test_an_owner_reference_to_nothing_is_collected():
     assert api.all_keys() == []
 
 
-async def test_foreground_deletion_waits_for_dependents():
+async def test_foreground_deletion_waits_for_dependents() -> None:
     api = MemoryKubeApi()
     pool = await api.create(ENV_POOLS, NS, _pool("p"))
     await api.create(PODS, NS, _pod("free", pool))
@@ -196,7 +198,7 @@ async def test_foreground_deletion_waits_for_dependents():
     assert api.all_keys() == []
 
 
-async def test_orphan_deletion_keeps_dependents_without_the_reference():
+async def test_orphan_deletion_keeps_dependents_without_the_reference() -> None:
     api = MemoryKubeApi()
     pool = await api.create(ENV_POOLS, NS, _pool("p"))
     await api.create(PODS, NS, _pod("kept", pool))
@@ -205,7 +207,7 @@ async def test_orphan_deletion_keeps_dependents_without_the_reference():
     assert "ownerReferences" not in kept["metadata"]
 
 
-async def test_watch_replays_from_a_version_and_follows_selectors():
+async def test_watch_replays_from_a_version_and_follows_selectors() -> None:
     api = MemoryKubeApi()
     start = (await api.list(CONFIG_MAPS, NS)).resource_version
     await api.create(CONFIG_MAPS, NS, _cm("a", pool="p"))
@@ -222,7 +224,7 @@ async def test_watch_replays_from_a_version_and_follows_selectors():
     await stream.aclose()
 
 
-async def test_watch_without_a_version_starts_with_the_current_objects():
+async def test_watch_without_a_version_starts_with_the_current_objects() -> None:
     api = MemoryKubeApi()
     await api.create(CONFIG_MAPS, NS, _cm("a"))
     await api.create(CONFIG_MAPS, "elsewhere", _cm("b"))
@@ -236,7 +238,7 @@ async def test_watch_without_a_version_starts_with_the_current_objects():
     assert [e async for e in stream] == []
 
 
-async def test_a_version_older_than_the_history_is_gone():
+async def test_a_version_older_than_the_history_is_gone() -> None:
     api = MemoryKubeApi(history=3)
     start = (await api.list(CONFIG_MAPS, NS)).resource_version
     for index in range(5):
@@ -255,7 +257,7 @@ async def test_a_version_older_than_the_history_is_gone():
     await live.aclose()
 
 
-async def test_a_slow_watcher_is_dropped_with_gone():
+async def test_a_slow_watcher_is_dropped_with_gone() -> None:
     api = MemoryKubeApi(watch_buffer=2)
     stream = api.watch(CONFIG_MAPS, NS, resource_version="1")
     waiting = asyncio.ensure_future(anext(stream))
@@ -268,7 +270,7 @@ async def test_a_slow_watcher_is_dropped_with_gone():
             pass
 
 
-async def test_a_watch_times_out_quietly():
+async def test_a_watch_times_out_quietly() -> None:
     api = MemoryKubeApi()
     assert [
         e async for e in api.watch(CONFIG_MAPS, NS, resource_version="0", timeout_seconds=0.01)

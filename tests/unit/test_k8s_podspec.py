@@ -14,10 +14,12 @@ import io
 import shlex
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from envfarm.errors import TaskSpecError
+from envfarm.k8s.api import KubeObject
 from envfarm.sandbox.docker import services as docker_services
 from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
@@ -32,6 +34,7 @@ from envfarm.sandbox.kubernetes.podspec import (
     environment_pod,
 )
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
+from envfarm.spec.compose import ComposeSpec
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.k8s.memory import MemoryKubeApi
 
@@ -59,50 +62,61 @@ def _docker_main(task: Task) -> DockerSandboxConfig:
     return docker_services.main_config(task, base, "env1")
 
 
-def _pod(task: Task, **options) -> dict:
+def _pod(task: Task, **options: Any) -> KubeObject:
     return environment_pod(
         task, cluster_images(task), PodOptions(environment_id="env1", run_id="run-1", **options)
     )
 
 
-def _containers(pod: dict) -> dict[str, dict]:
+def compose(task: Task) -> ComposeSpec:
+    assert task.compose is not None, f"{task.id} has services"
+    return task.compose
+
+
+def member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    extracted = archive.extractfile(member)
+    return b"" if extracted is None else extracted.read()
+
+
+def _containers(pod: KubeObject) -> dict[str, KubeObject]:
     return {c["name"]: c for c in pod["spec"]["containers"]}
 
 
-def _env(container: dict) -> dict[str, str]:
+def _env(container: KubeObject) -> dict[str, str]:
     return {item["name"]: item["value"] for item in container["env"]}
 
 
-def test_environment_variables_match_the_docker_backend(pg_task):
+def test_environment_variables_match_the_docker_backend(pg_task: Task) -> None:
     containers = _containers(_pod(pg_task))
     assert _env(containers["main"]) == _docker_main(pg_task).env
     assert _env(containers["main"])["PGHOST"] == "db"
-    assert _env(containers["db"]) == pg_task.compose.services["db"].environment
+    assert _env(containers["db"]) == compose(pg_task).services["db"].environment
     assert containers["main"]["workingDir"] == _docker_main(pg_task).workdir
 
 
-def test_healthchecks_become_readiness_probes(pg_task):
+def test_healthchecks_become_readiness_probes(pg_task: Task) -> None:
     db = _containers(_pod(pg_task))["db"]
-    check = pg_task.compose.services["db"].healthcheck
+    check = compose(pg_task).services["db"].healthcheck
+    assert check is not None
     probe = db["readinessProbe"]
-    assert probe["exec"]["command"] == pg_task.compose.services["db"].health_argv()
+    assert probe["exec"]["command"] == compose(pg_task).services["db"].health_argv()
     assert probe["exec"]["command"] == ["/bin/sh", "-c", "pg_isready -U app -d shop"]
     assert (probe["periodSeconds"], probe["timeoutSeconds"]) == (check.interval, check.timeout)
     assert probe["failureThreshold"] == check.retries
     assert "readinessProbe" not in _containers(_pod(pg_task))["main"]
 
 
-def test_redis_command_and_cmd_healthcheck():
+def test_redis_command_and_cmd_healthcheck() -> None:
     task = load_task(TASKS / "redis-rate-limiter")
     cache = _containers(_pod(task))["cache"]
-    service = task.compose.services["cache"]
+    service = compose(task).services["cache"]
     assert cache["args"] == service.command == ["redis-server", "--save", "", "--appendonly", "no"]
     assert "command" not in cache
     assert cache["readinessProbe"]["exec"]["command"] == ["redis-cli", "ping"]
     assert _env(_containers(_pod(task))["main"])["REDIS_URL"] == "redis://cache:6379/0"
 
 
-def test_hardening_and_limits_match(pg_task):
+def test_hardening_and_limits_match(pg_task: Task) -> None:
     pod = _pod(pg_task)
     main, db = _containers(pod)["main"], _containers(pod)["db"]
     docker = _docker_main(pg_task)
@@ -124,10 +138,10 @@ def test_hardening_and_limits_match(pg_task):
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
-def test_network_rules_match(pg_task):
+def test_network_rules_match(pg_task: Task) -> None:
     pod = _pod(pg_task)
     docker = _docker_main(pg_task)
-    docker_names = set(docker.network_aliases) | set(pg_task.compose.sidecars)
+    docker_names = set(docker.network_aliases) | set(compose(pg_task).sidecars)
     aliases = pod["spec"]["hostAliases"]
     assert aliases == [{"ip": "127.0.0.1", "hostnames": sorted(docker_names)}]
     assert docker.network is False
@@ -136,24 +150,25 @@ def test_network_rules_match(pg_task):
     assert pod["spec"]["dnsConfig"]["nameservers"] == ["127.0.0.1"]
 
 
-def test_volumes_and_copied_files_match(pg_task):
+def test_volumes_and_copied_files_match(pg_task: Task) -> None:
     pod = _pod(pg_task)
-    db_service = pg_task.compose.services["db"]
-    names = docker_services.volume_names("env1", pg_task.compose.volumes, db_service)
+    db_service = compose(pg_task).services["db"]
+    names = docker_services.volume_names("env1", compose(pg_task).volumes, db_service)
     docker_binds = docker_services.volume_binds(db_service.volumes, names)
     mounts = _containers(pod)["db"]["volumeMounts"]
     volume_targets = [m["mountPath"] for m in mounts if m["name"].startswith("vol-")]
     assert volume_targets == [bind.split(":")[1] for bind in docker_binds]
     bind_mounts = {m["mountPath"]: m for m in mounts if m["name"] == "envfarm-binds"}
     docker_archive = docker_services.files_archive(pg_task.environment_dir, db_service.volumes)
+    assert docker_archive is not None
     with tarfile.open(fileobj=io.BytesIO(docker_archive)) as archive:
         docker_files = {
-            "/" + m.name: (archive.extractfile(m).read(), m.mode) for m in archive if m.isfile()
+            "/" + m.name: (member_bytes(archive, m), m.mode) for m in archive if m.isfile()
         }
     unpack = pod["spec"]["initContainers"][1]
     encoded = unpack["env"][0]["value"]
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(base64.b64decode(encoded)))) as archive:
-        ours = {m.name: (archive.extractfile(m).read(), m.mode, m.uid) for m in archive}
+        ours = {m.name: (member_bytes(archive, m), m.mode, m.uid) for m in archive}
     assert set(bind_mounts) == set(docker_files)
     for target, (content, mode) in docker_files.items():
         copied = ours[bind_mounts[target]["subPath"]]
@@ -161,7 +176,7 @@ def test_volumes_and_copied_files_match(pg_task):
         assert bind_mounts[target]["readOnly"] is True
 
 
-def test_labels_owner_ttl_runtime_and_images(pg_task):
+def test_labels_owner_ttl_runtime_and_images(pg_task: Task) -> None:
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u1"}
     pod = _pod(pg_task, runtime_class="gvisor", ttl_seconds=900, owner=owner)
     labels = pod["metadata"]["labels"]
@@ -177,13 +192,13 @@ def test_labels_owner_ttl_runtime_and_images(pg_task):
     assert images.main.startswith("registry.example/team/envfarm-task/")
 
 
-def test_main_runs_the_helper_with_stdin_open(pg_task):
+def test_main_runs_the_helper_with_stdin_open(pg_task: Task) -> None:
     main = _containers(_pod(pg_task))["main"]
     assert main["command"] == ["/.envfarm/sandboxd"]
     assert (main["stdin"], main["stdinOnce"], main["tty"]) == (True, False, False)
 
 
-def test_non_root_main_drops_every_capability(pg_task):
+def test_non_root_main_drops_every_capability(pg_task: Task) -> None:
     main = _containers(_pod(pg_task, run_as_user=1000))["main"]
     context = main["securityContext"]
     assert (context["runAsUser"], context["runAsNonRoot"]) == (1000, True)
@@ -202,13 +217,13 @@ def _compose_task(tmp_path: Path, compose: str, toml: str = "") -> Task:
     return load_task(root)
 
 
-def test_a_named_sidecar_user_is_a_clear_error(tmp_path):
+def test_a_named_sidecar_user_is_a_clear_error(tmp_path: Path) -> None:
     task = _compose_task(tmp_path, "services:\n  cache:\n    image: redis:7\n    user: redis\n")
     with pytest.raises(TaskSpecError, match=r"services.cache.user.*numeric"):
         _pod(task)
 
 
-def test_numeric_sidecar_user_and_internet_tasks(tmp_path):
+def test_numeric_sidecar_user_and_internet_tasks(tmp_path: Path) -> None:
     compose = "services:\n  cache:\n    image: redis:7\n    user: '999:998'\n"
     task = _compose_task(tmp_path, compose, '[environment]\nnetwork_mode = "public"\n')
     pod = _pod(task)
@@ -222,7 +237,7 @@ def test_numeric_sidecar_user_and_internet_tasks(tmp_path):
     assert "dnsPolicy" not in pod["spec"]
 
 
-def test_main_healthcheck_runs_like_the_helper_runs_it(tmp_path):
+def test_main_healthcheck_runs_like_the_helper_runs_it(tmp_path: Path) -> None:
     toml = '[environment.healthcheck]\ncommand = "test -f /ready"\nretries = 4\n'
     task = _compose_task(tmp_path, "services:\n  main: {}\n", toml)
     probe = _containers(_pod(task))["main"]["readinessProbe"]
@@ -232,7 +247,9 @@ def test_main_healthcheck_runs_like_the_helper_runs_it(tmp_path):
     assert "/bin/bash" in script
 
 
-def test_a_task_asking_for_gvisor_gets_the_gvisor_runtime_class(tmp_path, pg_task):
+def test_a_task_asking_for_gvisor_gets_the_gvisor_runtime_class(
+    tmp_path: Path, pg_task: Task
+) -> None:
     task = _compose_task(tmp_path, "services:\n  main: {}\n", '[environment]\nruntime = "gvisor"\n')
     api = MemoryKubeApi()
     plain = KubernetesBackend(api)

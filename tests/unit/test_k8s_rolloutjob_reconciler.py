@@ -60,6 +60,10 @@ class Jobs:
         self._check()
         return self.views[job_id]
 
+    def status(self, job_id: str) -> str:
+        """Read afresh, so that mypy does not narrow a status across awaits."""
+        return self.views[job_id].status
+
     async def jobs(self) -> list[JobView]:
         self._check()
         return list(self.views.values())
@@ -104,7 +108,7 @@ async def secret(api: MemoryKubeApi, name: str, **data: str) -> None:
     await api.create(SECRETS, NS, {"metadata": {"name": name}, "data": encoded})
 
 
-def test_api_errors_sort_into_temporary_and_permanent():
+def test_api_errors_sort_into_temporary_and_permanent() -> None:
     unreachable = ApiConnectionError("POST", "http://api/v1/jobs", "cannot connect")
     assert translated(unreachable) is unreachable
     assert unreachable.retryable
@@ -119,7 +123,7 @@ def test_api_errors_sort_into_temporary_and_permanent():
     assert isinstance(translated(ApiError(401, {}, "GET", "http://api/v1/jobs")), JobRejected)
 
 
-async def test_the_spec_becomes_the_request_with_keys_from_secrets():
+async def test_the_spec_becomes_the_request_with_keys_from_secrets() -> None:
     api, jobs = MemoryKubeApi(), Jobs()
     await secret(api, "keys", east="sk-east", west="sk-west\n")
     policy = {
@@ -154,7 +158,7 @@ async def test_the_spec_becomes_the_request_with_keys_from_secrets():
     await api.close()
 
 
-async def test_permanent_spec_errors_name_the_field():
+async def test_permanent_spec_errors_name_the_field() -> None:
     api, jobs = MemoryKubeApi(), Jobs()
     reconciler = RolloutJobReconciler(api, jobs, "http://api")
     key_ref = {"baseUrl": "http://x/v1", "apiKeySecretRef": {"name": "nope", "key": "k"}}
@@ -177,7 +181,7 @@ async def test_permanent_spec_errors_name_the_field():
     await api.close()
 
 
-async def test_an_unreachable_api_is_retried_with_a_delay_then_the_job_is_submitted():
+async def test_an_unreachable_api_is_retried_with_a_delay_then_the_job_is_submitted() -> None:
     api, jobs = MemoryKubeApi(), Jobs()
     jobs.down = True
     operator = Operator(api, NS, workers=2, retry_delay_s=0.01, max_delay_s=0.02, resync_s=None)
@@ -199,7 +203,7 @@ async def test_an_unreachable_api_is_retried_with_a_delay_then_the_job_is_submit
     await api.close()
 
 
-async def test_a_job_submitted_before_a_crash_is_adopted_not_submitted_again():
+async def test_a_job_submitted_before_a_crash_is_adopted_not_submitted_again() -> None:
     api, jobs = MemoryKubeApi(), Jobs()
     created = await api.create(ROLLOUT_JOBS, NS, body())
     await jobs.submit({"name": job_name(created)})
@@ -209,18 +213,18 @@ async def test_a_job_submitted_before_a_crash_is_adopted_not_submitted_again():
     await api.close()
 
 
-async def test_paused_maps_to_pause_and_resume_and_delete_cancels():
+async def test_paused_maps_to_pause_and_resume_and_delete_cancels() -> None:
     api, jobs = MemoryKubeApi(), Jobs()
     reconciler = RolloutJobReconciler(api, jobs, "http://api")
     await api.create(ROLLOUT_JOBS, NS, body(paused=True))
     await reconciler.reconcile(NS, "rj")
-    assert jobs.views["job-0"].status == "paused"
+    assert jobs.status("job-0") == "paused"
     assert api.objects(ROLLOUT_JOBS)[0]["status"]["phase"] == "Paused"
     await api.patch(ROLLOUT_JOBS, NS, "rj", {"spec": {"paused": False}})
     await reconciler.reconcile(NS, "rj")
-    assert jobs.views["job-0"].status == "running"
+    assert jobs.status("job-0") == "running"
     await api.delete(ROLLOUT_JOBS, NS, "rj")
     assert await reconciler.reconcile(NS, "rj") is None
-    assert jobs.views["job-0"].status == "cancelled"
+    assert jobs.status("job-0") == "cancelled"
     assert api.objects(ROLLOUT_JOBS) == []
     await api.close()

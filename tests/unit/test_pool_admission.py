@@ -6,13 +6,13 @@ import pytest
 from envfarm.controller.admission import Admission
 from envfarm.errors import SandboxStartError
 from envfarm.sandbox.pool import WarmPools
-from envfarm.spec.task import load_task
+from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-def make_task(root: Path):
+def make_task(root: Path) -> Task:
     (root / "environment").mkdir(parents=True)
     (root / "tests").mkdir()
     (root / "task.toml").write_text("")
@@ -27,7 +27,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path):
+async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = FakeBackend()
     image = await backend.prepare(task)
@@ -54,13 +54,14 @@ async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path):
     assert first.running  # handed out: its episode owns it
 
 
-async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path):
+async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
 
     backend = FakeBackend()
     image = await backend.prepare(task)
     pools = WarmPools(backend, size=1, run_id="r")
     sandbox = await pools.acquire(task, image)
+    assert isinstance(sandbox, FakeSandbox)
     assert sandbox.running
     assert pools.stats.cold_starts == 1
     await settle()
@@ -73,7 +74,7 @@ async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path):
     await pools.close()
 
 
-async def test_admission_waits_for_capacity_and_overcommits_cpu():
+async def test_admission_waits_for_capacity_and_overcommits_cpu() -> None:
     admission = Admission(cpus=2, memory_mb=1000, cpu_overcommit=2.0)
     order: list[str] = []
     release = asyncio.Event()
@@ -96,7 +97,7 @@ async def test_admission_waits_for_capacity_and_overcommits_cpu():
     assert admission.used_cpus == 0
 
 
-async def test_admission_admits_an_oversized_task_alone():
+async def test_admission_admits_an_oversized_task_alone() -> None:
     admission = Admission(cpus=1, memory_mb=100, cpu_overcommit=1.0)
     async with admission.admit(8, 10_000):
         assert admission.used_memory_mb == 10_000

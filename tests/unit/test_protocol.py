@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import struct
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -31,7 +32,7 @@ def _mux(stream: int, data: bytes) -> bytes:
     return struct.pack(">BxxxI", stream, len(data)) + data
 
 
-def test_frames_round_trip_whatever_the_chunking():
+def test_frames_round_trip_whatever_the_chunking() -> None:
     payload = os.urandom(5000) + b"\x00\xff"
     stream = encode_frame({"id": 1, "type": "data"}, payload) + encode_frame({"id": 2, "x": "é"})
     for size in (1, 7, 8, 13, 4096, len(stream)):
@@ -43,7 +44,7 @@ def test_frames_round_trip_whatever_the_chunking():
         assert decoder.pending == 0
 
 
-def test_frame_head_is_prefix_then_json():
+def test_frame_head_is_prefix_then_json() -> None:
     head = frame_head({"id": 3, "op": "ping"}, 10)
     header_len, payload_len = struct.unpack(">II", head[:8])
     assert (header_len, payload_len) == (len(head) - 8, 10)
@@ -60,17 +61,17 @@ def test_frame_head_is_prefix_then_json():
         (struct.pack(">II", 12, 0) + b'{"id": "1"} ', "integer id"),
     ],
 )
-def test_malformed_frames_are_errors(raw, message):
+def test_malformed_frames_are_errors(raw: bytes, message: str) -> None:
     with pytest.raises(SandboxError, match=message):
         FrameDecoder().feed(raw)
 
 
-def test_oversized_headers_are_refused_when_encoding():
+def test_oversized_headers_are_refused_when_encoding() -> None:
     with pytest.raises(SandboxError, match="exceeds"):
         frame_head({"id": 1, "blob": "x" * MAX_HEADER})
 
 
-def test_demuxer_splits_streams_across_feeds():
+def test_demuxer_splits_streams_across_feeds() -> None:
     stream = _mux(1, b"frames") + _mux(2, b"diagnostics") + _mux(1, b"") + _mux(1, b"more")
     for size in (1, 3, 9, 14, len(stream)):
         demux = StreamDemuxer()
@@ -93,13 +94,13 @@ def test_demuxer_splits_streams_across_feeds():
         (errno.EROFS, OSError),
     ],
 )
-def test_file_errors_become_os_errors_by_errno(code, expected):
+def test_file_errors_become_os_errors_by_errno(code: int, expected: type[OSError]) -> None:
     error = answer_error({"id": 1, "type": "error", "errno": code, "message": "m"}, "/p")
     assert type(error) is expected
     assert (error.errno, error.strerror, error.filename) == (code, "m", "/p")
 
 
-def test_other_answers_become_sandbox_errors():
+def test_other_answers_become_sandbox_errors() -> None:
     shutting = {"id": 1, "type": "error", "errno": errno.ESHUTDOWN, "message": "bye"}
     assert isinstance(answer_error(shutting, "/p"), SandboxGone)
     refused = answer_error({"id": 1, "type": "error", "errno": 22, "message": "bad"}, None)
@@ -108,7 +109,7 @@ def test_other_answers_become_sandbox_errors():
     assert "unexpected answer" in str(answer_error({"id": 1, "type": "pong"}, "/p"))
 
 
-def test_exit_codes_follow_docker_exec():
+def test_exit_codes_follow_docker_exec() -> None:
     def outcome(**fields: object) -> ExecOutcome:
         return ExecOutcome.model_validate({"stdout": b"", "stderr": b"", **fields})
 
@@ -133,14 +134,16 @@ class FakeHelper:
             frames += self.decoder.feed(data)
         return frames
 
-    async def answer(self, header: dict[str, object], payload: bytes = b"", stream: int = 1):
+    async def answer(
+        self, header: dict[str, object], payload: bytes = b"", stream: int = 1
+    ) -> None:
         await asyncio.get_running_loop().sock_sendall(
             self.sock, _mux(stream, encode_frame(header, payload))
         )
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def pair():
+async def pair() -> AsyncIterator[tuple[Channel, FakeHelper]]:
     client_sock, helper_sock = socket.socketpair()
     helper_sock.setblocking(False)
     channel = await Channel.connect(client_sock, "fake")
@@ -149,7 +152,9 @@ async def pair():
     helper_sock.close()
 
 
-async def test_channel_matches_answers_to_requests_in_any_order(pair):
+async def test_channel_matches_answers_to_requests_in_any_order(
+    pair: tuple[Channel, FakeHelper],
+) -> None:
     channel, helper = pair
     first = asyncio.create_task(channel.exec("one", env={"A": "1"}, timeout=5))
     second = asyncio.create_task(channel.read_file("/f"))
@@ -167,7 +172,9 @@ async def test_channel_matches_answers_to_requests_in_any_order(pair):
     assert (outcome.stdout, outcome.stderr, outcome.exit_code) == (b"out", b"err", 0)
 
 
-async def test_large_writes_go_out_in_chunks_ending_with_eof(pair):
+async def test_large_writes_go_out_in_chunks_ending_with_eof(
+    pair: tuple[Channel, FakeHelper],
+) -> None:
     channel, helper = pair
     data = os.urandom(2 * 1024 * 1024 + 10)
     write = asyncio.create_task(channel.write_file("/big", data, mode=0o600))
@@ -180,7 +187,7 @@ async def test_large_writes_go_out_in_chunks_ending_with_eof(pair):
     await write
 
 
-async def test_cancelling_a_request_sends_cancel(pair):
+async def test_cancelling_a_request_sends_cancel(pair: tuple[Channel, FakeHelper]) -> None:
     channel, helper = pair
     task = asyncio.create_task(channel.exec("sleep 100"))
     [(request, _)] = await helper.requests(1)
@@ -197,7 +204,9 @@ async def test_cancelling_a_request_sends_cancel(pair):
     assert (await pong)["version"] == 1
 
 
-async def test_a_closed_stream_fails_pending_and_later_requests(pair):
+async def test_a_closed_stream_fails_pending_and_later_requests(
+    pair: tuple[Channel, FakeHelper],
+) -> None:
     channel, helper = pair
     pending = asyncio.create_task(channel.exec("true"))
     await helper.requests(1)
@@ -210,7 +219,7 @@ async def test_a_closed_stream_fails_pending_and_later_requests(pair):
         await channel.read_file("/x")
 
 
-async def test_a_garbled_stream_fails_the_channel(pair):
+async def test_a_garbled_stream_fails_the_channel(pair: tuple[Channel, FakeHelper]) -> None:
     channel, helper = pair
     pending = asyncio.create_task(channel.ping())
     await helper.requests(1)

@@ -75,7 +75,7 @@ def write_run(out: Path, task_root: Path) -> list[Trajectory]:
     return trajectories
 
 
-def test_regrade_recomputes_rewards_advantages_and_the_summary(tmp_path):
+def test_regrade_recomputes_rewards_advantages_and_the_summary(tmp_path: Path) -> None:
     task_root = make_task(tmp_path / "task")
     write_run(tmp_path / "run", task_root)
     result = regrade_run(tmp_path / "run")
@@ -102,7 +102,7 @@ def test_regrade_recomputes_rewards_advantages_and_the_summary(tmp_path):
     assert [c.changed for c in strict.changes] == [False, True, True]
 
 
-def test_regrade_with_a_task_that_cannot_be_loaded_keeps_the_rewards(tmp_path):
+def test_regrade_with_a_task_that_cannot_be_loaded_keeps_the_rewards(tmp_path: Path) -> None:
     task_root = make_task(tmp_path / "task")
     write_run(tmp_path / "run", task_root)
     (task_root / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n")

@@ -49,7 +49,7 @@ def test_param(n):
 
 
 @pytest.fixture(scope="module")
-def pytest_run(tmp_path_factory) -> tuple[bytes, str, int]:
+def pytest_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, str, int]:
     """A real pytest run of SUITE: its JUnit report, its output and its exit code."""
     root = tmp_path_factory.mktemp("suite")
     (root / "test_suite.py").write_text(SUITE)
@@ -76,7 +76,7 @@ def pytest_run(tmp_path_factory) -> tuple[bytes, str, int]:
     return (root / "junit.xml").read_bytes(), proc.stdout, proc.returncode
 
 
-def test_junit_from_a_real_pytest_run(pytest_run):
+def test_junit_from_a_real_pytest_run(pytest_run: tuple[bytes, str, int]) -> None:
     data, _, _ = pytest_run
     report = parse_junit("junit.xml", data)
     assert report.problem is None
@@ -95,7 +95,7 @@ def test_junit_from_a_real_pytest_run(pytest_run):
     assert {t.report for t in report.tests} == {"junit.xml"}
 
 
-def test_a_real_pytest_run_passes_every_cross_check(pytest_run):
+def test_a_real_pytest_run_passes_every_cross_check(pytest_run: tuple[bytes, str, int]) -> None:
     data, stdout, code = pytest_run
     assert code == 1
     output = read_pytest_output(stdout)
@@ -106,7 +106,7 @@ def test_a_real_pytest_run_passes_every_cross_check(pytest_run):
     assert check_reports([parse_junit("junit.xml", data)], ["junit.xml"], stdout, code) == []
 
 
-def test_ctrf():
+def test_ctrf() -> None:
     document = {
         "results": {
             "tool": {"name": "pytest"},
@@ -138,13 +138,13 @@ def test_ctrf():
         ("report.txt", b"PASSED", "neither JUnit XML nor CTRF JSON"),
     ],
 )
-def test_unreadable_reports_say_why(name, data, problem):
+def test_unreadable_reports_say_why(name: str, data: bytes, problem: str) -> None:
     report = parse_report(name, data)
     assert report.tests == []
     assert problem in (report.problem or "")
 
 
-def test_the_format_is_sniffed_when_the_name_does_not_say():
+def test_the_format_is_sniffed_when_the_name_does_not_say() -> None:
     assert parse_report("results", b'  <testsuite tests="0"/>').format == "junit"
     assert parse_report("results", b'{"results": {"tests": []}}').format == "ctrf"
 
@@ -162,13 +162,13 @@ def flags(found: list[tuple[str, str]]) -> list[str]:
     return [flag for flag, _ in found]
 
 
-def test_a_missing_or_empty_or_truncated_report_is_flagged():
+def test_a_missing_or_empty_or_truncated_report_is_flagged() -> None:
     assert flags(check_reports([], ["junit.xml"], "", None)) == ["report:missing"]
     assert flags(check_reports([junit()], ["junit.xml"], "", None)) == ["report:empty"]
     assert flags(check_reports([junit(PASSED, tests=3)], [], "", None)) == ["report:incomplete"]
 
 
-def test_output_that_disagrees_with_the_report_is_flagged():
+def test_output_that_disagrees_with_the_report_is_flagged() -> None:
     started = "============ test session starts ============\ncollected 3 items\n"
     # a session that never printed its summary (it was killed or exited early)
     assert "report:incomplete" in flags(check_reports([junit(PASSED)], [], started, None))
@@ -181,7 +181,7 @@ def test_output_that_disagrees_with_the_report_is_flagged():
     assert flags(found) == ["report:summary_mismatch"]
 
 
-def test_an_exit_code_that_disagrees_is_flagged():
+def test_an_exit_code_that_disagrees_is_flagged() -> None:
     assert flags(check_reports([junit(PASSED, FAILED)], [], "", 0)) == ["report:exit_mismatch"]
     assert flags(check_reports([junit(PASSED)], [], "", 1)) == ["report:exit_mismatch"]
     assert flags(check_reports([junit(PASSED)], [], "", 0)) == []
@@ -192,10 +192,10 @@ def test_an_exit_code_that_disagrees_is_flagged():
 
 
 @pytest.mark.parametrize(("data", "code"), [(b"0\n", 0), (b" 2", 2), (b"x", None), (None, None)])
-def test_exit_code_file(data, code):
+def test_exit_code_file(data: bytes | None, code: int | None) -> None:
     assert read_exit_code(data) == code
 
 
-def test_an_unparsable_report_is_flagged(tmp_path: Path):
+def test_an_unparsable_report_is_flagged(tmp_path: Path) -> None:
     found = check_reports([parse_report("junit.xml", b"<oops")], ["junit.xml"], "", None)
     assert flags(found) == ["report:unparsable"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from typing import Any
 
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.snapshot import parse_snapshot
@@ -23,7 +24,7 @@ def snapshot_text(**sections: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_parse_snapshot_reads_sections_escapes_and_special_entries():
+def test_parse_snapshot_reads_sections_escapes_and_special_entries() -> None:
     text = (
         "@@ meta\nworkdir /app\nmissing awk\n@@ sites\n/usr/lib/python3/dist-packages\n"
         f"@@ workspace\n{A}  /app/x.py\n\\{B}  /app/new\\nline.py\n"
@@ -46,7 +47,7 @@ def test_parse_snapshot_reads_sections_escapes_and_special_entries():
     assert not snapshot.workspace_skipped
 
 
-def flags_between(before: dict, after: dict) -> dict[str, list[str]]:
+def flags_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     inspection = inspect_snapshots(
         parse_snapshot(snapshot_text(**before)), parse_snapshot(snapshot_text(**after))
@@ -56,7 +57,7 @@ def flags_between(before: dict, after: dict) -> dict[str, list[str]]:
     return found
 
 
-def test_an_unchanged_sandbox_raises_nothing():
+def test_an_unchanged_sandbox_raises_nothing() -> None:
     state = {
         "workspace": {"/app/calc.py": A, "/app/tests/test_calc.py": B},
         "runner": {"/site/_pytest/main.py": A},
@@ -65,7 +66,7 @@ def test_an_unchanged_sandbox_raises_nothing():
     assert flags_between(state, state) == {}
 
 
-def test_each_kind_of_change_raises_its_flag():
+def test_each_kind_of_change_raises_its_flag() -> None:
     before = {
         "hidden": {"/solution/solve.sh": A},
         "workspace": {"/app/calc.py": A, "/app/tests/test_calc.py": B, "/app/conftest.py": C},
@@ -109,8 +110,8 @@ def test_each_kind_of_change_raises_its_flag():
     }
 
 
-def test_a_project_file_without_a_pytest_section_is_not_test_configuration():
-    before = {"testcfg": {}}
+def test_a_project_file_without_a_pytest_section_is_not_test_configuration() -> None:
+    before: dict[str, Any] = {"testcfg": {}}
     after = {"testcfg": {"/app/setup.cfg": EMPTY_SHA256}}
     assert flags_between(before, after) == {}
     assert flags_between(before, {"testcfg": {"/app/pytest.ini": EMPTY_SHA256}}) == {
@@ -118,7 +119,7 @@ def test_a_project_file_without_a_pytest_section_is_not_test_configuration():
     }
 
 
-def test_the_workspace_changes_are_listed_relative_to_the_workdir():
+def test_the_workspace_changes_are_listed_relative_to_the_workdir() -> None:
     inspection = inspect_snapshots(
         parse_snapshot(snapshot_text(workspace={"/app/a.py": A, "/app/b.py": B})),
         parse_snapshot(snapshot_text(workspace={"/app/a.py": C, "/app/c/d.py": A})),
@@ -137,7 +138,7 @@ def bash_turn(*commands: str, tool: str = "bash") -> list[Turn]:
     return [Turn(index=0, tool_results=results)]
 
 
-def test_reads_of_hidden_paths_are_flagged_but_not_lookalikes():
+def test_reads_of_hidden_paths_are_flagged_but_not_lookalikes() -> None:
     turns = bash_turn(
         "cat /tests/test.sh",
         "ls /app/tests /srv/solution",
@@ -156,7 +157,7 @@ def test_reads_of_hidden_paths_are_flagged_but_not_lookalikes():
     assert files == [("read:hidden_path", "read_file /tests/test.sh")]
 
 
-def test_git_history_mining_is_told_from_ordinary_git_use():
+def test_git_history_mining_is_told_from_ordinary_git_use() -> None:
     mining = [
         "git log --all --oneline",
         "cd /app && git reflog",
@@ -192,7 +193,7 @@ def tar_of(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def test_unified_diff_covers_added_modified_deleted_and_binary_files():
+def test_unified_diff_covers_added_modified_deleted_and_binary_files() -> None:
     baseline = tar_of({"a.py": b"x = 1\n", "gone.txt": b"bye\n", "img.bin": b"\0\1"})
     changed = tar_of({"a.py": b"x = 2\n", "new.txt": b"hi", "img.bin": b"\0\2"})
     diff = unified_diff(baseline, changed, ["new.txt"], ["a.py", "img.bin"], ["gone.txt"])

@@ -24,7 +24,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "responses"
 
 
 def fixture(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
+    fixture: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return fixture
 
 
 def int32(data: str) -> list[int]:

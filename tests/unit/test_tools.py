@@ -17,7 +17,7 @@ def _call(name: str, arguments: str) -> ToolCallRaw:
     return ToolCallRaw(id="c1", name=name, arguments=arguments)
 
 
-def test_schemas_name_every_tool_with_required_arguments():
+def test_schemas_name_every_tool_with_required_arguments() -> None:
     schemas = {s["function"]["name"]: s["function"] for s in tool_schemas()}
     assert set(schemas) == {"bash", "read_file", "write_file", "edit_file", "submit"}
     assert schemas["bash"]["parameters"]["required"] == ["command"]
@@ -25,7 +25,7 @@ def test_schemas_name_every_tool_with_required_arguments():
     assert json.dumps(schemas)  # serialisable for the request body
 
 
-def test_valid_calls_parse():
+def test_valid_calls_parse() -> None:
     assert parse_arguments(_call("bash", '{"command": "ls"}')) == BashArgs(command="ls")
     assert parse_arguments(_call("submit", "{}")) == SubmitArgs()
     assert parse_arguments(_call("submit", "")) == SubmitArgs()
@@ -44,13 +44,15 @@ def test_valid_calls_parse():
         ("python", "{}", "unknown tool 'python'"),
     ],
 )
-def test_malformed_calls_become_messages_for_the_model(name, arguments, needle):
+def test_malformed_calls_become_messages_for_the_model(
+    name: str, arguments: str, needle: str
+) -> None:
     problem = parse_arguments(_call(name, arguments))
     assert isinstance(problem, str)
     assert needle in problem
 
 
-def test_truncate_keeps_head_and_tail_with_a_marker():
+def test_truncate_keeps_head_and_tail_with_a_marker() -> None:
     text = "A" * 100 + "B" * 100
     cut, truncated = truncate(text, 50)
     assert truncated

@@ -53,7 +53,7 @@ def _blank() -> Trajectory:
     )
 
 
-def test_shipped_schema_file_matches_the_model():
+def test_shipped_schema_file_matches_the_model() -> None:
     shipped = resources.files("envfarm").joinpath("schemas/trajectory.schema.json").read_text()
     generated = json.dumps(trajectory_json_schema(), indent=2, sort_keys=True) + "\n"
     assert shipped == generated, (
@@ -61,7 +61,7 @@ def test_shipped_schema_file_matches_the_model():
     )
 
 
-def test_contract_field_names_are_all_in_the_schema():
+def test_contract_field_names_are_all_in_the_schema() -> None:
     schema = trajectory_json_schema()
     assert CONTRACT_FIELDS <= set(schema["properties"])
     turn = schema["$defs"]["Turn"]["properties"]
@@ -92,7 +92,7 @@ def test_contract_field_names_are_all_in_the_schema():
     }
 
 
-def test_every_field_is_present_in_json_even_when_unset():
+def test_every_field_is_present_in_json_even_when_unset() -> None:
     data = json.loads(_blank().to_json())
     assert data["schema"] == SCHEMA_VERSION
     assert CONTRACT_FIELDS <= set(data)
@@ -110,13 +110,13 @@ def test_every_field_is_present_in_json_even_when_unset():
     assert data["provenance"]["envfarm_version"] == "0"
 
 
-def test_json_round_trips_through_the_model():
+def test_json_round_trips_through_the_model() -> None:
     text = _blank().to_json()
     again = Trajectory.model_validate_json(text)
     assert again.to_json() == text
 
 
-def test_unknown_fields_are_rejected():
+def test_unknown_fields_are_rejected() -> None:
     data = json.loads(_blank().to_json())
     data["rewrd"] = 1
     with pytest.raises(ValueError, match="rewrd"):

@@ -33,7 +33,7 @@ def lists(**fields: object) -> VerifierConfig:
     )
 
 
-def test_reward_file_and_reports_together():
+def test_reward_file_and_reports_together() -> None:
     reward = score(
         output(0, {"reward.json": b'{"reward": 0.5, "passed": 1}', "junit.xml": JUNIT_ADD_FAILS}),
         VerifierConfig(),
@@ -47,7 +47,7 @@ def test_reward_file_and_reports_together():
     ]
 
 
-def test_timeouts_and_missing_rewards_are_invalid_not_zero():
+def test_timeouts_and_missing_rewards_are_invalid_not_zero() -> None:
     with pytest.raises(GradingError, match="timed out after 30s"):
         score(output(None, {"reward.txt": b"1"}, timed_out=True), VerifierConfig(), [])
     with pytest.raises(GradingError, match="wrote no reward file"):
@@ -56,7 +56,7 @@ def test_timeouts_and_missing_rewards_are_invalid_not_zero():
         score(output(127), VerifierConfig(), [])
 
 
-def test_lists_decide_and_the_reward_file_becomes_components():
+def test_lists_decide_and_the_reward_file_becomes_components() -> None:
     passed = score(
         output(0, {"reward.json": b'{"reward": 0.0, "n": 2}', "junit.xml": JUNIT_ALL_PASS}),
         lists(),
@@ -75,7 +75,7 @@ def test_lists_decide_and_the_reward_file_becomes_components():
     assert "FAIL_TO_PASS not passed: tests/test_calc.py::test_add (failed)" in (failed.reason or "")
 
 
-def test_lists_without_a_report_score_zero_with_a_flag_unless_the_verifier_crashed():
+def test_lists_without_a_report_score_zero_with_a_flag_unless_the_verifier_crashed() -> None:
     silent = score(output(0, {"reward.txt": b"1"}), lists(), [])
     assert (silent.value, silent.valid) == (0.0, True)
     assert silent.flags == ["report:missing"]
@@ -83,7 +83,7 @@ def test_lists_without_a_report_score_zero_with_a_flag_unless_the_verifier_crash
         score(output(2), lists(), [])
 
 
-def test_lists_with_a_report_that_contradicts_the_exit_code_score_zero():
+def test_lists_with_a_report_that_contradicts_the_exit_code_score_zero() -> None:
     reward = score(
         output(0, {"junit.xml": JUNIT_ALL_PASS, "test-exit-code.txt": b"1"}), lists(), []
     )
@@ -100,12 +100,12 @@ def test_lists_with_a_report_that_contradicts_the_exit_code_score_zero():
         ("test_b", "test_calc::test_b"),
     ],
 )
-def test_listed_ids_match_reported_ids(listed, reported):
+def test_listed_ids_match_reported_ids(listed: str, reported: str) -> None:
     tests = [ReportedTest(name=reported, status="passed", report="r")]
     assert grade_lists([listed], [], tests, []).value == 1.0
 
 
-def test_ids_that_differ_do_not_match():
+def test_ids_that_differ_do_not_match() -> None:
     tests = [ReportedTest(name="test_calc::test_bb", status="passed", report="r")]
     verdict = grade_lists(["test_calc.py::test_b"], [], tests, [])
     assert verdict.value == 0.0
@@ -113,7 +113,7 @@ def test_ids_that_differ_do_not_match():
     assert normalize_test_id("a/b.py::C::d[x::y]") == "a.b.C.d[x::y]"
 
 
-def test_a_planted_duplicate_cannot_hide_a_failure():
+def test_a_planted_duplicate_cannot_hide_a_failure() -> None:
     tests = [
         ReportedTest(name="tests.test_calc::test_add", status="failed", report="junit.xml"),
         ReportedTest(name="evil.test_calc::test_add", status="passed", report="junit.xml"),
@@ -121,7 +121,7 @@ def test_a_planted_duplicate_cannot_hide_a_failure():
     assert grade_lists(["test_calc.py::test_add"], [], tests, []).value == 0.0
 
 
-def test_skips_count_for_pass_to_pass_only():
+def test_skips_count_for_pass_to_pass_only() -> None:
     tests = [ReportedTest(name="m::t", status="skipped", report="r")]
     assert grade_lists([], ["m::t"], tests, []).value == 1.0
     assert grade_lists(["m::t"], [], tests, []).value == 0.0
@@ -131,7 +131,7 @@ def valid(value: float, *flags: str) -> Reward:
     return Reward(value=value, valid=True, components={"reward": value}, flags=list(flags))
 
 
-def test_the_flag_policy_zeroes_matching_flags_but_never_raises_a_reward():
+def test_the_flag_policy_zeroes_matching_flags_but_never_raises_a_reward() -> None:
     zeroed = apply_flag_policy(valid(0.75, "tamper:conftest_added"), ["tamper:*"])
     assert zeroed.value == 0.0
     assert zeroed.components == {"reward": 0.75, "reward_before_flags": 0.75}
@@ -142,7 +142,7 @@ def test_the_flag_policy_zeroes_matching_flags_but_never_raises_a_reward():
     assert apply_flag_policy(invalid, ["*"]) == invalid
 
 
-def test_finish_merges_observed_flags_and_restores_what_a_later_step_dropped():
+def test_finish_merges_observed_flags_and_restores_what_a_later_step_dropped() -> None:
     scored = valid(1.0, "report:summary_mismatch").model_copy(
         update={
             "flag_details": {"report:summary_mismatch": ["printed 1 passed"]},

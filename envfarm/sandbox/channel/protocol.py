@@ -2,7 +2,7 @@
 
 Two layers, innermost first:
 
-* envfarm's frames (``sandboxd.c`` and ``channel.py`` describe the ops): ``u32 header_len |
+* envfarm's frames (``sandboxd.c`` and ``client.py`` describe the ops): ``u32 header_len |
   u32 payload_len | header | payload``, big endian, the header a JSON object, the payload raw
   bytes (file content and command output never go through base64).
 * the engine's stream multiplexing: a non-TTY attach carries stdout and stderr on one

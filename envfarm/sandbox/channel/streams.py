@@ -2,12 +2,12 @@
 
 ``HelperStream`` is what a carrier offers: ``send`` stdin bytes, ``receive`` ``(stream,
 bytes)`` pieces (1 stdout, 2 stderr) or None at the end, ``close``. A Kubernetes attach or exec
-WebSocket is one; the in-process helper of ``emulator.py`` is another. ``StreamTransport``
-adapts it to the ``asyncio.Transport`` the channel writes to: writes are queued and sent in
-order by one task (coalesced up to ``CHUNK`` bytes), with the usual flow control (the protocol
-is paused above ``HIGH_WATER`` queued bytes and resumed below ``LOW_WATER``); a second task
-feeds what arrives to the protocol. The end of the stream, a failed send or a failed receive
-all end the connection once (``connection_lost``).
+WebSocket is one; the in-process helper of ``envfarm.testing.channel_emulator`` is another.
+``StreamTransport`` adapts it to the ``asyncio.Transport`` the channel writes to: writes are
+queued and sent in order by one task (coalesced up to ``CHUNK`` bytes), with the usual flow
+control (the protocol is paused above ``HIGH_WATER`` queued bytes and resumed below
+``LOW_WATER``); a second task feeds what arrives to the protocol. The end of the stream, a failed
+send or a failed receive all end the connection once (``connection_lost``).
 """
 
 from __future__ import annotations

@@ -7,11 +7,16 @@ hands them to each episode's environment without another lookup. The build's out
 the prepared image (``buildlog.py``), for each episode's artifacts. It first refuses, with
 ``EnvironmentUnsupported``, a task the chosen runtime cannot run (``runtimes.py``): the run's
 ``runtime``, or gVisor for a task that asks for it.
+
+The prepared image's ``build_s`` is the wall time ``prepare`` waited for the environment's
+images: the main image and the sidecars' are built at once, so their build times overlap and are
+not added up, and waiting for a shared base another task is building counts, once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.buildlog import BuildLog
@@ -34,12 +39,14 @@ class DockerBackend(SandboxBackend):
     async def prepare(self, task: Task) -> PreparedImage:
         await asyncio.to_thread(lambda: check_task(task, self._runtime(task)))
         log = BuildLog()
+        start = time.monotonic()
         images = await build_environment_images(task, on_log=log)
         if task.compose is not None:
             self._service_images[(str(task.root), task.content_hash)] = images.service_image_ids()
             if not (task.config.agent_network() and task.config.verifier_network()):
                 await ensure_base_image()  # its perl removes the main container's route
-        prepared = images.prepared()
+        waited = round(time.monotonic() - start, 3)
+        prepared = images.prepared().model_copy(update={"build_s": waited})
         built = not prepared.cached
         build_log = await asyncio.to_thread(log.settle, prepared.image_id, built)
         return prepared.model_copy(update={"build_log": build_log})

@@ -149,6 +149,15 @@ def remove_network(network_id: str) -> None:
         raise SandboxError(f"could not remove network {network_id[:12]}: {exc}") from exc
 
 
+def bridge_gateway() -> str:
+    """The host's address on the default bridge (its ``Gateway``, else the subnet's first
+    address: some engines leave the gateway out of the bridge's IPAM config)."""
+    config = docker_client().api.inspect_network("bridge")["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return str(config["Gateway"])
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+
+
 def network_options(network: bool, name: str | None, aliases: list[str]) -> dict[str, Any]:
     """``containers.create`` arguments: the environment network with its aliases, or the
     default bridge / no network at all."""

@@ -8,7 +8,7 @@ containers are also tracked in-process and force-removed at interpreter exit.
 
 Commands and files go through a persistent channel, not a ``docker exec`` per call: the main
 process (under docker-init) is the static helper ``sandboxd`` (``sandboxd.py`` builds and
-provides it, ``channel.py`` speaks its protocol; docs/sandbox.md), running as root, its stdin
+provides it, ``sandbox/channel/`` speaks its protocol; docs/sandbox.md), running as root, its stdin
 and stdout attached before the container starts: a tool call is one round trip on an open
 stream. Its stdout is protocol frames, so the log driver is ``none``. When the helper ends, the
 container ends with it and every later call raises ``SandboxGone``. ``channel=False`` keeps
