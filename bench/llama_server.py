@@ -151,7 +151,7 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
     from envfarm.agent.loop import Agent, AgentLimits
     from envfarm.agent.tools import ToolContext
     from envfarm.models.trajectory import Provenance, Trajectory
-    from envfarm.policy import EndpointSpec
+    from envfarm.policy import CaptureOptions, EndpointSpec
     from envfarm.policy.base import SamplingParams
     from envfarm.policy.pool import EndpointPool
     from envfarm.testing.fake_sandbox import FakeSandbox, ok
