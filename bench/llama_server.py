@@ -183,7 +183,12 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
         )
 
     async def main() -> None:
-        pool = EndpointPool([EndpointSpec(url=f"{server}/v1")], "qwen", token_mode=mode == "tokens")
+        pool = EndpointPool(
+            [EndpointSpec(url=f"{server}/v1")],
+            "qwen",
+            capture=CaptureOptions(profile="auto"),
+            token_mode=mode == "tokens",
+        )
         async with pool:
             if mode == "tokens":
                 await pool.preflight(token_mode=True)
