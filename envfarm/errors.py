@@ -6,6 +6,7 @@
         UnknownBaseImage   a Dockerfile names a base no alias fits
       SandboxError         provisioning, exec or file I/O failed (infrastructure)
         SandboxStartError  the environment never came up
+          TaskConfigError  the engine refuses the environment as the task configures it (permanent)
         SandboxGone        the sandbox died or vanished mid-episode
         EnvironmentUnsupported the task needs what the backend, as configured, lacks (permanent)
       PolicyError          the policy endpoint failed (infrastructure)
@@ -72,6 +73,14 @@ class SandboxError(EnvfarmError):
 
 class SandboxStartError(SandboxError):
     pass
+
+
+class TaskConfigError(SandboxStartError):
+    """The engine refused the environment as the task configures it (an invalid limit, user or
+    command): it will fail the same way again, so it is bad input, never retried."""
+
+    infrastructure = False
+    retryable = False
 
 
 class SandboxGone(SandboxError):

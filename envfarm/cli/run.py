@@ -35,6 +35,7 @@ from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.policy.toolparse import TOOL_PARSERS
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
+from envfarm.spec.errors_fmt import issue_text
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.store import Store
 
@@ -244,6 +245,9 @@ def run(
     bad_inputs = {error.path: str(error) for error in errors}
     for error in errors:
         console.print(f"[yellow]bad task:[/] {escape(str(error))}")
+    for task in tasks:
+        for issue in task.warnings:
+            console.print(f"[dim]warning:[/] {escape(issue_text(issue))}")
     if not tasks:
         console.print("[red]no runnable task found[/]")
         sys.exit(EXIT_BAD_INPUT)

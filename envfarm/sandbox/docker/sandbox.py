@@ -46,6 +46,7 @@ from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.networks import (
     join_default_bridge,
     leave_default_bridge,
@@ -174,7 +175,7 @@ class DockerSandbox(Sandbox, VerifierPhases):
             raise SandboxStartError(f"image {self.config.image!r} does not exist") from exc
         except (docker.errors.DockerException, SandboxError) as exc:
             self._close_helper_socket()
-            raise SandboxStartError(f"could not start a container: {exc}") from exc
+            raise start_error(exc, f"could not start a container: {exc}") from exc
         _live[self.container_id] = self._container
         if self._helper_socket is not None:
             await self._connect_channel(self._helper_socket)
