@@ -34,6 +34,9 @@ def policy_spec(policy: JobPolicy) -> PolicySpec:
             "endpoints": [e.model_dump() for e in policy.endpoints],
             "server_profile": policy.server_profile,
             "routed_experts": policy.routed_experts,
+            "token_mode": policy.token_mode,
+            "tokenizer": policy.tokenizer,
+            "tool_parser": policy.tool_parser,
         }
     )
 
@@ -61,7 +64,7 @@ async def open_runner(
         open_policy(policy_spec(request.policy), versions) as policy,
         open_judge(judge_spec(request)) as judge,
     ):
-        yield EpisodeRunner(
+        runner = EpisodeRunner(
             backend=backend,
             policy=policy,
             grader=grader or TestScriptGrader(),
@@ -72,4 +75,9 @@ async def open_runner(
             context_budget=request.context_budget,
             artifacts_dir=artifacts_dir,
             pools=pools,
+            background_teardown=True,
         )
+        try:
+            yield runner
+        finally:
+            await runner.drain()

@@ -105,6 +105,12 @@ class VerifierPhases(ABC):
         else none; an environment network and its sidecars stay as they are). Called once,
         after the agent and before grading. SandboxError when it cannot be done."""
 
+    async def prepare_fork(self, *, network: bool) -> None:
+        """Start getting ``fork_clean``'s sandbox ready in the background (a hint, called as
+        the agent stops; the default does nothing). Nothing runs in it, and nothing of it is
+        handed out, before ``fork_clean`` has stopped this sandbox's processes."""
+        return
+
     @abstractmethod
     async def fork_clean(self, *, network: bool) -> Sandbox:
         """A fresh, started sandbox of this one's environment, for a verifier that trusts
@@ -115,6 +121,15 @@ class VerifierPhases(ABC):
         its filesystem. This sandbox's own processes are stopped first and it takes no more
         commands; its ``stop()`` still removes everything, the fork included. The caller
         stops the fork when done. SandboxError when the backend cannot do it."""
+
+
+class ProcessLogs(ABC):
+    """The optional capability of a sandbox that runs processes of its image's own (an
+    ``ENTRYPOINT``): their output, kept with the episode's artifacts under ``processes/``."""
+
+    @abstractmethod
+    async def process_logs(self) -> dict[str, bytes]:
+        """File name -> output; never raises (a log that cannot be read is left out)."""
 
 
 def verifier_phases(sandbox: Sandbox) -> VerifierPhases:

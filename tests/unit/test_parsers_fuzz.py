@@ -171,8 +171,19 @@ def test_any_tool_call_arguments_validate_or_explain_to_the_model(
     assert isinstance(parsed, BaseModel) or (isinstance(parsed, str) and name in parsed)
 
 
-BODY_KEYS = "choices message content tool_calls function name arguments usage id index".split()
-BODY_KEYS += "finish_reason logprobs role prompt_tokens type".split()
+BODY_KEYS = [
+    "choices",
+    "message",
+    "content",
+    "tool_calls",
+    "function",
+    "name",
+    "arguments",
+    "usage",
+    "id",
+    "index",
+]
+BODY_KEYS += ["finish_reason", "logprobs", "role", "prompt_tokens", "type"]
 json_leaves = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=10)
 )
