@@ -16,19 +16,11 @@ the engine path (``dockerexec.py``) for engines reached over TLS or ssh.
 
 Under gVisor (``runtimes.py``) the helper's compatibility library comes along, and the engine
 path moves files through commands. A task whose verifier phase has other network access than
-its agent phase gets the default bridge joined or left by ``enter_verifier_phase``.
+its agent phase gets the default bridge joined or left by ``enter_verifier_phase``. Memory
+limits keep the helper alive when the agent's commands exceed them (``excess.py``).
 
 The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
-
-The agent's excess is the agent's outcome: every command runs with ``oom_score_adj`` 1000, so
-the kernel's OOM killer takes a command, not the helper. Under gVisor, which has no cgroups
-inside and whose sandbox is killed whole when over its limit, each command's address space is
-capped at the task's memory (the helper's ``--memory-limit-mb``) and the container gets
-``GVISOR_HEADROOM_MB`` more for gVisor's own kernel: a command that asks for too much gets
-ENOMEM and the episode is graded. Several commands together over the limit still end the
-sandbox (``SandboxGone``); docs/security.md says so.
-
 ``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and hands
 out a fresh one of the same configuration, started by ``prepare_fork`` as the agent stopped
 (it runs nothing but the helper until then).
@@ -60,6 +52,7 @@ from envfarm.sandbox.base import ExecResult, ProcessLogs, Sandbox, VerifierPhase
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.excess import memory_and_helper
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
 from envfarm.sandbox.docker.networks import (
@@ -86,7 +79,6 @@ LABEL_OWNER = "io.envfarm.owner"
 LABEL_TASK = "io.envfarm.task"
 
 GONE_SETTLE_S = 2.0
-GVISOR_HEADROOM_MB = 128
 
 
 class DockerSandboxConfig(BaseModel):
@@ -252,18 +244,6 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
             self._helper_socket.close()
             self._helper_socket = None
 
-    def _helper_command(self) -> list[str]:
-        """Under gVisor each command's address space is capped at the task's memory: a sandbox
-        over its cgroup limit is killed whole there, helper included, which would turn the
-        agent's excess into an infrastructure fault."""
-        if self._gvisor:
-            return [HELPER_PATH, "--memory-limit-mb", str(self.config.memory_mb)]
-        return [HELPER_PATH]
-
-    def _container_memory_mb(self) -> int:
-        """The task's memory, plus room for gVisor's own kernel under gVisor."""
-        return self.config.memory_mb + (GVISOR_HEADROOM_MB if self._gvisor else 0)
-
     def _run_container(self) -> Container:
         """Create then start: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
@@ -275,9 +255,10 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
         kwargs["mounts"] = self._helper_mounts
         probe = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
         kwargs.update(storage_options(cfg.storage_mb, cfg.image, probe))
+        memory_mb, helper = memory_and_helper(HELPER_PATH, cfg.memory_mb, gvisor=self._gvisor)
         container = docker_client().containers.create(
             cfg.image,
-            command=self._helper_command() if cfg.channel else ["sleep", "infinity"],
+            command=helper if cfg.channel else ["sleep", "infinity"],
             entrypoint=[],
             init=True,
             hostname="sandbox",
@@ -292,8 +273,8 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
             cap_drop=["ALL"],
             cap_add=cfg.cap_add,
             security_opt=["no-new-privileges"],
-            mem_limit=f"{self._container_memory_mb()}m",
-            memswap_limit=f"{self._container_memory_mb()}m",
+            mem_limit=f"{memory_mb}m",
+            memswap_limit=f"{memory_mb}m",
             nano_cpus=int(cfg.cpus * 1e9),
             pids_limit=cfg.pids_limit,
             labels={
