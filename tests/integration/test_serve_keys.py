@@ -69,7 +69,7 @@ async def test_keys_never_leave_the_job_request(echoing_endpoint: str, tmp_path:
                 "policy": {"base_url": echoing_endpoint, "model": "m", "api_key": POLICY_KEY},
                 "judge": {"base_url": echoing_endpoint, "api_key": JUDGE_KEY},
             })  # fmt: skip
-            for _ in range(600):
+            for _ in range(2400):  # the first run may build the image
                 view = await client.job(job_id)
                 if view.status in {"completed", "failed", "cancelled"}:
                     break
