@@ -10,6 +10,7 @@ networks, an undefined variable read as empty) comes back as warnings, never as 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,11 @@ def read_compose(path: Path, env_dir: Path, variables: dict[str, str]) -> Loaded
         return LoadedCompose(None, [Issue(where, None, f"cannot read: {exc}")])
     if not isinstance(data, dict):
         return LoadedCompose(None, [Issue(where, None, "expected a mapping with a services: key")])
+    try:
+        json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        message = f"invalid text: an escape that is no character ({exc.reason})"
+        return LoadedCompose(None, [Issue(where, None, message)])
     data = {k: v for k, v in data.items() if not str(k).startswith("x-")}
     undefined: set[str] = set()
     try:

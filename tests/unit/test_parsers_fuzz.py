@@ -206,3 +206,15 @@ def test_any_endpoint_body_parses_or_is_a_policy_error(body: bytes) -> None:
         )
     )  # fmt: skip
     assert message is None or message.strip()
+
+
+def test_a_compose_file_with_a_lone_surrogate_escape_is_an_issue_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """Found by the property above: YAML's ``"\\ud800"`` is a string Python cannot encode."""
+    path = tmp_path / "docker-compose.yaml"
+    path.write_text('{"services": {"main": {"image": "\\ud800"}}}')
+    loaded = read_compose(path, tmp_path, {})
+    assert [issue.message for issue in loaded.issues] == [
+        "invalid text: an escape that is no character (surrogates not allowed)"
+    ]
