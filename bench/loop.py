@@ -75,6 +75,35 @@ class GradingBackend(FakeBackend):
         return sandbox
 
 
+class LagProbe:
+    """Event-loop lag: how late a 10 ms sleep wakes, sampled for the whole run."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.01)
+            self.lags.append(max(0.0, time.perf_counter() - before - 0.01))
+
+    def __enter__(self) -> LagProbe:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[float]]:
     async with PolicyServer(responder(turns)) as server:
         client = OpenAIPolicy(server.base_url, "m")
@@ -89,12 +118,18 @@ async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[fl
             worker=WorkerConfig(concurrency=sessions),
         )
         start = time.perf_counter()
-        result = await job.run()
+        before = rss_mb()
+        with LagProbe() as probe:
+            result = await job.run()
         wall = time.perf_counter() - start
+        EXTRA[sessions] = (pct(probe.lags, 99), rss_mb(), rss_mb() - before)
         await client.aclose()
     assert all(t.reward.valid for t in result.trajectories), "every session must be graded"
     latencies = [turn.latency_s for t in result.trajectories for turn in t.turns]
     return wall / (sessions * (turns + 1)), latencies
+
+
+EXTRA: dict[int, tuple[float, float, float]] = {}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -109,12 +144,15 @@ async def main(levels: list[int], turns: int) -> None:
         rows = [(n, *await measure(task, n, turns)) for n in levels]
     base = rows[0][1]
     print(f"agent loop overhead: {turns} bash turns + submit per session, fake sandbox")
-    print("| sessions | wall per turn | request p50 | request p99 | vs 1 session |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print("| sessions | wall per turn | request p50 | request p99 | vs 1 session "
+          "| loop lag p99 | RSS after | RSS growth |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for sessions, per_turn, latencies in rows:
+        lag, rss, growth = EXTRA[sessions]
         print(
             f"| {sessions} | {per_turn * 1000:.2f} ms | {pct(latencies, 50):.2f} ms "
-            f"| {pct(latencies, 99):.2f} ms | {per_turn / base:.2f}x |"
+            f"| {pct(latencies, 99):.2f} ms | {per_turn / base:.2f}x | {lag:.1f} ms "
+            f"| {rss:.0f} MB | {growth:.0f} MB |"
         )
     sessions, _, latencies = rows[-1]
     median_ms = statistics.median(latencies) * 1000
