@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -75,6 +76,14 @@ class GradingBackend(FakeBackend):
         return sandbox
 
 
+def tasks_of(task: Task, sessions: int) -> list[Task]:
+    """Copies of ``task`` under distinct ids, so no group exceeds the largest group size."""
+    count = -(-sessions // 4000)
+    while sessions % count:
+        count += 1
+    return [dataclasses.replace(task, id=f"{task.id}-{i}") for i in range(count)]
+
+
 class LagProbe:
     """Event-loop lag: how late a 10 ms sleep wakes, sampled for the whole run."""
 
@@ -111,10 +120,12 @@ async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[fl
         runner = EpisodeRunner(
             backend=GradingBackend(), policy=policy, grader=TestScriptGrader(), run_id="bench"
         )
+        tasks = [task] * 1 if sessions <= 4096 else tasks_of(task, sessions)
+        size = sessions // len(tasks)
         job = Job(
-            [task],
+            tasks,
             runner,
-            request_for([task], runner, group_size=sessions),
+            request_for(tasks, runner, group_size=size),
             worker=WorkerConfig(concurrency=sessions),
         )
         start = time.perf_counter()

@@ -14,6 +14,8 @@ Arrow; optionally compressed) and yield ``LazyGroup``s that parse only what is r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
@@ -220,9 +222,15 @@ class EnvfarmClient:
         cursor = after
         ended = False
         acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
+        ahead: asyncio.Task[Any] | None = None
         try:
             while True:
-                found = await fetch(cursor, 0.0 if ended else wait_s)
+                if ahead is not None:
+                    found, ahead = await ahead, None
+                else:
+                    found = await fetch(cursor, 0.0 if ended else wait_s)
+                if found:  # read the next page while the consumer works on this one
+                    ahead = asyncio.ensure_future(fetch(found[-1].cursor, 0.0))
                 for group in found:
                     yield group
                     cursor = group.cursor
@@ -235,6 +243,10 @@ class EnvfarmClient:
                 # One more poll after the job is seen ended: groups may have landed meanwhile.
                 ended = (await self.job(job_id)).status in TERMINAL_STATUSES
         finally:
+            if ahead is not None:
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
             await self._release(acker)
 
     async def stream(
