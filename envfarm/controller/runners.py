@@ -64,7 +64,7 @@ async def open_runner(
         open_policy(policy_spec(request.policy), versions) as policy,
         open_judge(judge_spec(request)) as judge,
     ):
-        yield EpisodeRunner(
+        runner = EpisodeRunner(
             backend=backend,
             policy=policy,
             grader=grader or TestScriptGrader(),
@@ -75,4 +75,9 @@ async def open_runner(
             context_budget=request.context_budget,
             artifacts_dir=artifacts_dir,
             pools=pools,
+            background_teardown=True,
         )
+        try:
+            yield runner
+        finally:
+            await runner.drain()
