@@ -88,7 +88,7 @@ async def test_mini_swe_agent_solves_the_task_token_exact(task: str, tmp_path: P
 
 
 async def test_unknown_agent_exits_2_listing_the_agents() -> None:
-    code, stderr = await envfarm(
+    code, _stderr = await envfarm(
         "run", "tasks/fix-lru-cache", "--policy", "oracle", "--agent", "nope"
     )
     assert code == 2
