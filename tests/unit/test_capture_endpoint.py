@@ -31,7 +31,11 @@ TOOLS: list[dict[str, Any]] = [
         },
     }
 ]
-ASK: dict[str, Any] = {"model": "anything", "messages": [{"role": "user", "content": "fix it"}], "tools": TOOLS}
+ASK: dict[str, Any] = {
+    "model": "anything",
+    "messages": [{"role": "user", "content": "fix it"}],
+    "tools": TOOLS,
+}
 
 
 class Endpoint:
