@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from prometheus_client import CONTENT_TYPE_LATEST
 
 import envfarm
+from envfarm.api.browser import install_browser_routes
 from envfarm.api.guards import OPEN_PATHS, Guard
 from envfarm.api.metrics import Metrics
 from envfarm.api.problems import PROBLEM_CONTENT, Problem, install_problem_handlers
@@ -26,7 +27,8 @@ DEFAULT_KEEPALIVE_S = 15.0
 DESCRIPTION = """\
 Submit rollout jobs, read graded GRPO groups as they complete, acknowledge them, and publish
 the trainer's policy version. Every error is an RFC 9457 problem (`application/problem+json`).
-With a token configured, every route but `/healthz` needs `Authorization: Bearer TOKEN`.
+With a token configured, every route but `/healthz` needs `Authorization: Bearer TOKEN`
+(browsers: `/ui/login` sets a cookie that opens `/ui` and `/docs` for reading only).
 See docs/api.md for cursor, acknowledgement and streaming semantics.
 """
 
@@ -39,7 +41,13 @@ def create_app(
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
 ) -> FastAPI:
     """The API app. ``keepalive_s``: seconds between SSE keepalive comments."""
-    app = FastAPI(title="envfarm", version=envfarm.__version__, description=DESCRIPTION)
+    app = FastAPI(
+        title="envfarm",
+        version=envfarm.__version__,
+        description=DESCRIPTION,
+        docs_url=None,  # served with local assets by install_browser_routes
+        redoc_url=None,
+    )
     app.state.service = controller
     app.state.keepalive_s = keepalive_s
     registry = Metrics()
@@ -63,6 +71,7 @@ def create_app(
         text = registry.render(await controller.metrics())
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
+    install_browser_routes(app, controller, token)
     app.openapi = lambda: _openapi(app, secured=token is not None)  # type: ignore[method-assign]
     app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
     return app

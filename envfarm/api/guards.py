@@ -1,23 +1,33 @@
 """The door of the API: bearer-token auth and the request-body limit, as one ASGI wrapper.
 
 It sits outside the routes so it covers everything, the OpenAPI document and unknown paths
-included (an anonymous caller learns nothing, not even which paths exist); only ``/healthz``
-is open. Tokens are compared in constant time. A body is refused with 413 as soon as its
-declared length, or the bytes actually received, pass the limit.
+included (an anonymous caller learns nothing, not even which paths exist); only ``/healthz``,
+the login form ``/ui/login`` and the viewer's stylesheet are open. Tokens are compared in
+constant time. A browser's token cookie (set by ``/ui/login``) counts only for ``GET`` and
+``HEAD`` requests of the pages ``/ui``, ``/docs``, ``/redoc`` and ``/openapi.json``; a browser
+asking for one of those pages (HTML) without credentials is sent to the login form. A body is
+refused with 413 as soon as its declared length, or the bytes actually received, pass the limit.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Collection
+from urllib.parse import quote, unquote
 
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
+from starlette.requests import cookie_parser
+from starlette.responses import JSONResponse, RedirectResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envfarm.api.problems import problem, problem_response
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/ui/login"})
+OPEN_PREFIXES = ("/ui/static/",)
+COOKIE = "envfarm_token"
+COOKIE_PAGES = ("/ui", "/docs", "/redoc")
+COOKIE_EXACT = frozenset({"/openapi.json"})
+SAFE_METHODS = frozenset({"GET", "HEAD"})
 
 
 class Guard:
@@ -39,9 +49,14 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self.token is not None and scope["path"] not in self.open_paths:
-            refusal = self._refusal(headers.get(b"authorization"))
+        path = scope["path"]
+        if self.token is not None and not self._open(path) and not self._cookie_ok(scope, headers):
+            authorization = headers.get(b"authorization")
+            refusal = self._refusal(authorization)
             if refusal is not None:
+                if authorization is None and _browser_page(scope, headers):
+                    target = "/ui/login?next=" + quote(path, safe="/")
+                    refusal = RedirectResponse(target, 303)  # type: ignore[assignment]
                 await refusal(scope, receive, send)
                 return
         declared = headers.get(b"content-length")
@@ -49,6 +64,17 @@ class Guard:
             await self._too_large()(scope, receive, send)
             return
         await self.app(scope, self._counting(receive), send)
+
+    def _open(self, path: str) -> bool:
+        return path in self.open_paths or path.startswith(OPEN_PREFIXES)
+
+    def _cookie_ok(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        cookie = headers.get(b"cookie")
+        if cookie is None or not _cookie_page(scope):
+            return False
+        value = cookie_parser(cookie.decode("latin-1")).get(COOKIE)
+        assert self.token is not None
+        return value is not None and secrets.compare_digest(unquote(value).encode(), self.token)
 
     def _refusal(self, authorization: bytes | None) -> JSONResponse | None:
         scheme, _, credentials = (authorization or b"").partition(b" ")
@@ -83,3 +109,19 @@ class Guard:
             return message
 
         return counted
+
+
+def _cookie_page(scope: Scope) -> bool:
+    path: str = scope["path"]
+    page = path in COOKIE_EXACT or any(
+        path == prefix or path.startswith(prefix + "/") for prefix in COOKIE_PAGES
+    )
+    return page and scope.get("method") in SAFE_METHODS
+
+
+def _browser_page(scope: Scope, headers: dict[bytes, bytes]) -> bool:
+    """A browser navigating to a page (it asks for HTML); other clients get the 401."""
+    path: str = scope["path"]
+    page = any(path == prefix or path.startswith(prefix + "/") for prefix in COOKIE_PAGES)
+    html = b"text/html" in headers.get(b"accept", b"")
+    return page and html and scope.get("method") in SAFE_METHODS

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from envfarm.cli.options import judge_options, task_paths
+from envfarm.cli.options import judge_options, offline_option, task_paths
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
@@ -29,9 +31,14 @@ look inside it for the tests, the solution or its output (also in git history), 
 --runs times (every run must reach the maximum reward, and all must agree: a grader whose
 rewards differ is flaky) and nop once (it must stay below the maximum).
 
---no-run does the static lint only. Exit status: 0 every task is sound; 2 some task is unsound
-or unreadable; 1 an infrastructure error (image build, sandbox, judge) kept a task from being
-checked.
+An oracle that misses the maximum is explained: the last lines of the verifier's output and
+the directory of its artifacts (--artifacts, else a new temporary directory).
+
+--no-run does the static lint only, and resolves every base image as a run would without a
+registry (an image the engine holds, else an offline substitute), pulling nothing.
+
+Exit status: 0 every task is sound; 2 some task is unsound or unreadable; 1 an infrastructure
+error (image build, sandbox, judge) kept a task from being checked.
 """
 
 _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "green"}
@@ -46,7 +53,16 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
     type=click.IntRange(min=1),
     help="Oracle runs per task; their rewards must all agree.",
 )
+@offline_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
+@click.option(
+    "--artifacts",
+    "artifacts",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep each episode's grading artifacts under this directory (default: a new "
+    "temporary directory).",
+)
 @click.option(
     "--concurrency",
     default=4,
@@ -61,6 +77,7 @@ def check(
     paths: tuple[Path, ...],
     runs: int,
     no_run: bool,
+    artifacts: Path | None,
     concurrency: int,
     judge: str | None,
     judge_model: str,
@@ -75,7 +92,17 @@ def check(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
-    config = CheckConfig(runs=runs, concurrency=concurrency, run=not no_run, judge=judge_request)
+    kept = None
+    if not no_run and tasks:
+        kept = (artifacts or Path(tempfile.mkdtemp(prefix="envfarm-check-"))) / "artifacts"
+    config = CheckConfig(
+        runs=runs,
+        concurrency=concurrency,
+        run=not no_run,
+        judge=judge_request,
+        artifacts_dir=kept,
+        image_exists=_local_image_lookup() if no_run and tasks else None,
+    )
     backend = None if no_run or not tasks else _docker_backend()
     try:
         with console.status("checking") as status:
@@ -96,6 +123,12 @@ def check(
         sys.exit(EXIT_INFRA if exc.infrastructure else EXIT_BAD_INPUT)
     _render(report)
     sys.exit(report.exit_code)
+
+
+def _local_image_lookup() -> Callable[[str], bool]:
+    from envfarm.sandbox.docker.local_images import local_image_exists
+
+    return local_image_exists
 
 
 def _docker_backend() -> SandboxBackend:
@@ -155,6 +188,7 @@ def _render(report: CheckReport) -> None:
             *(f"[red]problem[/] {escape(p)}" for p in check.problems),
             *(f"[yellow]infra[/]   {escape(p)}" for p in check.infra),
             *(f"[dim]warning {escape(w)}[/]" for w in check.warnings),
+            *(f"[dim]{escape(n)}[/]" for n in check.notes),
         ]
         if lines:
             console.print(f"[bold]{escape(check.task_id)}[/] ({escape(check.path)})")

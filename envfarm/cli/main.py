@@ -18,6 +18,7 @@ from envfarm.cli.operator import operator
 from envfarm.cli.regrade import regrade
 from envfarm.cli.run import run
 from envfarm.cli.serve import serve, worker
+from envfarm.cli.view import view
 from envfarm.models.trajectory import trajectory_json_schema
 
 
@@ -52,6 +53,7 @@ cli.add_command(serve)
 cli.add_command(worker)
 cli.add_command(export)
 cli.add_command(operator)
+cli.add_command(view)
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ oracle ``runs`` times and nop once, both through the same ``Job``/``EpisodeRunne
 as ``envfarm run``. A task is *sound* when lint finds no error, the image holds neither tests
 nor answer, every oracle run reaches the maximum reward (``[metadata].max_reward``, else 1.0),
 all oracle runs agree (else the grader is flaky, and the spread is shown), and nop stays below
-the maximum.
+the maximum. An oracle that misses the maximum is explained: the tail of the verifier's
+output and where the episode's artifacts are (``explain.py``). ``--no-run`` resolves every base
+image as a run would without a registry (``sandbox.baseimages``), pulling nothing.
 
 What counts against the task and what against the machine: a verifier that writes no reward
 is the task's fault; a sandbox that dies, an image build that fails, a judge that is down are
@@ -20,7 +22,9 @@ import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from envfarm.controller.explain import explain_oracle, image_findings
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.leaks import inspect_image
 from envfarm.controller.runners import open_runner
@@ -32,6 +36,7 @@ from envfarm.grading.base import Grader
 from envfarm.models.jobs import JobPolicy, JobRequest, JudgeRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.baseimages import resolve_offline
 from envfarm.spec.lint import lint_task, max_reward
 from envfarm.spec.task import Task
 
@@ -46,6 +51,11 @@ class CheckConfig:
     """False: lint only (no build, no episodes)."""
     judge: JudgeRequest | None = None
     max_retries: int = 2
+    artifacts_dir: Path | None = None
+    """Where each episode's grading artifacts are kept (None: not kept); an oracle that misses
+    the maximum is explained from them."""
+    image_exists: Callable[[str], bool] | None = None
+    """With ``run`` False: asks the engine whether it holds an image (never pulls)."""
 
 
 @dataclass
@@ -104,8 +114,11 @@ async def check_tasks(
     for task in built:
         check = checks[task.id]
         judged = config.judge is not None
-        judge_oracle(check, [t for t in oracle if t.task_id == task.id], judged)
+        runs = [t for t in oracle if t.task_id == task.id]
+        judge_oracle(check, runs, judged)
         judge_nop(check, [t for t in nop if t.task_id == task.id], judged)
+        if config.artifacts_dir is not None:
+            check.notes += explain_oracle(check, runs, config.artifacts_dir.parent)
     return report
 
 
@@ -120,6 +133,8 @@ def _static(task: Task, config: CheckConfig) -> TaskCheck:
         ran=config.run,
     )
     check.add_findings(lint_task(task))
+    if not config.run:
+        check.add_findings(image_findings(resolve_offline(task, config.image_exists)))
     return check
 
 
@@ -202,7 +217,9 @@ async def _episodes(
         judge=config.judge,
         allow_unjudged=True,
     )
-    async with open_runner(request, backend, run_id=run_id, grader=grader) as runner:
+    async with open_runner(
+        request, backend, run_id=run_id, grader=grader, artifacts_dir=config.artifacts_dir
+    ) as runner:
         worker = WorkerConfig(
             concurrency=config.concurrency, build_concurrency=config.build_concurrency
         )

@@ -71,7 +71,13 @@ def summarize(
     episodes = sum(t.episodes for t in tasks.values())
     completed = sum(t.completed for t in tasks.values())
     infra = sum(t.infra_errors for t in tasks.values())
-    if bad_inputs:
+    refused = any(  # the task's configuration, refused by the backend: fails the same again
+        t.error is not None
+        and not t.error.infrastructure
+        and t.error.phase in ("build", "provision")
+        for t in trajectories
+    )
+    if bad_inputs or refused:
         exit_code = EXIT_BAD_INPUT
     elif completed < episodes:
         exit_code = EXIT_INFRA

@@ -41,6 +41,8 @@ class TaskCheck(BaseModel):
     problems: list[str] = Field(default_factory=list)
     infra: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    """What explains a failed oracle: the verifier's last lines, where the artifacts are."""
 
     def add_findings(self, findings: list[Finding]) -> None:
         self.findings += findings
@@ -82,6 +84,8 @@ def _no_reward(check: TaskCheck, who: str, trajectory: Trajectory) -> None:
     judge_down = verifier_fault and "rubric judging failed" in error.message
     if verifier_fault and not judge_down:
         check.problems.append(f"{who}: the verifier gave no reward: {error.message[:500]}")
+    elif not error.infrastructure:  # the task as configured, refused: it fails the same again
+        check.problems.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
     else:
         check.infra.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
 

@@ -1,12 +1,23 @@
 """The docker-compose subset envfarm runs: a task's ``environment/docker-compose.yaml``.
 
+Only that file is the environment, as in Harbor, which reads no other: a ``docker-compose.yml``
+or ``compose.yaml`` elsewhere in ``environment/`` is task content (a project the agent works
+on), reported with a warning and otherwise left alone.
+
 The main container is the service named ``main`` (Harbor's convention; the service may be
 omitted, and its image, when not given, comes from ``environment/Dockerfile`` or
-``[environment].docker_image``). Every other service is a sidecar on the episode's own internal
-network, reachable by its name. Supported keys are listed in ``SERVICE_KEYS``; everything else
-(privileges, host networking, devices, published ports, host paths...) is refused with a
-``TaskSpecError`` naming the file, the service and the key, because a silently ignored key would
-run a different environment than its author wrote. ``x-*`` extension keys are ignored.
+``[environment].docker_image``). Its ``command``/``entrypoint`` are kept: Harbor's own idle
+``["sh", "-c", "sleep infinity"]`` is simply the default, and any other command is the main
+process (``Task.main_command``). Every other service is a sidecar on the episode's own internal
+network, reachable by its name. Supported keys are listed in ``SERVICE_KEYS``. Keys that cannot
+change what runs inside the environment are accepted as Harbor's compose accepts them:
+``container_name`` (containers keep envfarm's names, the given name becomes one more DNS name
+of the service), ``ports`` (nothing is published on the host: a warning), ``networks`` (every
+service joins the environment's one network; network aliases are honoured; a warning when the
+file keeps services on different networks). What would (privileges, host networking, devices,
+host paths...) is refused with a ``TaskSpecError`` naming the file, the service and the key,
+because a silently ignored key would run a different environment than its author wrote.
+``x-*`` extension keys are ignored.
 
 Paths (build contexts, bind mounts) must stay inside ``environment/``: an episode sees the
 task's own files and nothing else of the host.
@@ -23,8 +34,26 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from envfarm.spec.compose_fields import VolumeMount, parse_duration
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, model_at
 
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+COMPOSE_FILE = "docker-compose.yaml"
+OTHER_COMPOSE_NAMES = ("docker-compose.yml", "compose.yaml", "compose.yml")
+"""Names compose itself would read, but Harbor does not: task content, not the environment."""
 MAIN_SERVICE = "main"
+_SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash", "/usr/bin/env sh", "/usr/bin/env bash")
+_IDLE_SCRIPTS = ("sleep infinity", "tail -f /dev/null", "exec sleep infinity")
+
+
+def is_idle_command(command: list[str]) -> bool:
+    """Harbor's ``sh -c "sleep infinity"`` and its usual spellings: keep the container up."""
+    if command in (["sleep", "infinity"], ["tail", "-f", "/dev/null"]):
+        return True
+    return (
+        len(command) == 3
+        and command[0] in _SHELLS
+        and command[1] == "-c"
+        and command[2].strip() in _IDLE_SCRIPTS
+    )
+
+
 Condition = Literal["service_started", "service_healthy"]
 
 
@@ -174,25 +203,28 @@ class RawService(_Strict):
     stdin_open: bool = False
     pull_policy: str | None = None
     """Accepted and ignored: nothing is ever pulled."""
+    deploy: dict[str, Any] | None = None
+    """Accepted: Harbor passes the task's limits as ``resources.limits``; anything else in it
+    is ignored with a warning (limits come from task.toml, sidecars get envfarm's)."""
+    container_name: Annotated[str, Field(min_length=1)] | None = None
+    """Accepted: one more DNS name of the service; the container keeps envfarm's name."""
+    ports: list[Any] = Field(default_factory=list)
+    """Accepted with a warning: nothing is published on the host."""
+    networks: list[str] | dict[str, Any] = Field(default_factory=list)
+    """Accepted: every service joins the environment's one network; aliases are honoured."""
 
 
 SERVICE_KEYS = tuple(RawService.model_fields)
 MAIN_REFUSED = {
-    "command": "the main container runs envfarm's own idle process (the agent works in it "
-    "through exec); run a server as a separate service instead",
-    "entrypoint": "the main container runs envfarm's own idle process; remove it",
     "user": "set [agent].user and [verifier].user in task.toml instead",
     "restart": "envfarm manages the main container's lifecycle; remove it",
 }
 UNSUPPORTED_KEYS = {
-    "ports": "publishing ports on the host is never done; services reach each other by name "
-    "on the environment's internal network (use expose, or nothing)",
     "privileged": "services run unprivileged",
     "cap_add": "services get the fixed capability set documented in docs/services.md",
     "cap_drop": "services get the fixed capability set documented in docs/services.md",
     "security_opt": "services run with envfarm's security options",
     "network_mode": "every service joins the environment's own internal network",
-    "networks": "every service joins the environment's own internal network",
     "devices": "host devices are never passed to a sandbox",
     "pid": "host namespaces are never shared with a sandbox",
     "ipc": "host namespaces are never shared with a sandbox",
@@ -200,8 +232,6 @@ UNSUPPORTED_KEYS = {
     "uts": "host namespaces are never shared with a sandbox",
     "cgroup": "host namespaces are never shared with a sandbox",
     "sysctls": "kernel parameters cannot be changed by a task",
-    "container_name": "container names are chosen per episode; reach the service by its "
-    "service name",
     "hostname": "a service's host name is its service name",
     "extra_hosts": "services resolve each other by service name only",
     "dns": "services use the environment network's own resolver",
@@ -213,7 +243,7 @@ UNSUPPORTED_KEYS = {
     "runtime": "the runtime is chosen by envfarm",
     "extends": "write each service out in full",
 }
-TOP_LEVEL_KEYS = ("services", "volumes", "version", "name")
+TOP_LEVEL_KEYS = ("services", "volumes", "networks", "version", "name")
 
 
 class ComposeService(_Strict):
@@ -238,6 +268,9 @@ class ComposeService(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
     tty: bool = False
     stdin_open: bool = False
+    aliases: list[str] = Field(default_factory=list)
+    """More DNS names of the service on the environment's network (``container_name``, network
+    ``aliases``), besides its service name."""
 
     def health_argv(self) -> list[str] | None:
         return self.healthcheck.argv() if self.healthcheck is not None else None

@@ -3,13 +3,15 @@
 Interpolation follows compose (``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-default}``,
 ``${VAR-default}``, ``${VAR:?message}``, ``${VAR?message}``) with one deliberate difference: the
 variables come from the task alone (``[environment].env`` and the few Harbor passes to its
-compose files, see ``compose_variables``), never from the host's environment, and an undefined
-variable without a default is an error instead of an empty string. An episode must not depend
-on the shell envfarm was started from.
+compose files, see ``compose_variables``), never from the host's environment: an episode must
+not depend on the shell envfarm was started from. An undefined variable without a default is
+the empty string, as compose makes it when the shell does not set it (Harbor's Terminal-Bench
+mapper writes ``TEST_DIR=${TEST_DIR}``), and is reported as a warning.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -32,25 +34,41 @@ class InterpolationError(ValueError):
     pass
 
 
+HOST_LOGS_PLACEHOLDER = "/envfarm-harbor-log-mount"
+"""What Harbor's ``${HOST_*_LOGS_PATH}`` expand to: a mount of Harbor's own log directories,
+which envfarm provides itself, so such a mount is dropped."""
+
+
 def compose_variables(
-    env: dict[str, str], *, cpus: float, memory_mb: int, docker_image: str | None
+    env: dict[str, str],
+    *,
+    cpus: float,
+    memory_mb: int,
+    docker_image: str | None,
+    context_dir: str = ".",
 ) -> dict[str, str]:
-    """The variables a task's compose file may use: Harbor's, then ``[environment].env``."""
+    """The variables a task's compose file may use: Harbor's, then ``[environment].env``.
+    ``context_dir``: what ``${CONTEXT_DIR}`` is (Harbor: the absolute environment/)."""
     variables = {
-        "CONTEXT_DIR": ".",
+        "CONTEXT_DIR": context_dir,
         "MAIN_IMAGE_NAME": MAIN_IMAGE_PLACEHOLDER,
         "CPUS": f"{cpus:g}",
         "MEMORY": f"{memory_mb}M",
         "ENV_VERIFIER_LOGS_PATH": "/logs/verifier",
         "ENV_AGENT_LOGS_PATH": "/logs/agent",
         "ENV_ARTIFACTS_PATH": "/logs/artifacts",
+        "HOST_VERIFIER_LOGS_PATH": f"{HOST_LOGS_PLACEHOLDER}/verifier",
+        "HOST_AGENT_LOGS_PATH": f"{HOST_LOGS_PLACEHOLDER}/agent",
+        "HOST_ARTIFACTS_PATH": f"{HOST_LOGS_PLACEHOLDER}/artifacts",
     }
     if docker_image:
         variables["PREBUILT_IMAGE_NAME"] = docker_image
     return {**variables, **env}
 
 
-def interpolate(text: str, variables: dict[str, str]) -> str:
+def interpolate(text: str, variables: dict[str, str], undefined: set[str] | None = None) -> str:
+    """``undefined`` collects the variables read as empty; without it they are an error."""
+
     def replace(match: re.Match[str]) -> str:
         if match["escaped"]:
             return "$"
@@ -66,6 +84,9 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
             return arg
         if op in (":?", "?"):
             raise InterpolationError(f"${{{name}}}: {arg or 'is required'}")
+        if undefined is not None:
+            undefined.add(name)
+            return ""
         raise InterpolationError(
             f"undefined variable ${{{name}}}: compose files see only [environment].env of "
             f"task.toml and {', '.join(sorted(k for k in variables if k.isupper()))}, never "
@@ -76,20 +97,27 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
     return _VARIABLE.sub(replace, text)
 
 
-def interpolate_tree(value: Any, variables: dict[str, str], where: str = "") -> Any:
+def interpolate_tree(
+    value: Any, variables: dict[str, str], where: str = "", undefined: set[str] | None = None
+) -> Any:
     """Interpolate every string value (not keys) of parsed YAML; errors name the dotted key."""
     if isinstance(value, str):
         try:
-            return interpolate(value, variables)
+            return interpolate(value, variables, undefined)
         except InterpolationError as exc:
             raise InterpolationError(f"{where}: {exc}" if where else str(exc)) from None
     if isinstance(value, dict):
         return {
-            key: interpolate_tree(item, variables, f"{where}.{key}" if where else str(key))
+            key: interpolate_tree(
+                item, variables, f"{where}.{key}" if where else str(key), undefined
+            )
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [interpolate_tree(item, variables, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [
+            interpolate_tree(item, variables, f"{where}[{i}]", undefined)
+            for i, item in enumerate(value)
+        ]
     return value
 
 
@@ -182,22 +210,28 @@ def _mount(
     return VolumeMount(kind="volume", source=source, target=target, read_only=read_only)
 
 
-def task_relative(path: str, env_dir: Path, what: str) -> str:
-    """``path`` (relative to environment/, or absolute inside it) as a relative posix path."""
+def task_relative(path: str, env_dir: Path, what: str, *, whole_task: bool = False) -> str:
+    """``path`` (relative to environment/, or absolute inside it) as a relative posix path.
+    ``whole_task``: it may also lie elsewhere in the task's directory (a build context, as
+    Harbor allows), and comes back as ``..``-relative then."""
     if path.startswith("~"):
         raise ValueError(
             f"{what} {path!r} points into a home directory on the host; only files "
             "of the task's environment/ can be mounted"
         )
     root = env_dir.resolve()
+    limit = root.parent if whole_task else root
     resolved = (root / path).resolve()
-    if not resolved.is_relative_to(root):
+    if not resolved.is_relative_to(limit):
+        place = "directory" if whole_task else "environment/ directory"
         raise ValueError(
-            f"{what} {path!r} lies outside the task's environment/ directory; envfarm mounts "
+            f"{what} {path!r} lies outside the task's {place}; envfarm mounts "
             "nothing of the host but the task's own files"
         )
     if not resolved.exists():
         raise ValueError(f"{what} {path!r} does not exist in environment/")
+    if not resolved.is_relative_to(root):
+        return Path(os.path.relpath(resolved, root)).as_posix()
     return resolved.relative_to(root).as_posix() or "."
 
 

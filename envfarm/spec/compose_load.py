@@ -4,12 +4,14 @@ Order: parse YAML, drop ``x-*`` keys, interpolate variables, check the top level
 service's keys (refusing what is outside the subset with the reason), validate each service's
 shape, then resolve paths against ``environment/`` and check the services against each other
 (dependencies exist and form no cycle, ``service_healthy`` targets have a healthcheck, every
-sidecar has an image).
+sidecar has an image). What is accepted without effect here (published ports, several
+networks, an undefined variable read as empty) comes back as warnings, never as a refusal.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,10 @@ import yaml
 from pydantic import ValidationError
 
 from envfarm.spec.compose import (
-    COMPOSE_FILES,
+    COMPOSE_FILE,
     MAIN_REFUSED,
     MAIN_SERVICE,
+    OTHER_COMPOSE_NAMES,
     SERVICE_KEYS,
     TOP_LEVEL_KEYS,
     UNSUPPORTED_KEYS,
@@ -30,6 +33,7 @@ from envfarm.spec.compose import (
     service_issues,
 )
 from envfarm.spec.compose_fields import (
+    HOST_LOGS_PLACEHOLDER,
     MAIN_IMAGE_PLACEHOLDER,
     InterpolationError,
     compose_variables,
@@ -45,17 +49,31 @@ from envfarm.spec.errors_fmt import Issue
 _SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 
+@dataclass
+class LoadedCompose:
+    spec: ComposeSpec | None
+    issues: list[Issue] = field(default_factory=list)
+    warnings: list[Issue] = field(default_factory=list)
+
+
 def find_compose_file(env_dir: Path) -> tuple[Path | None, list[Issue]]:
-    found = [env_dir / name for name in COMPOSE_FILES if (env_dir / name).is_file()]
-    if len(found) > 1:
-        names = ", ".join(path.name for path in found)
-        return found[0], [Issue(str(found[1]), None, f"several compose files ({names}); keep one")]
-    return (found[0] if found else None), []
+    """``environment/docker-compose.yaml`` (or None), and a warning for each other compose
+    file name there: Harbor reads none of them, so they are task content."""
+    others = [env_dir / name for name in OTHER_COMPOSE_NAMES if (env_dir / name).is_file()]
+    warnings = [
+        Issue(
+            str(path),
+            None,
+            f"not the environment: only environment/{COMPOSE_FILE} is (as in Harbor), so this "
+            "file is task content, left as it is",
+        )
+        for path in others
+    ]
+    path = env_dir / COMPOSE_FILE
+    return (path if path.is_file() else None), warnings
 
 
-def load_compose(
-    path: Path, env_dir: Path, variables: dict[str, str]
-) -> tuple[ComposeSpec | None, list[Issue]]:
+def read_compose(path: Path, env_dir: Path, variables: dict[str, str]) -> LoadedCompose:
     where = str(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -63,37 +81,56 @@ def load_compose(
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        return None, [Issue(where, None, f"invalid YAML{at}: {problem}")]
+        return LoadedCompose(None, [Issue(where, None, f"invalid YAML{at}: {problem}")])
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [Issue(where, None, f"cannot read: {exc}")]
+        return LoadedCompose(None, [Issue(where, None, f"cannot read: {exc}")])
     if not isinstance(data, dict):
-        return None, [Issue(where, None, "expected a mapping with a services: key")]
+        return LoadedCompose(None, [Issue(where, None, "expected a mapping with a services: key")])
     data = {k: v for k, v in data.items() if not str(k).startswith("x-")}
+    undefined: set[str] = set()
     try:
-        data = interpolate_tree(data, variables)
+        data = interpolate_tree(data, variables, undefined=undefined)
     except InterpolationError as exc:
-        return None, [Issue(where, None, str(exc))]
-    return _Loader(path, env_dir).load(data)
+        return LoadedCompose(None, [Issue(where, None, str(exc))])
+    loader = _Loader(path, env_dir, variables)
+    spec, issues = loader.load(data)
+    warnings = [
+        Issue(
+            where,
+            None,
+            f"undefined variable ${{{name}}} is empty, as compose makes it; compose files see "
+            "only [environment].env of task.toml and Harbor's variables, never the host's "
+            "environment",
+        )
+        for name in sorted(undefined)
+    ]
+    return LoadedCompose(spec, issues, warnings + loader.warnings)
 
 
 class _Loader:
-    def __init__(self, path: Path, env_dir: Path) -> None:
-        self.path, self.env_dir = path, env_dir
+    def __init__(self, path: Path, env_dir: Path, variables: dict[str, str]) -> None:
+        self.path, self.env_dir, self.variables = path, env_dir, variables
         self.issues: list[Issue] = []
+        self.warnings: list[Issue] = []
+        self.networks: dict[str, set[str]] = {}
+        """Per service, the networks the file puts it on."""
         self.optional: dict[str, set[str]] = {}
         """Per service, the dependencies marked ``required: false``."""
 
     def problem(self, field: str | None, message: str) -> None:
         self.issues.append(Issue(str(self.path), field, message))
 
+    def warn(self, field: str | None, message: str) -> None:
+        self.warnings.append(Issue(str(self.path), field, message))
+
     def load(self, data: dict[str, Any]) -> tuple[ComposeSpec | None, list[Issue]]:
         for key in data:
             if key not in TOP_LEVEL_KEYS:
                 self.problem(
                     str(key),
-                    "not supported at the top level (every service joins the environment's own "
-                    f"internal network); supported: {', '.join(TOP_LEVEL_KEYS)}, x-*",
+                    f"not supported at the top level; supported: {', '.join(TOP_LEVEL_KEYS)}, x-*",
                 )
+        self._top_networks(data.get("networks"))
         volumes = self._volumes(data.get("volumes"))
         raw = data.get("services")
         if not isinstance(raw, dict) or not raw:
@@ -108,9 +145,81 @@ class _Loader:
             return None, self.issues
         services.setdefault(MAIN_SERVICE, ComposeService(name=MAIN_SERVICE))
         self._check_graph(services)
+        used = sorted({net for nets in self.networks.values() for net in nets})
+        if len(used) > 1:
+            self.warn(
+                "networks",
+                f"services are kept on different networks ({', '.join(used)}); here every "
+                "service joins the environment's one internal network, so each can reach all "
+                "the others",
+            )
         if self.issues:
             return None, self.issues
         return ComposeSpec(path=self.path, services=services, volumes=sorted(volumes)), []
+
+    def _top_networks(self, raw: Any) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem("networks", "expected a mapping of network names")
+            return
+        for name, options in raw.items():
+            if isinstance(options, dict) and options.get("external"):
+                self.warn(
+                    f"networks.{name}",
+                    "an external network is never joined: the environment has its own "
+                    "internal network only",
+                )
+
+    def _service_networks(
+        self, field: str, name: str, raw: list[str] | dict[str, Any]
+    ) -> list[str]:
+        """Record the service's networks; return the aliases they give it."""
+        self.networks[name] = set(raw) if raw else {"default"}
+        aliases: list[str] = []
+        if isinstance(raw, dict):
+            for network, options in raw.items():
+                if options is None:
+                    continue
+                if not isinstance(options, dict):
+                    self.problem(f"{field}.networks.{network}", "expected a mapping or nothing")
+                    continue
+                found = options.get("aliases", [])
+                if not isinstance(found, list) or not all(isinstance(a, str) for a in found):
+                    self.problem(f"{field}.networks.{network}.aliases", "expected a list of names")
+                    continue
+                aliases += found
+                ignored = sorted(set(options) - {"aliases"})
+                if ignored:
+                    self.warn(
+                        f"{field}.networks.{network}",
+                        f"{', '.join(ignored)} ignored: addresses on the environment's network "
+                        "are the engine's",
+                    )
+        return aliases
+
+    def _deploy(self, field: str, name: str, deploy: dict[str, Any]) -> None:
+        """Harbor's own ``resources.limits`` of ``${CPUS}``/``${MEMORY}`` on main are what
+        task.toml says already; anything else is ignored, with a warning."""
+        harbor = {"cpus": self.variables.get("CPUS"), "memory": self.variables.get("MEMORY")}
+        resources = deploy.get("resources")
+        limits = resources.get("limits") if isinstance(resources, dict) else None
+        same = (
+            name == MAIN_SERVICE
+            and set(deploy) == {"resources"}
+            and isinstance(resources, dict)
+            and set(resources) == {"limits"}
+            and isinstance(limits, dict)
+            and all(str(v) == harbor.get(k) for k, v in limits.items())
+        )
+        if same:
+            return
+        limits_from = (
+            "[environment].cpus and memory_mb of task.toml"
+            if name == MAIN_SERVICE
+            else "envfarm's fixed sidecar limits (docs/services.md)"
+        )
+        self.warn(f"{field}.deploy", f"ignored: this container's limits are {limits_from}")
 
     def _volumes(self, raw: Any) -> set[str]:
         if raw is None:
@@ -168,9 +277,14 @@ class _Loader:
         build = ServiceBuild(context=raw.build) if isinstance(raw.build, str) else raw.build
         if build is not None:
             try:
-                context = task_relative(build.context, self.env_dir, "build context")
+                context = task_relative(
+                    build.context, self.env_dir, "build context", whole_task=True
+                )
                 dockerfile = task_relative(
-                    str(Path(context) / build.dockerfile), self.env_dir, "Dockerfile"
+                    str(Path(context) / build.dockerfile),
+                    self.env_dir,
+                    "Dockerfile",
+                    whole_task=True,
                 )
             except ValueError as exc:
                 self.problem(f"{field}.build", str(exc))
@@ -194,12 +308,28 @@ class _Loader:
                 self.problem(f"{field}.healthcheck.test", "required (the command to run)")
         mounts = []
         for index, entry in enumerate(raw.volumes):
+            if _harbor_log_mount(entry):
+                continue
             try:
                 mounts.append(parse_volume(entry, self.env_dir, volumes))
             except ValueError as exc:
                 self.problem(f"{field}.volumes[{index}]", str(exc))
         if raw.working_dir is not None and not raw.working_dir.startswith("/"):
             self.problem(f"{field}.working_dir", "must be an absolute path in the container")
+        if raw.ports:
+            self.warn(
+                f"{field}.ports",
+                "not published: a sandbox publishes nothing on the host; the other services "
+                f"reach {name!r} by name on the ports it listens on",
+            )
+        if raw.deploy:
+            self._deploy(field, name, raw.deploy)
+        aliases = self._service_networks(field, name, raw.networks)
+        if raw.container_name is not None and raw.container_name != name:
+            aliases.append(raw.container_name)
+        for alias in aliases:
+            if not _SERVICE_NAME.fullmatch(alias.lower()):
+                self.problem(f"{field}", f"{alias!r} is not usable as a host name")
         environment = {**self._env_files(field, raw.env_file), **raw.environment}
         depends = {dep: cond.condition for dep, cond in raw.depends_on.items()}
         self.optional[name] = {dep for dep, cond in raw.depends_on.items() if not cond.required}
@@ -218,6 +348,7 @@ class _Loader:
             labels=raw.labels,
             tty=raw.tty,
             stdin_open=raw.stdin_open,
+            aliases=list(dict.fromkeys(a for a in aliases if a != name)),
             **resolved,
         )
 
@@ -261,19 +392,30 @@ class _Loader:
                 self.problem("services", f"dependency cycle: {' -> '.join(cycle)}")
 
 
-def compose_for_task(env_dir: Path, config: TaskConfig) -> tuple[ComposeSpec | None, list[Issue]]:
-    """The task's compose file (None without one), checked against its ``task.toml``."""
-    path, issues = find_compose_file(env_dir)
+def _harbor_log_mount(entry: Any) -> bool:
+    """A mount of Harbor's log directories (``${HOST_VERIFIER_LOGS_PATH}:...``)."""
+    source = entry.get("source") if isinstance(entry, dict) else entry
+    return isinstance(source, str) and source.startswith(HOST_LOGS_PLACEHOLDER)
+
+
+def compose_for_task(env_dir: Path, config: TaskConfig) -> LoadedCompose:
+    """The task's compose file (spec None without one), checked against its ``task.toml``."""
+    path, warnings = find_compose_file(env_dir)
     if path is None:
-        return None, issues
+        return LoadedCompose(None, [], warnings)
     env = config.environment
     variables = compose_variables(
-        env.env, cpus=env.cpus, memory_mb=env.memory_mb, docker_image=env.docker_image
+        env.env,
+        cpus=env.cpus,
+        memory_mb=env.memory_mb,
+        docker_image=env.docker_image,
+        context_dir=str(env_dir.resolve()),
     )
-    spec, load_issues = load_compose(path, env_dir, variables)
-    issues += load_issues
+    loaded = read_compose(path, env_dir, variables)
+    loaded.warnings[:0] = warnings
+    spec, issues = loaded.spec, loaded.issues
     if spec is None:
-        return None, issues
+        return loaded
     main, where = spec.main, f"services.{MAIN_SERVICE}"
     if env.docker_image is not None and (main.image or main.build_context):
         issues.append(
@@ -293,4 +435,6 @@ def compose_for_task(env_dir: Path, config: TaskConfig) -> tuple[ComposeSpec | N
                 "healthcheck in one place",
             )
         )
-    return (None if issues else spec), issues
+    if issues:
+        loaded.spec = None
+    return loaded

@@ -1,11 +1,17 @@
 """Pydantic models of a Harbor ``task.toml`` (schema 1.0 to 1.4) as envfarm understands it.
 
-The models are the canonical form: strict types, unknown fields rejected, and every Harbor
-feature envfarm cannot honour yet rejected with "not supported by envfarm yet" instead of being
-dropped, because a silently ignored field would run a different task than its author wrote.
-``parse_task_config`` reads the raw TOML data: it first applies Harbor's backwards
-compatibility (root ``version`` -> ``schema_version``, ``allow_internet``, ``memory`` and
-``storage``) and strips unsupported keys whose value is empty, then validates.
+The models are the canonical form: strict types and unknown fields rejected, so envfarm's own
+code never reads a key it does not declare. ``read_task_config`` reads the raw TOML data as
+Harbor's parser does: it applies Harbor's backwards compatibility (root ``version`` ->
+``schema_version``, where ``schema_version`` wins; ``allow_internet``, ``memory`` and
+``storage``), takes the keys no model declares out into a record of their own
+(``spec.tolerated``: warnings, never a refusal, as Harbor ignores them), accepts any schema
+string (a warning when it is not one envfarm knows), then validates.
+
+Refused is only a Harbor feature envfarm cannot honour yet whose absence would change what the
+task means (multi-step tasks, a verifier image of its own, allowlisted networks, GPUs, MCP
+servers...): "not supported by envfarm yet", naming the field and why, instead of running a
+different task than its author wrote. Such keys with an empty value are harmless and dropped.
 
 Network access is the one deliberate difference in meaning: Harbor's default is ``public``,
 envfarm's is no network, so ``agent_network``/``verifier_network`` are False unless the task
@@ -14,9 +20,7 @@ asks for ``public``.
 
 from __future__ import annotations
 
-import copy
 import re
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,11 +29,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     model_validator,
 )
-
-from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 
 SUPPORTED_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 NOT_YET = "not supported by envfarm yet"
@@ -72,12 +73,10 @@ def _absolute(path: str | None) -> str | None:
     return path
 
 
-def _schema_version(version: str) -> str:
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise ValueError(
-            f"unsupported schema_version {version!r}; envfarm reads "
-            f"{', '.join(SUPPORTED_SCHEMA_VERSIONS)}"
-        )
+def _schema_text(version: Any) -> Any:
+    """Harbor treats the schema version as a free string; a TOML number means its text."""
+    if isinstance(version, int | float) and not isinstance(version, bool):
+        return str(version)
     return version
 
 
@@ -348,7 +347,8 @@ class TaskInfo(_Table):
 
 
 class TaskConfig(_Table):
-    schema_version: Annotated[str, AfterValidator(_schema_version)] = "1.4"
+    schema_version: Annotated[str, BeforeValidator(_schema_text)] = "1.4"
+    """Any string (as in Harbor); one envfarm does not know is read as 1.4, with a warning."""
     source: str | None = None
     task: TaskInfo = Field(default_factory=TaskInfo)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -372,108 +372,8 @@ class TaskConfig(_Table):
         return mode == "public"
 
 
-_UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
-    ("steps",): f"multi-step tasks are {NOT_YET}; split the steps into separate tasks",
-    ("multi_step_reward_strategy",): f"it applies to [[steps]], which are {NOT_YET}; remove it",
-    ("verifier", "environment"): f"a verifier image of its own is {NOT_YET}; remove it (a "
-    "clean or separate verifier runs in a fresh container of the task's environment)",
-    ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
-    ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
-    ("environment", "mcp_servers"): f"MCP servers are {NOT_YET} (agents get the bash and "
-    "submit tools); remove it",
-    ("environment", "skills_dir"): f"agent skills are {NOT_YET}; remove it",
-}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)
-_MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
-
-
-@dataclass
-class _Compat:
-    data: dict[str, Any]
-    issues: list[tuple[str, str]] = field(default_factory=list)
-    translated: dict[str, str] = field(default_factory=dict)
-    """New field -> the deprecated assignment it came from, quoted in later errors."""
-
-    def refuse(self, where: str, message: str) -> None:
-        self.issues.append((where, message))
-
-
-def _size_mb(value: Any) -> int | None:
-    match = _SIZE.fullmatch(value.strip()) if isinstance(value, str) else None
-    if match is None:
-        return None
-    return int(float(match.group(1)) * _MB_PER_UNIT[match.group(2).upper()])
-
-
-def _translate_size(env: dict[str, Any], old: str, new: str, out: _Compat) -> None:
-    value = env.pop(old)
-    mb = _size_mb(value)
-    if mb is None:
-        shown = f"{toml_type(value)} {value!r}"
-        out.refuse(f"environment.{old}", f"expected a size like '2G' or '512M', got {shown}")
-    elif env.setdefault(new, mb) != mb:
-        out.refuse(
-            f"environment.{old}",
-            f"deprecated {old} = {value!r} ({mb} MB) contradicts {new} = {env[new]!r}; "
-            f"keep only {new}",
-        )
-    else:
-        out.translated[f"environment.{new}"] = f"environment.{old} = {value!r}"
-
-
-def _translate_allow_internet(env: dict[str, Any], out: _Compat) -> None:
-    value = env.pop("allow_internet")
-    if not isinstance(value, bool):
-        shown = f"{toml_type(value)} {value!r}"
-        out.refuse("environment.allow_internet", f"expected true or false, got {shown}")
-        return
-    mode = "public" if value else "no-network"
-    if env.setdefault("network_mode", mode) != mode:
-        out.refuse(
-            "environment.allow_internet",
-            f"deprecated allow_internet = {str(value).lower()} contradicts network_mode = "
-            f"{env['network_mode']!r}; keep only network_mode",
-        )
-
-
-def _harbor_compat(raw: dict[str, Any]) -> _Compat:
-    """Translate deprecated Harbor fields; refuse unsupported ones unless their value is empty."""
-    out = _Compat(copy.deepcopy(raw))
-    for loc, advice in _UNSUPPORTED_KEYS.items():
-        table: Any = out.data
-        for part in loc[:-1]:
-            table = table.get(part) if isinstance(table, dict) else None
-        if isinstance(table, dict) and table.pop(loc[-1], []) not in ([], {}, ""):
-            out.refuse(".".join(loc), advice)
-    if "version" in out.data:
-        version = out.data.pop("version")
-        if out.data.setdefault("schema_version", version) != version:
-            out.refuse(
-                "version",
-                "old name of schema_version, with a different value; keep only schema_version",
-            )
-        out.translated["schema_version"] = f"version = {version!r}"
-    env = out.data.get("environment")
-    if isinstance(env, dict):
-        if "allow_internet" in env:
-            _translate_allow_internet(env, out)
-        for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
-            if old in env:
-                _translate_size(env, old, new, out)
-    return out
-
-
 def parse_task_config(data: dict[str, Any], path: str) -> TaskConfig:
-    """Validate the parsed TOML of ``path``; raise one TaskSpecError listing every problem."""
-    compat = _harbor_compat(data)
-    issues = [Issue(path, where, message) for where, message in compat.issues]
-    try:
-        config = TaskConfig.model_validate(compat.data)
-    except ValidationError as exc:
-        for issue in issues_from_validation(exc, path, TaskConfig):
-            origin = compat.translated.get(issue.field or "")
-            message = f"{issue.message} (from {origin})" if origin else issue.message
-            issues.append(Issue(issue.path, issue.field, message))
-    if issues:
-        raise spec_error(issues)
-    return config
+    """``spec.config_read.read_task_config`` without the record of what was ignored."""
+    from envfarm.spec.config_read import read_task_config  # it builds on these models
+
+    return read_task_config(data, path).config

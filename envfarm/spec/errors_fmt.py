@@ -149,6 +149,12 @@ def issues_from_validation(
     return issues
 
 
+def issue_text(issue: Issue) -> str:
+    """``path: field: message`` (the field left out when there is none)."""
+    where = f"{issue.path}: {issue.field}" if issue.field else issue.path
+    return f"{where}: {issue.message}"
+
+
 def spec_error(issues: Sequence[Issue]) -> TaskSpecError:
     """Fold every issue into one error: the first one's file and field, all messages joined."""
     if not issues:

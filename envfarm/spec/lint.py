@@ -13,6 +13,8 @@ a readable task unsound or gameable:
 * ``solution``: no ``solution/solve.sh``, so the oracle cannot show the task is solvable.
 * ``max-reward``: ``[metadata].max_reward``, when set, must be a positive number (the reward the
   oracle must reach; 1.0 when unset).
+* ``tolerated``: what loading let pass as Harbor does (unknown keys of ``task.toml``, a schema
+  envfarm does not know, compose keys without effect here): warnings, never errors.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from envfarm.spec.errors_fmt import issue_text
 from envfarm.spec.findings import Finding, Severity, error, warning
 from envfarm.spec.lint_leaks import (
     MIN_COMPARED_BYTES,
@@ -76,7 +79,12 @@ def lint_task(task: Task) -> list[Finding]:
         *lint_build_context(task),
         *lint_network(task),
         *lint_max_reward(task),
+        *lint_tolerated(task),
     ]
+
+
+def lint_tolerated(task: Task) -> list[Finding]:
+    return [warning("tolerated", issue_text(issue)) for issue in task.warnings]
 
 
 def lint_test_script(path: Path) -> list[Finding]:

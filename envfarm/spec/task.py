@@ -18,14 +18,15 @@ import os
 import re
 import tomllib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envfarm.errors import TaskSpecError
-from envfarm.spec.compose import ComposeSpec
+from envfarm.spec.compose import ComposeSpec, is_idle_command
 from envfarm.spec.compose_load import compose_for_task
-from envfarm.spec.config import NOT_YET, TaskConfig, parse_task_config
+from envfarm.spec.config import NOT_YET, TaskConfig
+from envfarm.spec.config_read import read_task_config
 from envfarm.spec.errors_fmt import Issue, spec_error
 
 TASK_FILE = "task.toml"
@@ -53,6 +54,28 @@ class Task:
     content_hash: str
     compose: ComposeSpec | None = None
     """``environment/docker-compose.yaml`` (main container plus sidecars), when present."""
+    unknown: dict[str, Any] = field(default_factory=dict)
+    """Keys of ``task.toml`` no model declares (dotted key -> value): ignored, as Harbor does,
+    and each one is among ``warnings``."""
+    warnings: tuple[Issue, ...] = ()
+    """What loading tolerated (unknown keys, an unknown schema, compose keys that have no
+    effect here...): printed by ``envfarm run``, lint findings of ``envfarm check``."""
+
+    @property
+    def main_command(self) -> list[str] | None:
+        """The compose ``command`` of ``main`` when it is not an idle one (Harbor's own is
+        ``["sh", "-c", "sleep infinity"]``): the main container's process, run after the
+        entrypoint as Docker would (``main_entrypoint``, else the image's ``ENTRYPOINT``).
+        None: nothing of the task's own; the container idles as under Harbor."""
+        command = self.compose.main.command if self.compose is not None else None
+        return None if command is None or is_idle_command(command) else list(command)
+
+    @property
+    def main_entrypoint(self) -> list[str] | None:
+        """The compose ``entrypoint`` of ``main`` (None: the image's ``ENTRYPOINT``; ``[]``:
+        none at all, as compose's ``entrypoint: []`` means)."""
+        entrypoint = self.compose.main.entrypoint if self.compose is not None else None
+        return None if entrypoint is None else list(entrypoint)
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[Issue]]:
@@ -169,17 +192,21 @@ def load_task(path: Path) -> Task:
             return load_legacy_task(root)
         raise TaskSpecError(str(root), f"not a task directory: it has no {TASK_FILE}")
     data, issues = _read_toml(toml_path)
-    config = None
+    config, unknown, warnings = None, {}, []
     if data is not None:
         try:
-            config = parse_task_config(data, str(toml_path))
+            parsed = read_task_config(data, str(toml_path))
         except TaskSpecError as exc:
             issues.append(Issue(exc.path, exc.field, exc.detail))
+        else:
+            config, unknown, warnings = parsed.config, parsed.unknown, parsed.warnings
     instruction, instruction_issues = _read_instruction(root / "instruction.md")
-    compose, compose_issues = (
-        compose_for_task(root / "environment", config) if config is not None else (None, [])
-    )
-    issues += instruction_issues + compose_issues + _check_layout(root, config, compose)
+    loaded = compose_for_task(root / "environment", config) if config is not None else None
+    compose = loaded.spec if loaded is not None else None
+    if loaded is not None:
+        issues += loaded.issues
+        warnings += loaded.warnings
+    issues += instruction_issues + _check_layout(root, config, compose)
     if issues or config is None:
         raise spec_error(issues)
     resolved = root.resolve()
@@ -200,6 +227,8 @@ def load_task(path: Path) -> Task:
         solution_dir=resolved / "solution" if has_solution else None,
         content_hash=content_hash(resolved),
         compose=compose,
+        unknown=unknown,
+        warnings=tuple(warnings),
     )
 
 

@@ -26,6 +26,7 @@ from envfarm.policy.base import Completion
 from envfarm.policy.tokens import TokenData
 from envfarm.sandbox.base import ExecResult
 from envfarm.spec.config import parse_task_config
+from envfarm.spec.config_read import read_task_config
 from envfarm.spec.task import load_task
 from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.fake_vllm import FakeVLLM
@@ -124,8 +125,10 @@ def test_task_toml_context_budget_is_an_envfarm_extension_validated_strictly() -
     for bad in ("0", '"32k"', "1.5", "true"):
         with pytest.raises(TaskSpecError, match="context_budget_tokens"):
             parse(f"[agent]\ncontext_budget_tokens = {bad}\n")
-    with pytest.raises(TaskSpecError, match="context_budget"):
-        parse("[agent]\ncontext_budget = 100\n")
+    misspelt = read_task_config(tomllib.loads("[agent]\ncontext_budget = 100\n"), "task.toml")
+    assert misspelt.config.agent.context_budget_tokens is None
+    assert misspelt.unknown == {"agent.context_budget": 100}
+    assert "did you mean 'context_budget_tokens'?" in misspelt.warnings[0].message
 
 
 def make_task(root: Path, budget: int | None) -> Any:

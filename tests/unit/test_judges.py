@@ -189,7 +189,6 @@ def test_rubric_items_and_scoring_are_read() -> None:
         ({"rubrics": [{"name": "a"}]}, "prompt", "required field is missing"),
         ({"rubrics": [{"name": "a b", "prompt": "x"}]}, "name", "letters, digits"),
         ({"rubrics": [{"name": "a", "prompt": "x", "scale": 0}]}, "scale", "greater than 0"),
-        ({"rubrics": [{"name": "a", "prompt": "x", "judge": "m"}]}, "judge", "unknown field"),
         ({"rubric": {"tests_weight": -1}}, "tests_weight", "at least 0"),
     ],
 )

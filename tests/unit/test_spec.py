@@ -308,23 +308,6 @@ def test_unsupported_files_are_refused(
 # --- invalid fields ------------------------------------------------------------------------
 
 
-def test_unknown_field_lists_the_allowed_fields_of_its_table() -> None:
-    error = config_error("[environment]\ncpu = 2\n")
-    assert error.field == "environment.cpu"
-    assert "allowed fields of [environment]" in error.detail
-    assert "cpus" in error.detail
-    assert "memory_mb" in error.detail
-    top = config_error("[agents]\ntimeout_sec = 1\n")
-    assert top.field == "agents"
-    assert "verifier" in top.detail
-
-
-def test_unknown_nested_field_names_its_table() -> None:
-    error = config_error('[environment.healthcheck]\ncommand = "true"\ninterval = 3\n')
-    assert error.field == "environment.healthcheck.interval"
-    assert "interval_sec" in error.detail
-
-
 def test_wrong_type_names_expected_type_and_given_value() -> None:
     error = config_error('[environment]\ncpus = "2"\n')
     assert error.field == "environment.cpus"
@@ -344,7 +327,6 @@ def test_bad_literal_lists_the_allowed_values() -> None:
 @pytest.mark.parametrize(
     ("toml", "field", "hint"),
     [
-        ('schema_version = "2.0"\n', "schema_version", "1.0, 1.1, 1.2, 1.3, 1.4"),
         ("[environment]\ncpus = 0\n", "environment.cpus", "greater than 0"),
         ("[environment]\nmemory_mb = 32\n", "environment.memory_mb", "at least 64"),
         ("[agent]\ntimeout_sec = 0\n", "agent.timeout_sec", "greater than 0"),
@@ -353,7 +335,6 @@ def test_bad_literal_lists_the_allowed_values() -> None:
         ('[environment]\nworkdir = "app"\n', "environment.workdir", "absolute"),
         ('[verifier.env]\n"MY-VAR" = "1"\n', "verifier.env", "'MY-VAR'"),
         ('[environment.env]\n2X = "1"\n', "environment.env", "'2X'"),
-        ('[task]\nname = "a b"\n', "task.name", "org/name"),
         ('[task]\nauthors = [{ email = "x@y.z" }]\n', "task.authors[0].name", "missing"),
         ('[environment.healthcheck]\ncommand = ""\n', "environment.healthcheck.command", "empty"),
     ],
@@ -365,9 +346,9 @@ def test_values_out_of_range_are_errors(toml: str, field: str, hint: str) -> Non
 
 
 def test_every_problem_of_a_file_is_reported_at_once() -> None:
-    error = config_error('[agent]\ntimeout_sec = 0\nbogus = 1\n[environment]\ncpus = "x"\n')
+    error = config_error('[agent]\ntimeout_sec = 0\nuser = ""\n[environment]\ncpus = "x"\n')
     assert error.field == "agent.timeout_sec"
-    assert "agent.bogus" in error.detail
+    assert "agent.user" in error.detail
     assert "environment.cpus" in error.detail
 
 
@@ -404,8 +385,8 @@ def test_missing_dockerfile_without_image_is_an_error(tmp_path: Path) -> None:
 
 
 def test_config_and_layout_problems_come_in_one_error(tmp_path: Path) -> None:
-    error = spec_error(make_task(tmp_path / "t", "[agent]\nbogus = 1\n", test_sh=False))
-    assert error.field == "agent.bogus"
+    error = spec_error(make_task(tmp_path / "t", "[agent]\ntimeout_sec = 0\n", test_sh=False))
+    assert error.field == "agent.timeout_sec"
     assert "tests/test.sh" in error.detail
 
 

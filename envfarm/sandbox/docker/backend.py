@@ -6,7 +6,8 @@ episode is admitted; the sidecars' image ids are remembered per task content has
 hands them to each episode's environment without another lookup. The build's output goes with
 the prepared image (``buildlog.py``), for each episode's artifacts. It first refuses, with
 ``EnvironmentUnsupported``, a task the chosen runtime cannot run (``runtimes.py``): the run's
-``runtime``, or gVisor for a task that asks for it.
+``runtime``, or gVisor for a task that asks for it. A task's CPUs and memory above the engine's
+are clamped to them, with a warning on the prepared image (``limits.py``).
 
 The prepared image's ``build_s`` is the wall time ``prepare`` waited for the environment's
 images: the main image and the sidecars' are built at once, so their build times overlap and are
@@ -24,6 +25,7 @@ from envfarm.sandbox.docker.agent_layer import build_agent_image
 from envfarm.sandbox.docker.buildlog import BuildLog
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.limits import clamp_limits, engine_capacity
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.runtimes import check_task, choose_runtime
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
@@ -51,22 +53,29 @@ class DockerBackend(SandboxBackend, AgentImages):
         prepared = images.prepared().model_copy(update={"build_s": waited})
         built = not prepared.cached
         build_log = await asyncio.to_thread(log.settle, prepared.image_id, built)
-        return prepared.model_copy(update={"build_log": build_log})
+        env = task.config.environment
+        capacity = await asyncio.to_thread(engine_capacity)
+        *_, clamped = clamp_limits(env.cpus, env.memory_mb, capacity)
+        warnings = [*prepared.warnings, *clamped]
+        return prepared.model_copy(update={"build_log": build_log, "warnings": warnings})
 
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         env = task.config.environment
+        cpus, memory_mb, _ = clamp_limits(env.cpus, env.memory_mb, engine_capacity())
         config = DockerSandboxConfig(
             image=image.image_id or image.tag,
             network=task.config.agent_network(),
             verifier_network=task.config.verifier_network(),
-            cpus=env.cpus,
-            memory_mb=env.memory_mb,
+            cpus=cpus,
+            memory_mb=memory_mb,
             storage_mb=env.storage_mb,
             workdir=env.workdir,
             env=env.env,
             runtime=self._runtime(task),
             run_id=run_id,
             task_id=task.id,
+            entrypoint=task.main_entrypoint,
+            command=task.main_command,
         )
         if task.compose is None and env.healthcheck is None:
             return DockerSandbox(config)

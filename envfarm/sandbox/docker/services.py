@@ -27,6 +27,7 @@ from docker.models.containers import Container
 
 from envfarm.errors import SandboxError, SandboxStartError
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.networks import network_options, remove_network
 from envfarm.sandbox.docker.sandbox import (
     LABEL_MANAGED,
@@ -56,7 +57,7 @@ def main_config(task: Task, base: DockerSandboxConfig, env_id: str) -> DockerSan
             "env": {**main.environment, **task.config.environment.env},
             "workdir": task.config.environment.workdir or main.working_dir,
             "network_name": f"envfarm-{env_id}",
-            "network_aliases": [MAIN_SERVICE],
+            "network_aliases": [MAIN_SERVICE, *main.aliases],
             "volumes": volume_binds(main.volumes, names),
         }
     )
@@ -146,14 +147,14 @@ def create_sidecar(
             nano_cpus=int(SIDECAR_CPUS * 1e9),
             pids_limit=SIDECAR_PIDS,
             labels={**service.labels, **labels},
-            **network_options(False, network, [service.name]),
+            **network_options(False, network, [service.name, *service.aliases]),
             **kwargs,
         )
     except docker.errors.ImageNotFound as exc:
         missing = f"service {service.name!r}: image {image!r} does not exist"
         raise SandboxStartError(missing) from exc
     except docker.errors.APIError as exc:
-        raise SandboxStartError(f"service {service.name!r}: could not create: {exc}") from exc
+        raise start_error(exc, f"service {service.name!r}: could not create: {exc}") from exc
     archive = files_archive(env_dir, service.volumes)
     if archive is not None:
         put_files(str(container.id), archive)

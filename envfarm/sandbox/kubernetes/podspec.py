@@ -272,7 +272,8 @@ def environment_labels(task: Task, options: PodOptions) -> dict[str, str]:
 def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[str, Any]:
     """The pod running one environment of ``task``."""
     sidecars = task.compose.sidecars if task.compose is not None else {}
-    names = sorted({MAIN_SERVICE, *sidecars})
+    services = task.compose.services.values() if task.compose is not None else []
+    names = sorted({MAIN_SERVICE, *sidecars, *(a for s in services for a in s.aliases)})
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostname": "sandbox",

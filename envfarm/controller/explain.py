@@ -1,0 +1,69 @@
+"""What ``envfarm check`` adds to a verdict so that it explains itself.
+
+An oracle that misses the maximum is shown with the last lines of the verifier's output
+(``verifier/test-stdout.txt`` of the episode's artifacts) and the artifacts' directory, so the
+author sees why without rerunning anything. ``image_findings`` turns the offline resolution of a
+task's base images (``sandbox.baseimages``) into lint findings for ``--no-run``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envfarm.controller.verdicts import EPSILON, TaskCheck
+from envfarm.grading.verdict import STDOUT_FILE
+from envfarm.models.trajectory import Trajectory
+from envfarm.sandbox.baseimages import BaseResolution
+from envfarm.spec.findings import Finding, error, warning
+
+TAIL_LINES = 20
+
+
+def _missed(check: TaskCheck, trajectory: Trajectory) -> bool:
+    reward = trajectory.reward
+    return not reward.valid or reward.value is None or reward.value < check.max_reward - EPSILON
+
+
+def explain_oracle(check: TaskCheck, runs: list[Trajectory], out_dir: Path) -> list[str]:
+    """For the first oracle run below the maximum: where its artifacts are and the tail of the
+    verifier's output (``out_dir``: the directory trajectories' ``artifacts`` are relative to)."""
+    missed = next((t for t in runs if _missed(check, t)), None)
+    if missed is None:
+        return []
+    if missed.artifacts is None:
+        phase = missed.error.phase if missed.error is not None else "grading"
+        return [f"oracle {missed.episode_id}: no artifacts kept (the {phase} phase failed)"]
+    root = out_dir / missed.artifacts
+    notes = [f"oracle {missed.episode_id}: artifacts in {root}"]
+    stdout = root / "verifier" / STDOUT_FILE
+    try:
+        lines = stdout.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
+    except OSError:
+        return [*notes, f"the verifier left no {STDOUT_FILE}"]
+    if not lines:
+        return [*notes, f"the verifier's {STDOUT_FILE} is empty"]
+    shown = lines[-TAIL_LINES:]
+    cut = f"last {len(shown)} of {len(lines)} lines" if len(lines) > len(shown) else "all"
+    return [*notes, f"verifier output ({cut}):", *(f"  | {line}" for line in shown)]
+
+
+def image_findings(resolutions: list[BaseResolution]) -> list[Finding]:
+    found: list[Finding] = []
+    for item in resolutions:
+        if item.how == "error":
+            found += [error("images", note) for note in item.notes]
+        elif item.how == "pull":
+            found.append(
+                warning(
+                    "images",
+                    f"{item.where}: {item.reference!r} is neither an image the engine holds nor "
+                    "one with an offline substitute: a run pulls it, so a registry must answer",
+                )
+            )
+        elif item.how.startswith("alias:"):
+            recipe = item.how.removeprefix("alias:")
+            found += [
+                warning("images", f"{item.where}: {item.reference!r} -> recipe {recipe}: {note}")
+                for note in item.notes
+            ]
+    return found

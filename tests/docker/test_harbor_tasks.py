@@ -1,0 +1,81 @@
+"""Tasks written as public Harbor tasks are, on the real engine: the compose fixture passes with
+the oracle, limits above the machine's are clamped, and a configuration the engine refuses is
+bad input that is not retried."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envfarm.controller.check import CheckConfig, check_tasks
+from envfarm.errors import TaskConfigError
+from envfarm.grading.script import TestScriptGrader
+from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.limits import engine_capacity
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.spec import load_task
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "harbor-compose"
+
+
+async def test_harbor_compose_task_is_sound_with_the_oracle(tmp_path: Path) -> None:
+    task = load_task(FIXTURE)
+    assert task.main_command is None  # Harbor's idle command is the default
+    assert task.compose is not None
+    assert task.compose.services["store"].aliases == ["kv-store"]
+    config = CheckConfig(runs=1, concurrency=2, artifacts_dir=tmp_path / "artifacts")
+    report = await check_tasks([task], [], DockerBackend(), TestScriptGrader(), config)
+    (check,) = report.checks
+    assert check.problems == [], check.notes
+    assert check.infra == []
+    assert check.oracle_rewards == [1.0]
+    assert check.nop_reward == 0.0
+    assert check.verdict == "sound"
+    assert any("agent.timeout" in w for w in check.warnings)
+
+
+async def test_a_failing_oracle_is_explained_by_the_verifiers_output(tmp_path: Path) -> None:
+    root = tmp_path / "broken"
+    shutil.copytree(FIXTURE, root)
+    (root / "task.toml").write_text('[task]\nname = "fixtures/broken-oracle"\n')
+    (root / "solution" / "solve.sh").write_text(
+        "#!/usr/bin/env bash\nresp kv-store SET answer 41\n"
+    )
+    config = CheckConfig(runs=1, artifacts_dir=tmp_path / "artifacts")
+    report = await check_tasks([load_task(root)], [], DockerBackend(), TestScriptGrader(), config)
+    (check,) = report.checks
+    assert any(p.startswith("oracle fails") for p in check.problems), check.problems
+    assert any(n.startswith("oracle ") and str(tmp_path / "artifacts") in n for n in check.notes)
+    assert "  | store answered: 41" in check.notes
+
+
+async def test_limits_above_the_engines_are_clamped_with_a_warning(tmp_path: Path) -> None:
+    root = tmp_path / "big"
+    shutil.copytree(FIXTURE, root)
+    (root / "environment" / "docker-compose.yaml").unlink()
+    (root / "task.toml").write_text('[task]\nname = "fixtures/big"\n[environment]\ncpus = 512\n')
+    task = load_task(root)
+    backend = DockerBackend()
+    image = await backend.prepare(task)
+    cpus, _ = engine_capacity()
+    assert f"cpus = 512 is more than the {cpus:g} this machine has" in " ".join(image.warnings)
+    sandbox = backend.create(task, image, run_id=f"test-clamp-{uuid.uuid4().hex[:8]}")
+    assert isinstance(sandbox, DockerSandbox)
+    async with sandbox:
+        host_config = docker_client().api.inspect_container(sandbox.container_id)["HostConfig"]
+    assert host_config["NanoCpus"] == int(cpus * 1e9)
+
+
+async def test_a_configuration_the_engine_refuses_is_not_retryable(base_image: str) -> None:
+    cpus, _ = engine_capacity()
+    config = DockerSandboxConfig(image=base_image, cpus=cpus * 64, channel=False)
+    with pytest.raises(TaskConfigError) as caught:
+        async with DockerSandbox(config):
+            pass
+    assert caught.value.retryable is False
+    assert caught.value.infrastructure is False
