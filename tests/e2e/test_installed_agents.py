@@ -46,6 +46,7 @@ def sent_tokens(fake: FakeVLLM) -> set[tuple[tuple[int, ...], tuple[float, ...]]
     }
 
 
+@pytest.mark.timeout(2400)  # the first episode per task image builds the agent's layer
 @pytest.mark.parametrize("task", MINI_TASKS)
 async def test_mini_swe_agent_solves_the_task_token_exact(task: str, tmp_path: Path) -> None:
     fake = FakeVLLM(
