@@ -8,6 +8,8 @@ null), so an infrastructure fault can never reach a trainer as a reward of 0. Mo
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -33,6 +35,7 @@ from envfarm.spec.task import Task
 
 Phase = Literal["build", "provision", "agent", "grading", "teardown"]
 DEFAULT_AGENT_TIMEOUT_S = 1800.0
+log = logging.getLogger(__name__)
 SOLUTION_DIR = "/solution"
 
 
@@ -74,6 +77,28 @@ class EpisodeRunner:
     agent_layers: AgentLayers | None = None
     """An installed agent (docs/agents.md) instead of the built-in loop; None: the loop."""
 
+    background_teardown: bool = False
+    """Remove a finished episode's sandbox after ``run`` has returned its trajectory (off the
+    episode's critical path; ``timings.teardown_s`` is then the time ``run`` spent on it, 0);
+    ``drain`` waits for those removals. A failed or cancelled episode is torn down at once."""
+    _retiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+
+    async def drain(self) -> None:
+        """Wait until every sandbox handed to the background has been removed."""
+        while self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    def _retire(self, sandbox: Sandbox, episode_id: str) -> None:
+        async def remove() -> None:
+            try:
+                await sandbox.stop()
+            except Exception:
+                log.exception("episode %s: its sandbox could not be removed", episode_id)
+
+        task = asyncio.ensure_future(remove())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
     async def run(self, request: EpisodeRequest) -> Trajectory:
         started = time.monotonic()
         trajectory = self._blank(request)
@@ -101,10 +126,17 @@ class EpisodeRunner:
         try:
             await self._phases(request, sandbox, trajectory)
             settle_training_data(trajectory, self.policy.versions)
-        finally:
+        except BaseException:
             with _phase(trajectory, "teardown"):
                 await sandbox.stop()
-            trajectory.timings.total_s = time.monotonic() - started
+            raise
+        if self.background_teardown and trajectory.error is None:
+            trajectory.timings.teardown_s = 0.0
+            self._retire(sandbox, request.episode_id)
+        else:
+            with _phase(trajectory, "teardown"):
+                await sandbox.stop()
+        trajectory.timings.total_s = time.monotonic() - started
         return trajectory
 
     async def _phases(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
@@ -145,6 +177,7 @@ class EpisodeRunner:
             root = self.artifacts_dir / request.episode_id
             if await grading.save(root, traj, request.image.build_log if request.image else None):
                 traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
+        traj.timings.phases = dict(grading.phases)
 
     def _agent(self, task: Task, sandbox: Sandbox, seed: int | None, episode: str) -> Agent:
         config = task.config

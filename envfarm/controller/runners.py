@@ -76,7 +76,7 @@ async def open_runner(
         open_policy(policy_spec(request.policy), versions) as policy,
         open_judge(judge_spec(request)) as judge,
     ):
-        yield EpisodeRunner(
+        runner = EpisodeRunner(
             backend=backend,
             policy=policy,
             grader=grader or TestScriptGrader(),
@@ -88,4 +88,9 @@ async def open_runner(
             artifacts_dir=artifacts_dir,
             pools=pools,
             agent_layers=agent_layers(request, backend),
+            background_teardown=True,
         )
+        try:
+            yield runner
+        finally:
+            await runner.drain()

@@ -245,6 +245,10 @@ class Timings(WireModel):
     grading_s: float | None = None
     teardown_s: float | None = None
     total_s: float | None = None
+    phases: dict[str, float] = Field(default_factory=dict)
+    """The parts of provisioning and grading, in seconds (``snapshot_before``, ``listing``,
+    ``snapshot_after``, ``collect``, ``carry``, ``fork``, ``apply``, ``verifier``, ``test_sh``
+    (the time inside ``tests/test.sh``), ``artifacts``...), for profiling; keys may change."""
 
 
 class PolicyVersions(WireModel):
