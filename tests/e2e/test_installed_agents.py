@@ -17,7 +17,8 @@ from envfarm.testing.fake_vllm import FakeVLLM
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 REPO = Path(__file__).resolve().parents[2]
-MINI_TASKS = ["fix-lru-cache", "word-count-cli", "fix-interval-merge"]
+MINI_TASKS = ["fix-lru-cache"]
+"""One task in the suite: the agent's layer is a ~1 GB pip install per task image."""
 
 
 async def envfarm(*args: str) -> tuple[int, str]:
@@ -46,7 +47,7 @@ def sent_tokens(fake: FakeVLLM) -> set[tuple[tuple[int, ...], tuple[float, ...]]
     }
 
 
-@pytest.mark.timeout(2400)  # the first episode per task image builds the agent's layer
+@pytest.mark.timeout(1800)  # the first episode per task image builds the agent's layer
 @pytest.mark.parametrize("task", MINI_TASKS)
 async def test_mini_swe_agent_solves_the_task_token_exact(task: str, tmp_path: Path) -> None:
     fake = FakeVLLM(
