@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,11 @@ from envfarm.policy.server import PolicyServer
 from envfarm.testing.scripted import ScriptedResponder
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Hermetic bases: a public name (python:3.11-slim) resolves to envfarm's recipe whatever the
+# shared engine holds under it, and nothing is pulled (tests/docker/test_registry.py and
+# test_image_sources.py set their own order).
+os.environ.setdefault("ENVFARM_IMAGE_SOURCES", "aliases,local")
 
 pytest_plugins = ("tests.store_fixtures",)
 

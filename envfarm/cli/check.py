@@ -12,7 +12,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from envfarm.cli.options import judge_options, task_paths
+from envfarm.cli.options import judge_options, offline_option, task_paths
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
@@ -53,6 +53,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
     type=click.IntRange(min=1),
     help="Oracle runs per task; their rewards must all agree.",
 )
+@offline_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--artifacts",

@@ -31,3 +31,20 @@ def judge_options(judge_help: str) -> Callable[[F], F]:
         return click.option("--judge", default=None, metavar="URL", help=judge_help)(command)
 
     return decorate
+
+
+def _go_offline(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from envfarm.sandbox.imagesources import set_offline
+
+        set_offline()
+
+
+offline_option = click.option(
+    "--offline",
+    is_flag=True,
+    expose_value=False,
+    callback=_go_offline,
+    help="Pull no base image: a base is a local image or an offline substitute "
+    "(also ENVFARM_OFFLINE=1; docs/images.md).",
+)

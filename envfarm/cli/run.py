@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from envfarm.cli.options import judge_options
+from envfarm.cli.options import judge_options, offline_option
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
 from envfarm.controller.job import Job, JobEvents
@@ -72,6 +72,7 @@ tasks still run).
     "=WEIGHT (its share of the load; default 1): --policy http://a:8000/v1 "
     "--policy http://b:8000/v1=2.",
 )
+@offline_option
 @click.option("--model", default=None, help="Model name sent to the endpoint.")
 @click.option(
     "--api-key",

@@ -14,6 +14,7 @@ collect.json        [[verifier.collect]] hooks: exit code and output tail
 verifier-input.json what a clean or separate verifier's container received from the agent
 collected/<dest>/   declared artifacts and /logs/artifacts (as logs-artifacts/)
 build.log           the image build output (its last 1 MB), when the backend kept it
+processes/          the output of the image's entrypoint (its last 1 MB), when one ran
 ```
 
 Regrading needs only ``episode.json``, ``verifier.json``, ``verifier/`` and ``inspection.json``.
@@ -79,6 +80,7 @@ class Bundle:
     copies: list[CopiedPath] = field(default_factory=list)
     build_log: str | None = None
     verifier_input: VerifierInput | None = None
+    process_logs: dict[str, bytes] = field(default_factory=dict)
 
 
 def _safe_relative(name: str) -> PurePosixPath | None:
@@ -177,6 +179,10 @@ def write_bundle(root: Path, bundle: Bundle) -> None:
         _write_copy(copy, root / "collected", notes)
     if bundle.build_log:
         (root / "build.log").write_text(bundle.build_log[-BUILD_LOG_CHARS:], encoding="utf-8")
+    for name, data in sorted(bundle.process_logs.items()):
+        if (relative := _safe_relative(name)) is not None and len(relative.parts) == 1:
+            (root / "processes").mkdir(exist_ok=True)
+            (root / "processes" / relative).write_bytes(data[-BUILD_LOG_CHARS:])
     record = bundle.record.model_copy(update={"notes": notes})
     _dump(root / EPISODE_FILE, record.model_dump(mode="json"))
 

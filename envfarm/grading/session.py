@@ -42,7 +42,7 @@ from envfarm.grading.verdict import (
 )
 from envfarm.grading.workspace import capture_baseline, export_changed, unified_diff
 from envfarm.models.trajectory import Reward, Trajectory, Turn
-from envfarm.sandbox.base import Sandbox, verifier_phases
+from envfarm.sandbox.base import ProcessLogs, Sandbox, verifier_phases
 from envfarm.spec.config import EnvironmentMode
 from envfarm.spec.task import Task
 
@@ -162,6 +162,8 @@ class EpisodeGrading:
             copies=self.copies,
             build_log=build_log,
         )
+        if isinstance(self.sandbox, ProcessLogs):
+            bundle.process_logs = await self.sandbox.process_logs()
         if self.mode != "shared":
             workdir = self.carry.workdir if self.carry else None
             carried = carried_copies(self.mode, self.copies, workdir)

@@ -1,15 +1,23 @@
 """The alias table (``images/aliases.toml``) and the Dockerfile ``FROM`` rewriting it drives.
 
-No registry is reachable, so every base a Dockerfile names must be an image that exists
-locally or a public name the table maps to a local recipe. Names are normalised first
-(``docker.io/library/`` dropped, ``:latest`` added, a ``@sha256:`` digest stripped with a
-warning because no local image can honour it), then matched against exact names, then against
-the table's regular expressions in file order. Everything here is pure: the docker side
-(``images.py``) decides which references exist locally and builds the recipes.
+The table maps public base names to local recipes: the offline substitutes used when a base is
+neither a local image nor pullable (the order is ``imagesources.py``'s). Names are normalised
+first (a Docker Hub mirror prefix such as ``docker.io/library/`` or
+``public.ecr.aws/docker/library/`` dropped, ``:latest`` added, a ``@sha256:`` digest stripped
+with a warning because no local image can honour it), then matched against exact names, then
+against the table's regular expressions in file order.
+
+Users extend the table without editing envfarm: every file named by ``ENVFARM_ALIASES``
+(``os.pathsep``-separated) and ``$XDG_CONFIG_HOME/envfarm/aliases.toml`` is read after the
+packaged one; its recipes are added (a ``dockerfile`` relative to that file), its aliases are
+tried before the packaged ones (a name it maps is taken out of the packaged entries) and its
+``mirror_prefixes`` are added. Everything here is pure: the docker side (``images.py``) decides
+which references exist locally and builds the recipes.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from functools import cache
@@ -21,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from envfarm.errors import ImageError, UnknownBaseImage
 
 DOCS = "docs/images.md"
-_HUB_PREFIXES = ("docker.io/library/", "index.docker.io/library/", "docker.io/", "library/")
+USER_TABLES_ENV = "ENVFARM_ALIASES"
 
 
 class Recipe(BaseModel):
@@ -29,8 +37,11 @@ class Recipe(BaseModel):
 
     description: str
     dockerfile: str | None = None
-    """Path under images/; None only for ``base`` (built by debootstrap)."""
+    """Path under images/ (absolute for a user's table); None for a root recipe, a
+    debootstrapped Debian rootfs of ``suite``."""
     parent: str | None = None
+    suite: str | None = None
+    """Root recipes only: the Debian release (``bookworm``, ``trixie``)."""
     args: dict[str, str] = {}
 
 
@@ -46,16 +57,24 @@ class Alias(BaseModel):
 class AliasTable(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    mirror_prefixes: list[str] = []
+    """Prefixes naming Docker Hub's official images through a mirror (``docker.io/library/``),
+    dropped by the normaliser; longest first when matching."""
     recipes: dict[str, Recipe]
-    aliases: list[Alias]
+    aliases: list[Alias] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> AliasTable:
         if "base" not in self.recipes:
             raise ValueError("recipes.base is required")
         for name, recipe in self.recipes.items():
-            if name != "base" and (recipe.dockerfile is None or recipe.parent is None):
+            root = recipe.dockerfile is None and recipe.parent is None
+            if root and recipe.suite is None:
+                raise ValueError(f"recipes.{name}: a root recipe needs a suite")
+            if not root and (recipe.dockerfile is None or recipe.parent is None):
                 raise ValueError(f"recipes.{name} needs both dockerfile and parent")
+            if not root and recipe.suite is not None:
+                raise ValueError(f"recipes.{name}: only a root recipe has a suite")
             if recipe.parent is not None and recipe.parent not in self.recipes:
                 raise ValueError(f"recipes.{name}.parent: unknown recipe {recipe.parent!r}")
         seen: set[str] = set()
@@ -63,12 +82,25 @@ class AliasTable(BaseModel):
             if alias.recipe not in self.recipes:
                 raise ValueError(f"alias {alias.names or alias.patterns}: unknown recipe")
             for name in alias.names:
-                if normalize_reference(name)[0] != name or name in seen:
+                if normalize_reference(name, self.mirror_prefixes)[0] != name or name in seen:
                     raise ValueError(f"alias name {name!r} is duplicated or not normalised")
                 seen.add(name)
             for pattern in alias.patterns:
                 re.compile(pattern)
         return self
+
+    def suite_of(self, recipe: str) -> str:
+        """The Debian release a recipe's image is built on (its root's suite)."""
+        spec = self.recipes[recipe]
+        while spec.parent is not None:
+            spec = self.recipes[spec.parent]
+        assert spec.suite is not None
+        return spec.suite
+
+    def root_of(self, recipe: str) -> str:
+        while (parent := self.recipes[recipe].parent) is not None:
+            recipe = parent
+        return recipe
 
 
 class AliasMatch(BaseModel):
@@ -90,20 +122,61 @@ def images_dir() -> Path:
         return Path(__file__).resolve().parents[3] / "images"
 
 
+def user_alias_tables(env: dict[str, str] | None = None) -> list[Path]:
+    """The user's own tables, in the order they are read (later ones win)."""
+    env = dict(os.environ) if env is None else env
+    config_home = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    paths = [config_home / "envfarm" / "aliases.toml"]
+    paths += [Path(p) for p in env.get(USER_TABLES_ENV, "").split(os.pathsep) if p]
+    return [path for path in paths if path.is_file()]
+
+
 def load_alias_table(path: Path | None = None) -> AliasTable:
-    return _load(path or images_dir() / "aliases.toml")
+    """The packaged table (or ``path``) with the user's tables merged onto it."""
+    if path is not None:
+        return _load(path, ())
+    return _load(images_dir() / "aliases.toml", tuple(user_alias_tables()))
 
 
-@cache
-def _load(path: Path) -> AliasTable:
+def _read_table(path: Path) -> dict[str, object]:
     try:
-        return AliasTable.model_validate(tomllib.loads(path.read_text()))
-    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ImageError(f"{path}: invalid alias table: {exc}") from exc
 
 
-def normalize_reference(reference: str) -> tuple[str, list[str]]:
-    """``docker.io/library/python:3.11-slim@sha256:..`` -> ``python:3.11-slim`` + warnings."""
+@cache
+def _load(path: Path, extra: tuple[Path, ...]) -> AliasTable:
+    data = _read_table(path)
+    for user_path in extra:
+        user = _read_table(user_path)
+        recipes = dict(user.get("recipes") or {})  # type: ignore[call-overload]
+        for spec in recipes.values():
+            if isinstance(spec, dict) and isinstance(spec.get("dockerfile"), str):
+                spec["dockerfile"] = str((user_path.parent / spec["dockerfile"]).resolve())
+        data["recipes"] = {**data["recipes"], **recipes}  # type: ignore[dict-item]
+        aliases = list(user.get("aliases") or [])  # type: ignore[call-overload]
+        overridden = {n for a in aliases if isinstance(a, dict) for n in a.get("names", [])}
+        for alias in data["aliases"]:  # type: ignore[attr-defined]
+            alias["names"] = [n for n in alias.get("names", []) if n not in overridden]
+        data["aliases"] = [*aliases, *data["aliases"]]  # type: ignore[misc]
+        prefixes = [*data.get("mirror_prefixes", []), *user.get("mirror_prefixes", [])]  # type: ignore[misc]
+        data["mirror_prefixes"] = prefixes
+    try:
+        return AliasTable.model_validate(data)
+    except ValidationError as exc:
+        where = ", ".join(str(p) for p in (path, *extra))
+        raise ImageError(f"{where}: invalid alias table: {exc}") from exc
+
+
+def normalize_reference(
+    reference: str, mirror_prefixes: list[str] | None = None
+) -> tuple[str, list[str]]:
+    """``docker.io/library/python:3.11-slim@sha256:..`` -> ``python:3.11-slim`` + warnings.
+
+    ``mirror_prefixes``: the table's (default: the loaded table's)."""
+    if mirror_prefixes is None:
+        mirror_prefixes = load_alias_table().mirror_prefixes
     name, warnings = reference.strip(), []
     if "@" in name:
         name, digest = name.split("@", 1)
@@ -111,7 +184,7 @@ def normalize_reference(reference: str) -> tuple[str, list[str]]:
             f"{reference}: digest {digest} cannot be verified without a registry; "
             "it is ignored and the local image for the name is used"
         )
-    for prefix in _HUB_PREFIXES:
+    for prefix in sorted(mirror_prefixes, key=len, reverse=True):
         if name.startswith(prefix):
             name = name[len(prefix) :]
             break
@@ -120,10 +193,18 @@ def normalize_reference(reference: str) -> tuple[str, list[str]]:
     return name, warnings
 
 
+def registry_of(reference: str) -> str:
+    """The registry host a reference pulls from (``docker.io`` for a bare name)."""
+    first, _, rest = reference.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
 def match_alias(reference: str, table: AliasTable | None = None) -> AliasMatch | None:
     """The alias for ``reference``, or None when the table has none."""
     table = table or load_alias_table()
-    name, warnings = normalize_reference(reference)
+    name, warnings = normalize_reference(reference, table.mirror_prefixes)
     found = next((a for a in table.aliases if name in a.names), None)
     if found is None:
         found = next(
@@ -149,14 +230,21 @@ def alias_table_markdown(table: AliasTable | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
-def unknown_base(reference: str, where: str, table: AliasTable | None = None) -> UnknownBaseImage:
+def unknown_base(
+    reference: str,
+    where: str,
+    table: AliasTable | None = None,
+    tried: list[str] | None = None,
+) -> UnknownBaseImage:
+    """``tried``: what each source said (``pull: registry ... did not answer``)."""
     table = table or load_alias_table()
     known = sorted({name for alias in table.aliases for name in alias.names})
+    said = "".join(f"\n  {line}" for line in tried or [])
     return UnknownBaseImage(
-        f"{where}: base image {reference!r} is neither a local image nor a known alias, and "
-        "no registry is reachable to pull it. Known aliases: "
-        f"{', '.join(known)}. Add an alias to images/aliases.toml (see {DOCS}, "
-        f"'Adding an alias'), or build and tag {reference!r} locally first."
+        f"{where}: base image {reference!r} is neither a local image nor pullable nor a known "
+        f"alias.{said}\nKnown aliases: {', '.join(known)}. Add an alias or a substitute to "
+        f"images/aliases.toml or a table of your own (see {DOCS}, 'Adding a substitute'), "
+        f"or build, pull or load {reference!r} first."
     )
 
 

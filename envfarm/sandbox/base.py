@@ -117,6 +117,15 @@ class VerifierPhases(ABC):
         stops the fork when done. SandboxError when the backend cannot do it."""
 
 
+class ProcessLogs(ABC):
+    """The optional capability of a sandbox that runs processes of its image's own (an
+    ``ENTRYPOINT``): their output, kept with the episode's artifacts under ``processes/``."""
+
+    @abstractmethod
+    async def process_logs(self) -> dict[str, bytes]:
+        """File name -> output; never raises (a log that cannot be read is left out)."""
+
+
 def verifier_phases(sandbox: Sandbox) -> VerifierPhases:
     """``sandbox`` as ``VerifierPhases``; SandboxError when its backend does not offer it."""
     if isinstance(sandbox, VerifierPhases):

@@ -15,7 +15,7 @@
  * "id" chosen by envfarm; requests carry "op", responses "type" and the id of their request.
  *
  *   ping        {}                                  -> pong {version, pid}
- *   exec        {command | argv, cwd?, env?, user?, set_home?, timeout_s?, cap?}
+ *   exec        {command | argv, cwd?, env?, user?, set_home?, timeout_s?, cap?, log?}
  *                                                   -> stdout* stderr* (payload: output bytes)
  *                                                      exit {exit_code, signal, timed_out,
  *                                                            stdout_truncated, stderr_truncated,
@@ -31,7 +31,9 @@
  *
  * exec: fork, setsid (own session and process group), switch user (setgroups, setgid, setuid)
  * when asked, chdir, execve `/bin/bash -c command` (`/bin/sh` when there is no bash) or argv
- * through PATH. stdin is /dev/null; stdout and stderr are pipes read with poll. Up to `cap`
+ * through PATH. stdin is /dev/null; stdout and stderr are pipes read with poll, or, with `log`,
+ * both appended to that file (opened as root, parents created), never onto this stream: how
+ * envfarm runs the image's entrypoint as a supervised process whose exit it hears. Up to `cap`
  * bytes per stream are forwarded, the rest is read and dropped (truncated=true). The exec is
  * done when its main process exits: what its pipes hold at that moment is sent, and processes
  * it left in the background keep running, their later output read and dropped. On timeout or
@@ -714,6 +716,8 @@ static void child_fail(int code, const char *fmt, const char *arg) {
     _exit(code);
 }
 
+static int make_parents(const char *dir);
+
 /* Runs in the forked child; never returns. */
 static void exec_child(const jv *req, int out_w, int err_w) {
     setsid();
@@ -726,6 +730,19 @@ static void exec_child(const jv *req, int out_w, int err_w) {
     if (devnull >= 0) dup2(devnull, 0);
     dup2(out_w, 1);
     dup2(err_w, 2);
+    const char *log = jstr(req, "log");
+    if (log && *log) {
+        char *dir = xstrdup(log);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = 0;
+            make_parents(dir);
+        }
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) child_fail(126, "cannot open the log %s: %s\n", log);
+        dup2(fd, 1);
+        dup2(fd, 2);
+    }
     const jv *env = jget(req, "env");
     const char *user = jstr(req, "user");
     char *home = NULL;

@@ -16,7 +16,7 @@ lengths big endian, header_len 1..1 MiB, payload_len 0..16 MiB. Every header has
 "id" chosen here; requests carry "op", responses "type" and the id of their request.
 
   ping        {}                                  -> pong {version, pid}
-  exec        {command | argv, cwd?, env?, user?, set_home?, timeout_s?, cap?}
+  exec        {command | argv, cwd?, env?, user?, set_home?, timeout_s?, cap?, log?}
                                                   -> stdout* stderr* (payload: output bytes)
                                                      exit {exit_code, signal, timed_out,
                                                            stdout_truncated, stderr_truncated,
@@ -259,14 +259,16 @@ class Channel(asyncio.Protocol):
         set_home: bool = True,
         timeout: float | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        log: str | None = None,
     ) -> ExecOutcome:
-        """Run ``command`` (a string for ``bash -c``, or an argv) and wait for it."""
+        """Run ``command`` (a string for ``bash -c``, or an argv) and wait for it. ``log``: its
+        output is appended to that file in the sandbox instead of coming back."""
         header: dict[str, Any] = {"op": "exec", "cap": output_cap, "set_home": set_home}
         if isinstance(command, str):
             header["command"] = command
         else:
             header["argv"] = list(command)
-        optional = {"cwd": cwd, "env": env, "user": user}
+        optional = {"cwd": cwd, "env": env, "user": user, "log": log}
         header.update({key: value for key, value in optional.items() if value})
         if timeout is not None:
             header["timeout_s"] = max(timeout, 0.0)

@@ -72,6 +72,8 @@ class DockerBackend(SandboxBackend):
             runtime=self._runtime(task),
             run_id=run_id,
             task_id=task.id,
+            entrypoint=task.main_entrypoint,
+            command=task.main_command,
         )
         if task.compose is None and env.healthcheck is None:
             return DockerSandbox(config)

@@ -10,11 +10,18 @@ host's configuration into the base image (so every image built FROM it inherits 
   config files and ``PIP_*`` variables. ``file://`` or path indexes, ``find-links``,
   ``constraint`` and every other key that points into the host are dropped; ``cert`` becomes
   the image's own CA bundle.
+* npm: ``registry`` (and ``@scope:registry``), ``strict-ssl``, proxy, retry and timeout settings
+  from the host's global and user npmrc files and ``NPM_CONFIG_*`` variables, written to the
+  image's ``/etc/npmrc``; credentials (``_auth``, ``_authToken``...) and host paths are never
+  copied, and ``cafile`` becomes the image's own CA bundle.
 * the extra CA certificates of ``/usr/local/share/ca-certificates``.
 * ``http(s)_proxy`` / ``no_proxy`` variables, passed to builds as build args (never stored).
 
-``read_host_config`` does the reading (its paths are parameters, so tests use a temporary
-tree); everything else is a pure function of file texts.
+The host's apt sources are those of the host's own Debian release (``SUITE``); an image of
+another release (``trixie``) gets the same archives with the suite names changed
+(``for_suite``), so no mirror is named here either. ``read_host_config`` does the reading (its
+paths are parameters, so tests use a temporary tree); everything else is a pure function of
+file texts.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import configparser
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,6 +50,15 @@ PIP_ENV = {
     "PIP_TIMEOUT": "timeout",
     "PIP_DEFAULT_TIMEOUT": "timeout",
 }
+NPM_KEPT_KEYS = (
+    "registry",
+    "strict-ssl",
+    "proxy",
+    "https-proxy",
+    "noproxy",
+    "fetch-retries",
+    "fetch-timeout",
+)
 
 
 class HostConfig(BaseModel):
@@ -50,20 +67,42 @@ class HostConfig(BaseModel):
     apt_sources: list[AptSource] = []
     apt_settings: list[tuple[str, str]] = []
     pip: dict[str, str] = {}
+    npm: dict[str, str] = {}
     ca_certs: dict[str, str] = {}
     """Path relative to /usr/local/share/ca-certificates -> PEM text."""
     proxy_env: dict[str, str] = {}
+    suite: str = SUITE
+    """The Debian release ``apt_sources`` serve."""
+
+    def for_suite(self, suite: str) -> HostConfig:
+        """The same archives for another Debian release (``bookworm-security`` ->
+        ``trixie-security``)."""
+        if suite == self.suite:
+            return self
+
+        def renamed(name: str) -> str:
+            if name == self.suite or name.startswith(self.suite + "-"):
+                return suite + name[len(self.suite) :]
+            return name
+
+        sources = [
+            source.model_copy(update={"suites": [renamed(s) for s in source.suites]})
+            for source in self.apt_sources
+        ]
+        return self.model_copy(update={"apt_sources": sources, "suite": suite})
 
     def debian_mirror(self) -> str | None:
-        """The first main-archive URI serving ``SUITE`` itself, for debootstrap."""
+        """The first main-archive URI serving the suite itself, for debootstrap."""
         for source in self.apt_sources:
-            if "deb" in source.types and SUITE in source.suites and source.uris:
+            if "deb" in source.types and self.suite in source.suites and source.uris:
                 return source.uris[0]
         return None
 
     def image_files(self) -> dict[str, bytes]:
         """Absolute path in the image -> content."""
         files = {"/etc/pip.conf": render_pip_conf(self.pip).encode()}
+        if self.npm:
+            files["/etc/npmrc"] = render_npmrc(self.npm).encode()
         if self.apt_sources:
             text = "\n".join(render_deb822(source) for source in self.apt_sources)
             files["/etc/apt/sources.list.d/debian.sources"] = text.encode()
@@ -112,6 +151,54 @@ def render_pip_conf(settings: Mapping[str, str]) -> str:
         lines.append(f"{key} = " + "\n    ".join(value.split()))
     lines.append(f"cert = {IMAGE_CA_BUNDLE}")
     return "\n".join(lines) + "\n"
+
+
+def parse_npmrc(text: str) -> dict[str, str]:
+    """``key=value`` lines of an npmrc (``;`` and ``#`` comments skipped)."""
+    settings: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith((";", "#")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        settings[key.strip()] = value.strip().strip("\"'")
+    return settings
+
+
+def inheritable_npm_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """Registries and network settings only: no credentials, host paths or ``${VAR}``s."""
+    kept: dict[str, str] = {}
+    for key, value in settings.items():
+        wanted = key in NPM_KEPT_KEYS or re.fullmatch(r"@[\w.-]+:registry", key)
+        if wanted and value and "${" not in value and not value.startswith(("/", "file:")):
+            kept[key] = value
+    if settings.get("cafile") and kept:
+        kept["cafile"] = IMAGE_CA_BUNDLE
+    return kept
+
+
+def render_npmrc(settings: Mapping[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def host_npm_config_files(env: Mapping[str, str], home: Path, root: Path) -> list[Path]:
+    """Global (Debian's ``/etc/npmrc``, npm's ``$PREFIX/etc/npmrc``), then the user's."""
+    files = [root / "etc/npmrc", root / "usr/etc/npmrc", root / "usr/local/etc/npmrc"]
+    if env.get("NPM_CONFIG_GLOBALCONFIG"):
+        files.append(Path(env["NPM_CONFIG_GLOBALCONFIG"]))
+    files.append(Path(env.get("NPM_CONFIG_USERCONFIG") or home / ".npmrc"))
+    return files
+
+
+def host_npm_settings(env: Mapping[str, str], home: Path, root: Path) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for path in host_npm_config_files(env, home, root):
+        if path.is_file():
+            settings.update(parse_npmrc(path.read_text(errors="replace")))
+    for name, value in env.items():
+        if name.lower().startswith("npm_config_") and value:
+            settings[name[len("npm_config_") :].lower().replace("_", "-")] = value
+    return inheritable_npm_settings(settings)
 
 
 def host_pip_config_files(
@@ -166,6 +253,7 @@ def read_host_config(
         apt_sources=sources,
         apt_settings=settings,
         pip=inheritable_pip_settings(pip),
+        npm=host_npm_settings(env, home or Path.home(), root),
         ca_certs=certs,
         proxy_env=proxies,
     )

@@ -1,20 +1,22 @@
-"""Every image envfarm runs, built locally: nothing can be pulled from a registry.
+"""The images envfarm runs: the user's own or pulled ones, else envfarm's offline substitutes.
 
-Three kinds, each labelled ``io.envfarm.managed=true`` and ``io.envfarm.kind=...`` so that
-``envfarm gc`` can find them:
+A base a Dockerfile (or ``docker_image``) names is looked up in the order of
+``imagesources.py``: an image the engine already holds (another task's image, a user's own tag,
+a ``docker load``-ed or earlier pulled public image), then a pull through the engine
+(``pull.py``), then the alias table's recipe. Three kinds of image are built here, each
+labelled ``io.envfarm.managed=true`` and ``io.envfarm.kind=...`` so that ``envfarm gc`` can
+find them:
 
-* ``base``: a debootstrapped Debian rootfs (``rootfs.py``), then one ``docker build`` step
-  adding what the host's configuration lends it (``hostconfig.py``). Tagged
-  ``envfarm/base:bookworm-<hash>`` where the hash covers the recipe files under images/base/
-  and the inherited configuration, so it is built once and rebuilt when either changes.
-* ``alias``: the recipes of ``images/aliases.toml`` (python, buildpack-deps) built FROM their
-  parent, tagged ``envfarm/<recipe>:<hash>`` (hash of Dockerfile, args and parent tag).
+* ``base``: a debootstrapped Debian rootfs (``rootfs.py``) of a root recipe's suite (bookworm,
+  trixie), then one ``docker build`` step adding what the host's configuration lends it
+  (``hostconfig.py``). Tagged ``envfarm/base:<suite>-<hash>`` where the hash covers the recipe
+  files under images/base/ and the inherited configuration, so it is built once and rebuilt
+  when either changes.
+* ``alias``: the other recipes of ``images/aliases.toml`` built FROM their parent, tagged
+  ``envfarm/<recipe>:<hash>`` (hash of Dockerfile, args and parent tag).
 * ``task``: a task's Dockerfile with each external base rewritten to a local image, tagged
   ``envfarm-task/<task>:<content_hash[:16]>``. The label ``io.envfarm.bases`` records which
   images it was built on; a cached image whose bases have since changed is rebuilt.
-
-A base that already exists locally (another task's image, a user's own tag or a
-``docker load``-ed public image) is used as is, before the alias table is consulted.
 
 Builds run the blocking SDK in a worker thread; a lock per tag (in the event loop and, through a
 file lock, across processes) makes concurrent callers build once. ``on_log`` gets output lines.
@@ -38,12 +40,12 @@ from envfarm.sandbox.aliases import (
     images_dir,
     load_alias_table,
     match_alias,
+    normalize_reference,
     rewrite_dockerfile,
     task_image_tag,
     unknown_base,
 )
 from envfarm.sandbox.docker import rootfs
-from envfarm.sandbox.docker.aptconfig import SUITE
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.dockerbuild import (
     BuildSpec,
@@ -53,6 +55,8 @@ from envfarm.sandbox.docker.dockerbuild import (
     threadsafe_log,
 )
 from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
+from envfarm.sandbox.docker.pull import pull_image
+from envfarm.sandbox.imagesources import image_sources
 
 LABEL_MANAGED = "io.envfarm.managed"
 LABEL_KIND = "io.envfarm.kind"
@@ -102,19 +106,22 @@ def _read(path: Path) -> str:
 
 def _rootfs_tag(host: HostConfig) -> str:
     recipe = _read(images_dir() / "base/rootfs.toml")
-    return f"envfarm/rootfs:{SUITE}-{_digest(recipe, host.debian_mirror() or '')}"
+    return f"envfarm/rootfs:{host.suite}-{_digest(recipe, host.debian_mirror() or '')}"
 
 
 def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
     """The tag the recipe's image has (or will have once built): cheap, builds nothing."""
     host = host or read_host_config()
-    if recipe == "base":
+    spec = load_alias_table().recipes.get(recipe)
+    if spec is None:
+        raise ImageError(f"images/aliases.toml: no recipe named {recipe!r}")
+    if spec.suite is not None:
+        host = host.for_suite(spec.suite)
         files = sorted((images_dir() / "base").iterdir())
         parts = [f"{path.name}\n{_read(path)}" for path in files if path.is_file()]
-        return f"envfarm/base:{SUITE}-{_digest(_rootfs_tag(host), host.digest(), *parts)}"
-    spec = load_alias_table().recipes.get(recipe)
-    if spec is None or spec.dockerfile is None or spec.parent is None:
-        raise ImageError(f"images/aliases.toml: no recipe named {recipe!r}")
+        return f"envfarm/base:{host.suite}-{_digest(_rootfs_tag(host), host.digest(), *parts)}"
+    assert spec.dockerfile is not None
+    assert spec.parent is not None
     parent = recipe_image_tag(spec.parent, host)
     args = " ".join(f"{key}={value}" for key, value in sorted(spec.args.items()))
     dockerfile = images_dir() / spec.dockerfile
@@ -142,10 +149,14 @@ async def ensure_base_image(
     *,
     on_log: LogFn | None = None,
     timeout: float = BASE_TIMEOUT_S,
+    recipe: str = "base",
 ) -> BuiltImage:
-    """Build the base image unless an image of the current recipe exists."""
-    host = read_host_config()
-    tag = recipe_image_tag("base", host)
+    """Build a root recipe's image (default: ``base``, bookworm) unless it exists."""
+    suite = load_alias_table().recipes[recipe].suite
+    if suite is None:
+        raise ImageError(f"images/aliases.toml: recipe {recipe!r} is not a Debian rootfs")
+    host = read_host_config().for_suite(suite)
+    tag = recipe_image_tag(recipe, host)
     async with exclusive(tag):
         if found := await _local_image(tag):
             return BuiltImage(tag=tag, image_id=found.id, build_s=0.0, cached=True)
@@ -153,12 +164,12 @@ async def ensure_base_image(
         rootfs_tag = _rootfs_tag(host)
         async with exclusive(rootfs_tag):
             if not await _local_image(rootfs_tag):
-                recipe = rootfs.load_rootfs_recipe(images_dir() / "base/rootfs.toml")
+                layout = rootfs.load_rootfs_recipe(images_dir() / "base/rootfs.toml")
                 labels = _labels("base", **{LABEL_RECIPE: "rootfs"})
                 log = threadsafe_log(on_log)
                 await asyncio.to_thread(
                     rootfs.build_rootfs_image,
-                    *(recipe, SUITE, host.debian_mirror(), rootfs_tag, labels, log, timeout),
+                    *(layout, suite, host.debian_mirror(), rootfs_tag, labels, log, timeout),
                 )
         with tempfile.TemporaryDirectory(prefix="envfarm-base-") as tmp:
             context = Path(tmp)
@@ -171,7 +182,7 @@ async def ensure_base_image(
                 target.write_bytes(content)
                 target.chmod(0o644)
             spec = BuildSpec(
-                where="base image",
+                where=f"base image ({suite})",
                 context=context,
                 dockerfile=context / "Dockerfile",
                 tag=tag,
@@ -190,11 +201,11 @@ async def ensure_recipe_image(
     timeout: float = BASE_TIMEOUT_S,
 ) -> BuiltImage:
     """Build an alias recipe's image (and its parents) unless it exists."""
-    if recipe == "base":
-        return await ensure_base_image(on_log=on_log, timeout=timeout)
+    spec = load_alias_table().recipes[recipe]
+    if spec.suite is not None:
+        return await ensure_base_image(on_log=on_log, timeout=timeout, recipe=recipe)
     host = read_host_config()
     tag = recipe_image_tag(recipe, host)
-    spec = load_alias_table().recipes[recipe]
     assert spec.parent is not None
     assert spec.dockerfile is not None
     async with exclusive(tag):
@@ -217,15 +228,36 @@ async def ensure_recipe_image(
 
 
 async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
-    if found := await _local_image(reference):
-        return _Base(reference=reference, target=reference, recipe=None, identity=found.id)
-    match = match_alias(reference)
-    if match is None:
-        raise unknown_base(reference, where)
-    tag = recipe_image_tag(match.recipe, host)
-    return _Base(
-        reference=reference, target=tag, recipe=match.recipe, identity=tag, warnings=match.warnings
-    )
+    """Where ``reference`` comes from, in the order of ``image_sources()``."""
+    tried: list[str] = []
+    for source in image_sources():
+        if source == "local":
+            normalised, notes = normalize_reference(reference)
+            for name in dict.fromkeys([reference, normalised]):
+                if found := await _local_image(name):
+                    warnings = notes if name != reference else []
+                    return _Base(
+                        reference=reference,
+                        target=name,
+                        recipe=None,
+                        identity=found.id,
+                        warnings=warnings,
+                    )
+        elif source == "pull":
+            outcome = await asyncio.to_thread(pull_image, reference)
+            if outcome.pulled and (found := await _local_image(reference)):
+                return _Base(reference=reference, target=reference, recipe=None, identity=found.id)
+            tried.append(f"pull: {outcome.message}")
+        elif match := match_alias(reference):
+            tag = recipe_image_tag(match.recipe, host)
+            return _Base(
+                reference=reference,
+                target=tag,
+                recipe=match.recipe,
+                identity=tag,
+                warnings=match.warnings,
+            )
+    raise unknown_base(reference, where, tried=tried)
 
 
 async def prebuilt_image(

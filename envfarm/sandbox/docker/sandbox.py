@@ -18,6 +18,9 @@ Under gVisor (``runtimes.py``) the helper's compatibility library comes along, a
 path moves files through commands. A task whose verifier phase has other network access than
 its agent phase gets the default bridge joined or left by ``enter_verifier_phase``.
 
+The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
+the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
+
 ``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and starts
 a fresh one of the same configuration.
 """
@@ -28,8 +31,10 @@ import asyncio
 import atexit
 import contextlib
 import functools
+import io
 import os
 import socket
+import tarfile
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -42,11 +47,12 @@ from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
-from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
+from envfarm.sandbox.base import ExecResult, ProcessLogs, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.limits import start_error
+from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
 from envfarm.sandbox.docker.networks import (
     join_default_bridge,
     leave_default_bridge,
@@ -105,6 +111,12 @@ class DockerSandboxConfig(BaseModel):
     channel: bool = True
     """Run commands and file transfers through the in-sandbox helper (milliseconds per call).
     False: one ``docker exec`` per command and archives for files (tens of milliseconds)."""
+    entrypoint: list[str] | None = None
+    """The compose ``main`` service's ``entrypoint``; None: the image's ``ENTRYPOINT``."""
+    command: list[str] | None = None
+    """The compose ``main`` service's ``command``; None: Harbor's idle command. The image's
+    entrypoint and this command run as a supervised process (``mainprocess.py``); channel
+    path only."""
 
 
 def owner_label() -> str:
@@ -124,7 +136,7 @@ def _remove_live_containers() -> None:
 atexit.register(_remove_live_containers)
 
 
-class DockerSandbox(Sandbox, VerifierPhases):
+class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None
@@ -136,6 +148,9 @@ class DockerSandbox(Sandbox, VerifierPhases):
         self._set_home = True
         self._gvisor = False
         self._forks: list[DockerSandbox] = []
+        self._main: MainProcess | None = None
+        self._main_log: bytes | None = None
+        """The entrypoint's output, read just before the container is removed."""
 
     @property
     def container_id(self) -> str:
@@ -179,6 +194,38 @@ class DockerSandbox(Sandbox, VerifierPhases):
         _live[self.container_id] = self._container
         if self._helper_socket is not None:
             await self._connect_channel(self._helper_socket)
+        await self._start_main_process()
+
+    async def _start_main_process(self) -> None:
+        if self._channel is None:
+            return
+        try:
+            image = await asyncio.to_thread(docker_client().images.get, self.config.image)
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"cannot inspect image {self.config.image!r}: {exc}") from exc
+        argv = main_argv(
+            image.attrs.get("Config") or {}, self.config.entrypoint, self.config.command
+        )
+        if argv is None:
+            return
+        self._main = MainProcess(
+            self._channel, argv, user=self._default_user, set_home=self._set_home
+        )
+        await self._main.start()
+
+    async def process_logs(self) -> dict[str, bytes]:
+        """The output of the image's entrypoint: ``main.log`` for this container, then
+        ``clean-room-<n>-main.log`` for each fresh container ``fork_clean`` started."""
+        logs: dict[str, bytes] = {}
+        data = self._main_log
+        if self._main is not None and self._container is not None:
+            data = await asyncio.to_thread(_read_archived, self._container, MAIN_LOG)
+        if data is not None:
+            logs["main.log"] = data
+        for number, fork in enumerate(self._forks, 1):
+            for name, data in (await fork.process_logs()).items():
+                logs[f"clean-room-{number}-{name}"] = data
+        return logs
 
     async def _connect_channel(self, sock: socket.socket) -> None:
         self._helper_socket = None
@@ -388,6 +435,8 @@ class DockerSandbox(Sandbox, VerifierPhases):
     async def _remove_container(self) -> None:
         if self._container is None:
             return
+        if self._main is not None:  # a fork's log outlives its container, for the artifacts
+            self._main_log = await asyncio.to_thread(_read_archived, self._container, MAIN_LOG)
         container, self._container = self._container, None
         if self._channel is not None:
             self._channel.close()
@@ -399,6 +448,18 @@ class DockerSandbox(Sandbox, VerifierPhases):
             raise SandboxError(f"could not remove container {container.short_id}: {exc}") from exc
         finally:
             _live.pop(str(container.id), None)
+
+
+def _read_archived(container: Container, path: str) -> bytes | None:
+    """A file of a container, running or stopped, through the engine (None if it has none)."""
+    try:
+        stream, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = next((m for m in archive if m.isfile()), None)
+            extracted = archive.extractfile(member) if member is not None else None
+            return extracted.read() if extracted is not None else None
+    except (docker.errors.DockerException, requests.RequestException, tarfile.TarError):
+        return None
 
 
 def _kill(container: Container) -> None:
