@@ -172,5 +172,5 @@ async def test_records_of_our_own_repository_are_graded_by_their_lists(
     explained = "\n".join([*stale.problems, *stale.infra, *stale.notes])
     assert (
         f"envfarm: {dataset}:3: instance acme__calc-3: the test_patch does not apply at "
-        "base_commit" in explained
+        f"base_commit {base_commit}" in explained
     ), explained
