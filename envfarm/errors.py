@@ -12,6 +12,8 @@
       PolicyError          the policy endpoint failed (infrastructure)
         PolicyConfigError  bad URL or unknown model: retrying cannot help
         PolicyResponseError the endpoint answered, but not with a usable completion
+          RequestRejected  the server rejected the same request body twice in a row (never scored)
+        ContextLengthExceeded the prompt no longer fits the model's context (the model's outcome)
       GradingError         the verifier could not produce a reward (reward invalid, never 0)
       KubeError            the Kubernetes API refused or failed a request (infrastructure)
         KubeNotFound       404: the object does not exist
@@ -107,6 +109,24 @@ class PolicyResponseError(PolicyError):
     def __init__(self, message: str, status: int | None = None) -> None:
         self.status = status
         super().__init__(message)
+
+
+class RequestRejected(PolicyResponseError):
+    """The server rejected a request body twice in a row (HTTP 4xx, or a 500 its own request
+    parser raised): retrying, on this endpoint or another, cannot help and the endpoint is not
+    at fault. The episode is invalid (``request_rejected``): never scored, not retried."""
+
+    infrastructure = True
+    retryable = False
+    reason = "request_rejected"
+
+
+class ContextLengthExceeded(PolicyError):
+    """The server refused the prompt as longer than the model's context: the session ends
+    with the ``context_length`` outcome and is graded (the model's limit, not a fault)."""
+
+    infrastructure = False
+    retryable = False
 
 
 class GradingError(EnvfarmError):

@@ -5,6 +5,13 @@ wall-clock time. Hitting one is a real outcome of the episode (it is graded), no
 A reply without a tool call gets a nudge; too many in a row end the session. Policy and sandbox
 errors propagate: they are infrastructure, and the controller decides what to do with them.
 
+Model faults stay data. A completion cut at ``max_tokens`` (``length``) is recorded and the
+session goes on: a cut-off tool call is malformed, answered with an error, and counted. The
+arguments of a malformed call are kept verbatim in the turn's ``tool_results`` but sent back in
+the history as ``{}`` (``sent_arguments``), since servers reject (llama.cpp: HTTP 500) a history
+whose tool-call arguments are not JSON. A prompt the server refuses as longer than the model's
+context ends the session with ``context_length``, graded as it stands.
+
 With a context budget, a prompt that would exceed it is replaced by a summary request, and the
 session goes on in a new context segment that starts from the instruction and the summary
 (``agent.context``). A segment is summarized only once it has an action turn of its own, so a
@@ -21,7 +28,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.agent.context import SUMMARY_REQUEST, ContextMeter, resumed_instruction
-from envfarm.agent.tools import SUBMIT, ToolContext, parse_arguments, run_tool, tool_schemas
+from envfarm.agent.tools import (
+    SANITIZED_ARGUMENTS,
+    SUBMIT,
+    ToolContext,
+    parse_arguments,
+    run_tool,
+    sanitized_message,
+    tool_schemas,
+)
+from envfarm.errors import ContextLengthExceeded
 from envfarm.models.samples import PromptCompactor
 from envfarm.models.trajectory import AgentOutcome, Segment, StopReason, Turn, TurnKind, Usage
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams
@@ -120,9 +136,15 @@ class Agent:
                 acted, idle = False, 0
                 continue
             acted = True
-            completion = await self.policy.complete(self.messages, tool_schemas(), self.sampling)
+            try:
+                completion = await self.policy.complete(
+                    self.messages, tool_schemas(), self.sampling
+                )
+            except ContextLengthExceeded:
+                return "context_length"
             turn = self._record(completion)
-            self.messages.append(completion.message)
+            sent, sanitized = sanitized_message(completion.message)
+            self.messages.append(sent)
             self.meter.observe(self.messages, completion)
             if not completion.tool_calls:
                 idle += 1
@@ -139,6 +161,8 @@ class Agent:
                 args = parse_arguments(call)
                 self.malformed += isinstance(args, str)
                 result = await run_tool(call, args, self.sandbox, context)
+                if call.id in sanitized:
+                    result.sent_arguments = SANITIZED_ARGUMENTS
                 turn.tool_results.append(result)
                 self.messages.append(
                     {"role": "tool", "tool_call_id": call.id, "content": result.output}
@@ -159,7 +183,7 @@ class Agent:
         sampling = self.sampling.model_copy(update={"tool_choice": "none"})
         completion = await self.policy.complete(self.messages, tool_schemas(), sampling)
         turn = self._record(completion, kind="summary")
-        self.messages.append(completion.message)
+        self.messages.append(sanitized_message(completion.message)[0])
         summary = completion.content or ""
         self.segments.append(
             Segment(

@@ -109,6 +109,41 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     return head + marker + tail, True
 
 
+SANITIZED_ARGUMENTS = "{}"
+"""What the history sends in place of tool-call arguments that are not a JSON object."""
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+def sanitized_message(message: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """``message`` as the history may send it back to a server (tool-call arguments that are
+    not a JSON object become ``{}``), and the ids of the calls so changed."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return message, set()
+    out_calls: list[Any] = []
+    changed: list[str] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if (
+            isinstance(function, dict)
+            and isinstance(arguments, str)
+            and not _json_object(arguments)
+        ):
+            changed.append(str(call.get("id")))
+            call = {**call, "function": {**function, "arguments": SANITIZED_ARGUMENTS}}
+        out_calls.append(call)
+    if not changed:
+        return message, set()
+    return {**message, "tool_calls": out_calls}, set(changed)
+
+
 def parse_arguments(call: ToolCallRaw) -> BaseModel | str:
     """The validated arguments, or an error message for the model."""
     model = ARG_MODELS.get(call.name)

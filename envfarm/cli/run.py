@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from datetime import datetime
@@ -28,8 +29,10 @@ from envfarm.models.jobs import (
     JudgeRequest,
     Sampling,
 )
+from envfarm.models.samples import samples_report
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.profiles import SERVER_PROFILES
+from envfarm.policy.toolparse import TOOL_PARSERS
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.errors_fmt import issue_text
@@ -145,6 +148,28 @@ tasks still run).
     "--enable-return-routed-experts).",
 )
 @click.option(
+    "--token-mode",
+    is_flag=True,
+    help="Send prompts as token ids (vLLM, SGLang, llama.cpp): each prompt extends the last "
+    "prompt and the ids the model sampled, so turns merge into one training sample. Checked "
+    "before the job starts. See docs/policies.md.",
+)
+@click.option(
+    "--tokenizer",
+    default=None,
+    metavar="NAME_OR_DIR",
+    help="Token mode: render new messages with this Hugging Face tokenizer instead of the "
+    "server's chat template (needed for SGLang).",
+)
+@click.option(
+    "--tool-parser",
+    type=click.Choice(TOOL_PARSERS),
+    default="auto",
+    show_default=True,
+    help="Token mode: how tool calls are read from the sampled text (hermes: <tool_call>, "
+    "fenced: a ```json block, llama: a bare JSON object).",
+)
+@click.option(
     "--samples",
     is_flag=True,
     help="Add merged training samples (token_ids, loss_mask, logprobs) to each trajectory.",
@@ -199,6 +224,9 @@ def run(
     retries: int,
     server_profile: str,
     routed_experts: bool,
+    token_mode: bool,
+    tokenizer: str | None,
+    tool_parser: str,
     samples: bool,
     compact_tokens: bool,
     warm_pool: int,
@@ -232,6 +260,9 @@ def run(
                 "api_key": api_key,
                 "server_profile": server_profile,
                 "routed_experts": routed_experts,
+                "token_mode": token_mode,
+                "tokenizer": tokenizer,
+                "tool_parser": tool_parser,
             }
         )
         spec = policy_spec(policy)
@@ -395,8 +426,19 @@ async def _run_job(
         bad_inputs=bad_inputs,
         duration_s=time.monotonic() - started,
     )
-    (out / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    summary_json = summary.model_dump(mode="json")
+    if output["samples"]:
+        summary_json["samples"] = _samples_note(result.trajectories)
+    (out / "summary.json").write_text(json.dumps(summary_json, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+def _samples_note(trajectories: list[Trajectory]) -> dict[str, object]:
+    """How many samples ``--samples`` built and, when none, why (also on the terminal)."""
+    built, why = samples_report(trajectories)
+    if why:
+        console.print(f"[yellow]--samples:[/] {escape(why)}")
+    return {"built": built, "why_none": why}
 
 
 async def _job_to_resume(out: Path, progress: JobProgress) -> str:

@@ -25,6 +25,8 @@ from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.pool import EndpointPool
 from envfarm.policy.profiles import DEFAULT_VERSION_HEADER, CaptureOptions, ServerProfile
 from envfarm.policy.server import PolicyServer
+from envfarm.policy.server_api import TokenizerRenderer
+from envfarm.policy.toolparse import ToolParser
 
 
 class PolicySpec(BaseModel):
@@ -46,6 +48,14 @@ class PolicySpec(BaseModel):
     """Ask the server for MoE routed experts (SGLang needs the request field)."""
     version_header: str | None = DEFAULT_VERSION_HEADER
     """Response header that carries the policy version; None to ignore headers."""
+    token_mode: bool = False
+    """Send prompts as token ids that extend the last prompt and completion by construction
+    (``envfarm.policy.token_session``); the endpoints must take ids (checked before the job)."""
+    tokenizer: str | None = None
+    """Token mode: a Hugging Face tokenizer (hub id or directory) that renders new messages,
+    instead of the server's own template."""
+    tool_parser: ToolParser = "auto"
+    """Token mode: how tool calls are parsed from the sampled text."""
 
     def capture(self) -> CaptureOptions:
         """Token capture options for this policy's endpoint clients."""
@@ -148,8 +158,13 @@ async def open_policy(
         settings=spec.pool,
         capture=spec.capture(),
         version_source=versions.latest if versions else None,
+        token_mode=spec.token_mode,
+        renderer=TokenizerRenderer(spec.tokenizer) if spec.tokenizer else None,
+        tool_parser=spec.tool_parser,
     )
     try:
+        if spec.token_mode:
+            await pool.preflight(token_mode=True)
         yield ResolvedPolicy(
             pool, spec.label, spec.model_name, needs_solution=False, versions=versions
         )

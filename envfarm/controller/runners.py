@@ -34,6 +34,9 @@ def policy_spec(policy: JobPolicy) -> PolicySpec:
             "endpoints": [e.model_dump() for e in policy.endpoints],
             "server_profile": policy.server_profile,
             "routed_experts": policy.routed_experts,
+            "token_mode": policy.token_mode,
+            "tokenizer": policy.tokenizer,
+            "tool_parser": policy.tool_parser,
         }
     )
 

@@ -45,8 +45,15 @@ class JobPolicy(Wire):
     api_key: SecretStr | None = None
     endpoints: list[EndpointRequest] = Field(default_factory=list)
     """Several inference sites with weights, served as one pool."""
-    server_profile: Literal["auto", "vllm", "sglang", "openai"] = "auto"
+    server_profile: Literal["auto", "vllm", "sglang", "llamacpp", "openai"] = "auto"
     routed_experts: bool = False
+    token_mode: bool = False
+    """Send prompts as token ids (docs/policies.md); refused before the job starts when an
+    endpoint cannot take ids."""
+    tokenizer: str | None = None
+    """Token mode: a Hugging Face tokenizer that renders new messages (needed for SGLang)."""
+    tool_parser: Literal["auto", "hermes", "fenced", "llama"] = "auto"
+    """Token mode: how tool calls are read from the sampled text."""
 
     @model_validator(mode="after")
     def _one_target(self) -> JobPolicy:

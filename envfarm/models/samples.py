@@ -133,3 +133,28 @@ def output_form(trajectory: Trajectory, *, compact_tokens: bool, samples: bool) 
     if samples:
         update["samples"] = merged_samples(trajectory)
     return trajectory.model_copy(update=update)
+
+
+def samples_report(trajectories: Sequence[Trajectory]) -> tuple[int, str | None]:
+    """How many merged samples the trajectories give, and why none when none (for
+    ``--samples``, which must not leave an empty list unexplained)."""
+    built = sum(len(merged_samples(t)) for t in trajectories)
+    if built:
+        return built, None
+    turns = [turn for t in trajectories for turn in t.turns]
+    if not trajectories:
+        return 0, "no episode ran"
+    if not turns:
+        return 0, "no episode has a model turn (every episode failed before or in its first call)"
+    textual = sum(1 for turn in turns if turn.token_source in (None, "none"))
+    if textual == len(turns):
+        return 0, (
+            "the server returned no token data on any turn (token_source none): it speaks "
+            "plain OpenAI chat, or its profile was not detected; use --server-profile vllm, "
+            "sglang or llamacpp, or --token-mode (docs/policies.md)"
+        )
+    faulty = sum(1 for turn in turns if turn.faults)
+    return 0, (
+        f"no turn has usable token data: {textual} of {len(turns)} turns have none and "
+        f"{faulty} carry token-data faults (see turns[].faults)"
+    )

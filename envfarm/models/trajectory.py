@@ -35,6 +35,10 @@ class ToolResult(WireModel):
     duration_s: float = 0.0
     error: str | None = None
     """Why the call was rejected (bad JSON, unknown tool, missing argument), else null."""
+    sent_arguments: str | None = None
+    """What the chat history sent to the server carried in place of ``arguments`` when they
+    were not a JSON object (truncated or malformed): ``{}``, so no server rejects the history.
+    Null when ``arguments`` were sent as they are."""
 
 
 IntDType = Literal["int32", "int16", "int64", "uint8", "uint16", "uint32"]
@@ -69,9 +73,10 @@ class Usage(WireModel):
     total_tokens: int | None = None
 
 
-TokenSource = Literal["vllm", "sglang", "none"]
+TokenSource = Literal["vllm", "sglang", "llamacpp", "none"]
 VersionSource = Literal["response", "header", "published"]
 TurnKind = Literal["action", "summary"]
+RequestMode = Literal["chat", "tokens"]
 
 
 class Turn(WireModel):
@@ -102,6 +107,24 @@ class Turn(WireModel):
     logprobs: list[float] | None = None
     """Sampling logprob of each completion token (same length as ``completion_token_ids``
     unless ``faults`` says otherwise)."""
+    completion_tokens: list[str] | None = None
+    """The text of each completion token as the server reported it (beside its id and logprob;
+    a token that ends inside a UTF-8 character may show as the server cut it)."""
+    completion_text: str | None = None
+    """Token mode: the completion text exactly as sampled, tool calls included (the message
+    in ``messages`` is what envfarm parsed out of it). Null in chat mode."""
+    request_mode: RequestMode | None = None
+    """``chat``: messages were sent and the server's template rendered them; ``tokens``: the
+    prompt was sent as token ids that extend the previous prompt and completion by construction
+    (docs/policies.md)."""
+    server_profile: str | None = None
+    """The server profile the turn was requested and read with (``vllm``, ``sglang``,
+    ``llamacpp``, ``openai``)."""
+    server_profile_reason: str | None = None
+    """Why that profile: given by the user, or what auto-detection found."""
+    server_timings: dict[str, float] | None = None
+    """The server's own timings of the request (llama.cpp's ``timings``: ``prompt_n``,
+    ``cache_n``, ``predicted_n``, milliseconds and rates), as received."""
     routed_experts: RoutedExperts | None = None
     faults: list[str] = Field(default_factory=list)
     """What was wrong with the token data the server sent (e.g. ids and logprobs of different

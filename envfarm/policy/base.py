@@ -25,7 +25,14 @@ EXCERPT_CHARS = 300
 """How much of a bad response body error messages quote."""
 
 
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
+
+
 class SamplingParams(BaseModel):
+    """Sampling of a model call. ``temperature`` and ``top_p`` are always sent (1.0 when not
+    set), so no server falls back to a model's own generation config unannounced."""
+
     model_config = ConfigDict(extra="forbid")
 
     temperature: float | None = Field(default=None, ge=0)
@@ -38,8 +45,11 @@ class SamplingParams(BaseModel):
     the request extends the context the model has seen."""
 
     def to_request(self) -> dict[str, Any]:
-        """The request fields for the parameters that are set (unset ones are not sent)."""
-        return self.model_dump(exclude_none=True)
+        """The request fields: temperature and top_p always, the others when set."""
+        sent = self.model_dump(exclude_none=True)
+        sent.setdefault("temperature", DEFAULT_TEMPERATURE)
+        sent.setdefault("top_p", DEFAULT_TOP_P)
+        return sent
 
 
 class ToolCallRaw(BaseModel):

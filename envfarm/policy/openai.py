@@ -8,7 +8,14 @@ Failures fall in three classes, decided once here:
   503 and 429 are recorded as pauses (a weight swap): their waits add up in ``paused_s``;
 - configuration (bad URL, rejected API key, wrong route, unknown model): ``PolicyConfigError``
   at once, since retrying cannot help;
-- unusable answers (other 4xx, a 200 that is not a completion): ``PolicyResponseError``.
+- unusable answers (a 200 that is not a completion): ``PolicyResponseError``;
+- a prompt longer than the model's context (a 400 that says so, in vLLM's, SGLang's,
+  llama.cpp's or OpenAI's words): ``ContextLengthExceeded``, which ends the session with the
+  ``context_length`` outcome (graded: it is the model's limit);
+- any other rejected request body (other 4xx, or a 500 raised by the server's own parser of the
+  request, as llama.cpp answers a history it cannot parse): ``PolicyResponseError`` for the
+  first rejection, which is sent once more; a second rejection in a row is ``RequestRejected``
+  (the episode is invalid, ``request_rejected``; the endpoint is not at fault and not ejected).
 
 The API key is sent as a bearer token and scrubbed from every message this module produces.
 ``attempt`` (one request, transient failures returned rather than retried) and ``probe`` are
@@ -23,17 +30,21 @@ import io
 import json
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
+from envfarm.errors import (
+    ContextLengthExceeded,
+    PolicyConfigError,
+    PolicyError,
+    PolicyResponseError,
+)
 from envfarm.policy.base import (
     EXCERPT_CHARS,
     Completion,
@@ -42,7 +53,21 @@ from envfarm.policy.base import (
     SamplingParams,
     parse_completion,
 )
-from envfarm.policy.profiles import CaptureOptions, TokenCapture
+from envfarm.policy.generate import (
+    GenerateDialect,
+    generate_path,
+    generate_request,
+    read_generated,
+)
+from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions, TokenCapture
+from envfarm.policy.rejections import (
+    is_rejection,
+    parser_error,
+    rejected_twice,
+    says_context_length,
+    says_model_missing,
+)
+from envfarm.policy.server_api import llamacpp_prompt_ids
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +75,6 @@ RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 PAUSE_STATUSES = frozenset({429, 503})
 """Statuses of a server that is alive but not taking work now (a weight swap, no capacity)."""
 _JSON = {"Content-Type": "application/json"}
-_MODEL_MISSING = re.compile(
-    r"model.*(does not exist|doesn't exist|not found|not exist)|(unknown|no such|invalid) model",
-    re.IGNORECASE | re.DOTALL,
-)
 
 
 @dataclass(frozen=True)
@@ -157,11 +178,22 @@ class OpenAIPolicy(PolicyClient):
         tools: list[dict[str, Any]],
         sampling: SamplingParams,
     ) -> Completion:
+        await self.prepare()
         encoded, sent = self.encode(messages, tools, sampling)
         retries: list[RetryRecord] = []
         attempt = 0
+        rejected: PolicyResponseError | None = None
         while True:
-            result = await self.attempt(encoded, sent)
+            try:
+                result = await self.attempt(encoded, sent)
+            except PolicyResponseError as exc:
+                if not is_rejection(exc) or rejected is not None:
+                    raise rejected_twice(exc, rejected) from exc
+                rejected = exc
+                retries.append(RetryRecord(cause=str(exc), delay_s=0.0, endpoint=self.base_url))
+                attempt += 1
+                continue
+            rejected = None
             if isinstance(result, Completion):
                 result.attempts, result.retries = attempt + 1, retries
                 result.paused_s = sum(r.delay_s + r.elapsed_s for r in retries if r.kind == "pause")
@@ -186,6 +218,37 @@ class OpenAIPolicy(PolicyClient):
             )
             await asyncio.sleep(delay)
             attempt += 1
+
+    async def prepare(self) -> None:
+        """Settle an ``auto`` server profile by probing the server (once) before encoding."""
+        if not self.tokens.probed:
+            await self.tokens.probe(self.get_json)
+
+    @property
+    def root_url(self) -> str:
+        """The server's root: the base URL without its ``/v1`` (where llama.cpp's, SGLang's
+        and vLLM's own APIs live)."""
+        return self.base_url.removesuffix("/v1")
+
+    async def get_json(self, path: str) -> Any:
+        """``GET {root_url}{path}``: the JSON of a 200 answer, else None (never raises)."""
+        try:
+            async with self._get_session().get(
+                self.root_url + path, timeout=aiohttp.ClientTimeout(total=30)
+            ) as response:
+                if response.status != 200:
+                    return None
+                return json.loads(await response.read())
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    async def post_json(self, url: str, payload: Any) -> tuple[int, Mapping[str, str], bytes]:
+        """``POST url`` with a JSON body (status, headers, body); aiohttp errors translated to
+        PolicyError."""
+        try:
+            return await self._post(json.dumps(payload).encode(), url)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise PolicyError(f"POST {url} failed: {self._scrub(_describe(exc, 30))}") from exc
 
     def encode(
         self,
@@ -229,9 +292,80 @@ class OpenAIPolicy(PolicyClient):
                 scrub=self._scrub,
             )
             completion.tokens = self.tokens.read(completion.raw, headers)
+            if self.tokens.profile == "llamacpp":
+                await llamacpp_prompt_ids(self, encoded, completion)
             return completion
-        if status not in RETRYABLE_STATUSES:
-            raise self._rejected(status, body)
+        return self._failure(status, headers, body, started)
+
+    async def attempt_generate(
+        self, prompt: list[int], sampling: SamplingParams
+    ) -> Completion | AttemptFailure:
+        """One token-in/token-out request (``policy.generate``) of ``prompt``; failures as in
+        ``attempt``. The completion's ``message`` is empty: the caller parses the text."""
+        await self.prepare()
+        dialect = self.tokens.profile
+        if dialect not in TOKEN_PROFILES:
+            raise PolicyConfigError(
+                f"token mode needs a server that takes token ids (vLLM, SGLang, llama.cpp); "
+                f"{self.base_url} has profile {dialect} ({self.tokens.reason})"
+            )
+        generate = cast(GenerateDialect, dialect)
+        payload, sent = generate_request(generate, self.model, prompt, sampling)
+        where, path = generate_path(generate)
+        url = (self.base_url if where == "base" else self.root_url) + path
+        started = time.monotonic()
+        try:
+            status, headers, body = await self._post(json.dumps(payload).encode(), url)
+        except aiohttp.ClientSSLError as exc:
+            raise PolicyConfigError(f"TLS failed for {url}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            cause = self._scrub(_describe(exc, self.request_timeout_s))
+            return AttemptFailure(cause, error=exc, elapsed_s=time.monotonic() - started)
+        if status != 200:
+            return self._failure(status, headers, body, started, url)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise PolicyResponseError(
+                f"policy endpoint {url} answered HTTP 200 but not with a JSON object: "
+                f"{self._excerpt(body)}",
+                status=200,
+            )
+        generated = read_generated(generate, data, prompt)
+        tokens = generated.tokens
+        tokens.server_profile, tokens.server_profile_reason = dialect, self.tokens.reason
+        if generated.version is not None:
+            tokens.policy_version, tokens.policy_version_source = generated.version, "response"
+        else:
+            self.tokens.stamp(tokens, headers)
+        served = data.get("model")
+        return Completion(
+            content=generated.text,
+            tool_calls=[],
+            finish_reason=generated.finish_reason,
+            usage=generated.usage,
+            latency_s=time.monotonic() - started,
+            endpoint=self.base_url,
+            model=served if isinstance(served, str) and served else self.model,
+            message={},
+            sampling=sent,
+            raw=data,
+            tokens=tokens,
+        )
+
+    def _failure(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        started: float,
+        url: str | None = None,
+    ) -> AttemptFailure:
+        """A non-200 answer as a transient failure, or the error retrying cannot fix."""
+        if status not in RETRYABLE_STATUSES or parser_error(status, body):
+            raise self._rejected(status, body, url)
         return AttemptFailure(
             f"HTTP {status}: {self._excerpt(body)}",
             status=status,
@@ -255,11 +389,14 @@ class OpenAIPolicy(PolicyClient):
             session, self._session = self._session, None
             await session.close()
 
-    async def _post(self, body: bytes) -> tuple[int, Mapping[str, str], bytes]:
+    async def _post(
+        self, body: bytes, url: str | None = None
+    ) -> tuple[int, Mapping[str, str], bytes]:
         # A stream, not bytes: aiohttp warns that large byte bodies (long histories) can block
         # the event loop while sending.
         data = io.BytesIO(body)
-        async with self._get_session().post(self.url, data=data, headers=_JSON) as response:
+        target = url or self.url
+        async with self._get_session().post(target, data=data, headers=_JSON) as response:
             return response.status, response.headers, await response.read()
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -280,26 +417,31 @@ class OpenAIPolicy(PolicyClient):
         ceiling = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
         return self._random.uniform(0, ceiling)
 
-    def _rejected(self, status: int, body: bytes) -> PolicyError:
+    def _rejected(self, status: int, body: bytes, url: str | None = None) -> PolicyError:
         said = self._excerpt(body)
+        target = url or self.url
         if status in (401, 403):
             hint = "check the API key" if self._api_key else "no API key was given"
             return PolicyConfigError(
-                f"policy endpoint {self.url} refused the request with HTTP {status} ({hint}): "
-                f"{said}"
+                f"policy endpoint {target} refused the request with HTTP {status} ({hint}): {said}"
             )
-        if status in (400, 404) and _says_model_missing(body):
+        if status in (400, 404) and says_model_missing(body):
             return PolicyConfigError(
                 f"policy endpoint {self.base_url} does not serve model {self.model!r} "
                 f"(HTTP {status}): {said}"
             )
         if status == 404:
             return PolicyConfigError(
-                f"POST {self.url} returned HTTP 404: is this an OpenAI-compatible /v1 base URL? "
+                f"POST {target} returned HTTP 404: is this an OpenAI-compatible /v1 base URL? "
                 f"(base URL given: {self.base_url})"
             )
+        if status in (400, 413, 422) and says_context_length(body):
+            return ContextLengthExceeded(
+                f"policy endpoint {target} refused the prompt as longer than the model's "
+                f"context (HTTP {status}): {said}"
+            )
         return PolicyResponseError(
-            f"policy endpoint {self.url} rejected the request with HTTP {status}: {said}",
+            f"policy endpoint {target} rejected the request with HTTP {status}: {said}",
             status=status,
         )
 
@@ -316,19 +458,6 @@ class OpenAIPolicy(PolicyClient):
 def _as_openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """Accept both ``{"type": "function", "function": {...}}`` and a bare function spec."""
     return tool if "type" in tool else {"type": "function", "function": tool}
-
-
-def _says_model_missing(body: bytes) -> bool:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return bool(_MODEL_MISSING.search(body.decode("utf-8", errors="replace")))
-    error = data.get("error", data) if isinstance(data, dict) else data
-    if isinstance(error, dict):
-        if error.get("code") == "model_not_found":
-            return True
-        error = error.get("message", error.get("detail", ""))
-    return bool(_MODEL_MISSING.search(str(error)))
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

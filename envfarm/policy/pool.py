@@ -18,6 +18,10 @@ capacity), so they never count against the breaker. The endpoint is skipped for 
 (``Retry-After`` when sent) and the request goes elsewhere or waits, for up to ``pause_budget_s``
 (minutes, where ordinary retries give up within seconds).
 
+Rejections. A request body the server rejects (4xx, or a 500 from its request parser) is sent
+once more (the endpoint is not at fault: no breaker count); rejected again, the call raises
+``RequestRejected`` and the episode is invalid (``request_rejected``), never retried.
+
 Aborts. A completion with finish reason ``abort`` (vLLM and SGLang abort running requests for a
 weight update) counts as a pause: it is discarded and the same request is sent again. Resuming
 the partial output is not done: through the chat API it means re-tokenizing text, and the turn
@@ -33,10 +37,10 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from envfarm.errors import PolicyConfigError, PolicyError
+from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
 from envfarm.policy.base import Completion, PolicyClient, RetryKind, SamplingParams
 from envfarm.policy.endpoints import (
     CallState,
@@ -46,7 +50,11 @@ from envfarm.policy.endpoints import (
     PoolSettings,
 )
 from envfarm.policy.openai import AttemptFailure, OpenAIPolicy
-from envfarm.policy.profiles import CaptureOptions
+from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions
+from envfarm.policy.rejections import is_rejection, rejected_twice
+from envfarm.policy.server_api import Renderer
+from envfarm.policy.token_session import TokenSession, server_renderer
+from envfarm.policy.toolparse import ToolParser
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +75,17 @@ class EndpointPool(PolicyClient):
         extra_body: Mapping[str, Any] | None = None,
         capture: CaptureOptions | None = None,
         version_source: Callable[[], str | None] | None = None,
+        token_mode: bool = False,
+        renderer: Renderer | None = None,
+        tool_parser: ToolParser = "auto",
     ) -> None:
         """Each endpoint gets its own ``OpenAIPolicy`` (``capture`` and ``version_source`` as
-        there: token capture detects each endpoint's server profile on its own)."""
+        there: token capture detects each endpoint's server profile on its own).
+
+        ``token_mode``: sessions send token ids (``policy.token_session``), rendering new
+        messages with ``renderer`` (None: the server's own template) and parsing tool calls
+        from the sampled text with ``tool_parser``."""
+        self.token_mode, self.renderer, self.tool_parser = token_mode, renderer, tool_parser
         if not endpoints:
             raise PolicyConfigError("an endpoint pool needs at least one endpoint URL")
         self.model = model
@@ -103,8 +119,21 @@ class EndpointPool(PolicyClient):
     def urls(self) -> list[str]:
         return [e.url for e in self._endpoints]
 
-    def session(self, key: str) -> PoolSession:
-        return PoolSession(self, key)
+    def session(self, key: str) -> PolicyClient:
+        if not self.token_mode:
+            return PoolSession(self, key)
+
+        async def generate(prompt: list[int], sampling: SamplingParams) -> Completion:
+            return await self.generate(prompt, sampling, session=key)
+
+        async def renderer() -> Renderer:
+            if self.renderer is not None:
+                return self.renderer
+            client = self.helper_client(key)
+            await client.prepare()
+            return server_renderer(client)
+
+        return TokenSession(generate, renderer, tool_parser=self.tool_parser, key=key)
 
     def status(self) -> list[EndpointStatus]:
         now = time.monotonic()
@@ -119,17 +148,77 @@ class EndpointPool(PolicyClient):
         session: str | None = None,
     ) -> Completion:
         bodies: dict[PoolEndpoint, tuple[bytes, dict[str, Any]]] = {}
-        call = CallState(session)
-        while True:
-            endpoint = await self._next_endpoint(call)
+
+        async def send(endpoint: PoolEndpoint) -> Completion | AttemptFailure:
+            await endpoint.client.prepare()
             if endpoint not in bodies:  # request fields depend on the endpoint's server profile
                 bodies[endpoint] = endpoint.client.encode(messages, tools, sampling)
+            return await endpoint.client.attempt(*bodies[endpoint])
+
+        return await self._call(session, send)
+
+    async def generate(
+        self, prompt: list[int], sampling: SamplingParams, *, session: str | None = None
+    ) -> Completion:
+        """A token-in/token-out call (``policy.generate``) with the pool's routing, breaker
+        and pause handling; the completion's text is not parsed."""
+
+        async def send(endpoint: PoolEndpoint) -> Completion | AttemptFailure:
+            return await endpoint.client.attempt_generate(prompt, sampling)
+
+        return await self._call(session, send)
+
+    def helper_client(self, session: str | None = None) -> OpenAIPolicy:
+        """The endpoint client a session's side requests (rendering, tokenizing) go to: the
+        one the session is bound to, else the first that takes traffic."""
+        bound = self._sessions.get(session) if session is not None else None
+        if bound is not None and bound.state == "closed":
+            return bound.client
+        ready = [e for e in self._endpoints if e.state == "closed"] or self._endpoints
+        return ready[0].client
+
+    async def preflight(self, *, token_mode: bool = False) -> None:
+        """Probe every endpoint's server profile now; with ``token_mode``, PolicyConfigError
+        unless every endpoint takes token ids."""
+        for endpoint in self._endpoints:
+            await endpoint.client.prepare()
+            profile, reason = endpoint.client.tokens.profile, endpoint.client.tokens.reason
+            if token_mode and profile == "sglang" and self.renderer is None:
+                raise PolicyConfigError(
+                    f"token mode on {endpoint.url} (SGLang) needs --tokenizer: SGLang has no "
+                    "endpoint that renders the chat template into ids"
+                )
+            if token_mode and profile not in TOKEN_PROFILES:
+                raise PolicyConfigError(
+                    f"token mode was asked for, but {endpoint.url} cannot take a prompt of token "
+                    f"ids: its server profile is {profile} ({reason}). Token mode needs vLLM, "
+                    "SGLang or llama.cpp (name it with --server-profile when detection cannot "
+                    "tell); without --token-mode, messages are sent and the server renders them"
+                )
+            log.info("policy endpoint %s: server profile %s (%s)", endpoint.url, profile, reason)
+
+    async def _call(
+        self,
+        session: str | None,
+        send: Callable[[PoolEndpoint], Awaitable[Completion | AttemptFailure]],
+    ) -> Completion:
+        call = CallState(session)
+        rejected: PolicyResponseError | None = None
+        while True:
+            endpoint = await self._next_endpoint(call)
             call.attempts += 1
             endpoint.in_flight += 1
             try:
-                result = await endpoint.client.attempt(*bodies[endpoint])
+                result = await send(endpoint)
+            except PolicyResponseError as exc:
+                if not is_rejection(exc) or rejected is not None:
+                    raise rejected_twice(exc, rejected) from exc
+                rejected = exc  # sent once more; the endpoint is not at fault
+                call.note("error", str(exc), endpoint.url, 0.0)
+                continue
             finally:
                 endpoint.in_flight -= 1
+            rejected = None
             if isinstance(result, Completion) or result.status is not None:
                 self._answered = True
             if isinstance(result, Completion):
@@ -275,7 +364,7 @@ class PoolSession(PolicyClient):
     ) -> Completion:
         return await self.pool.complete(messages, tools, sampling, session=self.key)
 
-    def session(self, key: str) -> PoolSession:
+    def session(self, key: str) -> PolicyClient:
         return self.pool.session(key)
 
 

@@ -13,6 +13,11 @@ What each server returns (non-streaming ``/v1/chat/completions``, choice 0):
   ``metadata.weight_version``), per-token version spans in ``meta_info.weight_versions``;
   routed experts (``return_routed_experts``) as base64 int32 in ``meta_info.routed_experts``
   and the root's ``sglext.routed_experts``.
+- llama.cpp, asked for ``logprobs: true`` with ``top_logprobs`` of at least 1 (with
+  ``top_logprobs: 0`` it returns no logprobs at all): ``choices[].logprobs.content[]`` with each
+  sampled token's ``id``, ``token``, ``bytes`` and ``logprob``, and ``timings`` at the root. It
+  returns no prompt ids: the client asks the server to tokenize exactly the prompt it ran
+  (``/apply-template`` then ``/tokenize``) and checks the count against ``usage.prompt_tokens``.
 
 Nothing is re-tokenized and nothing is silently repaired: anything missing or inconsistent
 (ids and logprobs of different lengths, a malformed routing array) becomes a *fault* on the
@@ -27,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.models.trajectory import (
+    RequestMode,
     RoutedExperts,
     TokenSource,
     VersionSource,
@@ -34,7 +40,7 @@ from envfarm.models.trajectory import (
 )
 from envfarm.policy.routing import decode_base64, from_nested, from_npy
 
-Dialect = Literal["vllm", "sglang"]
+Dialect = Literal["vllm", "sglang", "llamacpp"]
 
 
 class TokenData(BaseModel):
@@ -50,6 +56,12 @@ class TokenData(BaseModel):
     policy_version: str | None = None
     policy_version_source: VersionSource | None = None
     policy_version_spans: list[VersionSpan] | None = None
+    completion_tokens: list[str] | None = None
+    completion_text: str | None = None
+    request_mode: RequestMode | None = None
+    server_profile: str | None = None
+    server_profile_reason: str | None = None
+    server_timings: dict[str, float] | None = None
     faults: list[str] = Field(default_factory=list)
 
     def turn_fields(self) -> dict[str, Any]:
@@ -62,8 +74,26 @@ def read_tokens(body: dict[str, Any], dialect: Dialect) -> TokenData:
     choice = choices[0] if isinstance(choices, list) and choices else None
     if not isinstance(choice, dict):
         return TokenData(token_source=dialect, faults=["the response has no choices[0]"])
-    reader = _VLLMReader(body, choice) if dialect == "vllm" else _SGLangReader(body, choice)
-    return reader.read()
+    readers: dict[str, type[_Reader]] = {
+        "vllm": _VLLMReader,
+        "sglang": _SGLangReader,
+        "llamacpp": _LlamaCppReader,
+    }
+    data = readers[dialect](body, choice).read()
+    data.server_timings = server_timings(body)
+    return data
+
+
+def server_timings(body: dict[str, Any]) -> dict[str, float] | None:
+    """llama.cpp's ``timings`` object (numbers only), or None."""
+    timings = body.get("timings")
+    if not isinstance(timings, dict):
+        return None
+    return {
+        k: float(v)
+        for k, v in timings.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 class _Reader:
@@ -72,6 +102,8 @@ class _Reader:
     def __init__(self, body: dict[str, Any], choice: dict[str, Any]) -> None:
         self.body, self.choice = body, choice
         self.faults: list[str] = []
+        self.texts: list[str] | None = None
+        """Each completion token's text, when the answer carries it."""
 
     def fault(self, message: str) -> None:
         self.faults.append(f"{self.source}: {message}")
@@ -106,6 +138,7 @@ class _Reader:
             completion_token_ids=ids,
             logprobs=logprobs,
             routed_experts=routed,
+            completion_tokens=self.texts if ids is not None else None,
             faults=self.faults,
         )
 
@@ -118,6 +151,9 @@ class _Reader:
             self.fault("choices[0].logprobs.content is missing (was logprobs requested?)")
             return None
         values = [item.get("logprob") if isinstance(item, dict) else None for item in content]
+        texts = [item.get("token") if isinstance(item, dict) else None for item in content]
+        if all(isinstance(t, str) for t in texts):
+            self.texts = [str(t) for t in texts]
         return self.floats(values, "choices[0].logprobs.content[].logprob")
 
     def floats(self, values: list[Any], where: str) -> list[float] | None:
@@ -194,6 +230,9 @@ class _SGLangReader(_Reader):
         if not all(isinstance(t, list) and len(t) >= 2 and type(t[1]) is int for t in triples):
             self.fault(f"{where} is not a list of [logprob, token_id, text] entries")
             return None, None
+        texts = [t[2] if len(t) > 2 else None for t in triples]
+        if all(isinstance(t, str) for t in texts):
+            self.texts = [str(t) for t in texts]
         return [t[1] for t in triples], self.floats([t[0] for t in triples], where)
 
     def routed(self, value: Any) -> RoutedExperts | None:
@@ -231,3 +270,25 @@ class _SGLangReader(_Reader):
                     version = data.policy_version_spans[-1].version
         if version is not None:
             data.policy_version, data.policy_version_source = str(version), "response"
+
+
+class _LlamaCppReader(_Reader):
+    source: Dialect = "llamacpp"
+
+    def read(self) -> TokenData:
+        logprobs = self.choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if content is None:
+            self.fault(
+                "choices[0].logprobs.content is missing: llama.cpp returns it only for "
+                "logprobs: true with top_logprobs of at least 1"
+            )
+            return self.finish(None, None, None, None)
+        if not isinstance(content, list):
+            self.fault("choices[0].logprobs.content is not a list")
+            return self.finish(None, None, None, None)
+        ids = self.int_list(
+            [item.get("id") if isinstance(item, dict) else None for item in content],
+            "choices[0].logprobs.content[].id",
+        )
+        return self.finish(None, ids, self.content_logprobs(ids), None)

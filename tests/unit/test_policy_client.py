@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
+from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError, RequestRejected
 from envfarm.policy import Completion, OpenAIPolicy, PolicyServer, Reply, SamplingParams
 from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
 
@@ -108,8 +108,9 @@ async def test_sampling_params_are_sent_exactly() -> None:
     sent = {k: v for k, v in responder.requests[0].items() if k not in ("model", "messages")}
     assert sent == {"temperature": 0.0, "top_p": 0.95, "max_tokens": 256, "seed": 11}
     assert first.sampling == sent
-    assert set(responder.requests[1]) == {"model", "messages", "seed"}
-    assert second.sampling == {"seed": 3}
+    # unset temperature and top_p are sent as their stated defaults, never left to the server
+    assert set(responder.requests[1]) == {"model", "messages", "seed", "temperature", "top_p"}
+    assert second.sampling == {"seed": 3, "temperature": 1.0, "top_p": 1.0}
 
 
 async def test_503_is_retried_then_succeeds() -> None:
@@ -269,14 +270,26 @@ async def test_unknown_model_in_a_400_vllm_style_body_is_a_config_error() -> Non
             await complete_once(base_url, model="x")
 
 
-async def test_other_4xx_is_a_response_error_with_status_and_excerpt() -> None:
-    body = {"error": {"message": "This model's maximum context length is 4096 tokens."}}
-    async with scripted([Reply(status=400, body=body)]) as (responder, base_url):
-        with pytest.raises(PolicyResponseError) as caught:
+async def test_other_4xx_is_sent_once_more_then_request_rejected() -> None:
+    body = {"error": {"message": "'messages.3.tool_calls' is malformed."}}
+    steps: list[Step] = [Reply(status=400, body=body)] * 2
+    async with scripted(steps) as (responder, base_url):
+        with pytest.raises(RequestRejected) as caught:
             await complete_once(base_url)
-    assert len(responder.requests) == 1
+    assert len(responder.requests) == 2
     assert caught.value.status == 400
-    assert "maximum context length" in str(caught.value)
+    assert not caught.value.retryable
+    assert caught.value.infrastructure
+    assert str(caught.value).startswith("request_rejected:")
+    assert "is malformed" in str(caught.value)
+
+
+async def test_a_single_4xx_then_success_is_a_completion() -> None:
+    steps: list[Step] = [Reply(status=400, body=b"bad"), tool_call("submit", {})]
+    async with scripted(steps) as (_responder, base_url):
+        completion = await complete_once(base_url)
+    assert completion.tool_calls[0].name == "submit"
+    assert completion.attempts == 2
 
 
 async def test_connection_refused_is_retried_then_policy_error() -> None:
