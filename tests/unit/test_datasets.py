@@ -197,3 +197,10 @@ def test_materialising_twice_reuses_the_directory(tmp_path: Path, cache: Path) -
     assert first.root == second.root
     assert first.content_hash == second.content_hash
     assert [p.name for p in cache.iterdir()] == [first.root.name]
+
+
+def test_serve_takes_a_dataset_file_as_its_task_source(tmp_path: Path) -> None:
+    from envfarm.cli.serve import _load_tasks
+
+    data = write_jsonl(tmp_path / "data.jsonl", [record("a__b-1"), record("a__b-2", repo="x/y")])
+    assert list(_load_tasks(data)) == ["a__b-1"]
