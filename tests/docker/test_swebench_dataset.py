@@ -75,7 +75,8 @@ def record(instance_id: str, **changes: Any) -> dict[str, Any]:
 def registry_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, list[str]]]:
-    """(the image pattern, the base commit); every instance image pushed, none kept locally."""
+    """(the image pattern, the images to remove afterwards); instance images are pushed to a
+    registry on loopback, none kept locally."""
     monkeypatch.setenv("ENVFARM_IMAGE_SOURCES", "local,pull,aliases")
     monkeypatch.delenv("ENVFARM_OFFLINE", raising=False)
     monkeypatch.setenv("ENVFARM_DATASET_CACHE", str(tmp_path / "cache"))
@@ -126,6 +127,7 @@ async def test_records_of_our_own_repository_are_graded_by_their_lists(
 ) -> None:
     pattern, pulled = registry_image
     tag, base_commit = await build_instance_image(tmp_path)
+    pulled.append(tag)  # removed with the pulled images
     records = [
         record("acme__calc-1", base_commit=base_commit),
         record(
