@@ -31,6 +31,9 @@ look inside it for the tests, the solution or its output (also in git history), 
 --runs times (every run must reach the maximum reward, and all must agree: a grader whose
 rewards differ is flaky) and nop once (it must stay below the maximum).
 
+--compare-modes also runs the oracle once in the other of the clean and shared verifier modes
+and reports a task whose rewards differ (the clean room does not carry its outcome).
+
 An oracle that misses the maximum is explained: the last lines of the verifier's output and
 the directory of its artifacts (--artifacts, else a new temporary directory).
 
@@ -56,6 +59,12 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 @offline_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
+    "--compare-modes",
+    is_flag=True,
+    help="Also run the oracle once in the other of the clean and shared verifier modes; "
+    "a task whose rewards differ between them is unsound.",
+)
+@click.option(
     "--artifacts",
     "artifacts",
     type=click.Path(file_okay=False, path_type=Path),
@@ -77,6 +86,7 @@ def check(
     paths: tuple[Path, ...],
     runs: int,
     no_run: bool,
+    compare_modes: bool,
     artifacts: Path | None,
     concurrency: int,
     judge: str | None,
@@ -100,6 +110,7 @@ def check(
         concurrency=concurrency,
         run=not no_run,
         judge=judge_request,
+        compare_modes=compare_modes,
         artifacts_dir=kept,
         image_exists=_local_image_lookup() if no_run and tasks else None,
     )

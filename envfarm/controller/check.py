@@ -19,6 +19,7 @@ whose tests alone reach the maximum is then no failure, since the rubric would d
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from envfarm.models.jobs import JobPolicy, JobRequest, JudgeRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.baseimages import resolve_offline
+from envfarm.spec.config import EnvironmentMode
 from envfarm.spec.lint import lint_task, max_reward
 from envfarm.spec.task import Task
 
@@ -51,6 +53,9 @@ class CheckConfig:
     """False: lint only (no build, no episodes)."""
     judge: JudgeRequest | None = None
     max_retries: int = 2
+    compare_modes: bool = False
+    """Also run the oracle once in the other of the ``clean`` and ``shared`` verifier modes;
+    a reward that differs between them is a problem (the clean room misses the outcome)."""
     artifacts_dir: Path | None = None
     """Where each episode's grading artifacts are kept (None: not kept); an oracle that misses
     the maximum is explained from them."""
@@ -119,7 +124,49 @@ async def check_tasks(
         judge_nop(check, [t for t in nop if t.task_id == task.id], judged)
         if config.artifacts_dir is not None:
             check.notes += explain_oracle(check, runs, config.artifacts_dir.parent)
+    if config.compare_modes:
+        await _compare_modes(built, checks, backend, grader, config, events, run_id)
     return report
+
+
+def in_mode(task: Task, mode: EnvironmentMode) -> Task:
+    verifier = task.config.verifier.model_copy(update={"environment_mode": mode})
+    return dataclasses.replace(task, config=task.config.model_copy(update={"verifier": verifier}))
+
+
+async def _compare_modes(
+    tasks: Sequence[Task],
+    checks: dict[str, TaskCheck],
+    backend: SandboxBackend,
+    grader: Grader,
+    config: CheckConfig,
+    events: CheckEvents,
+    run_id: str,
+) -> None:
+    """One more oracle run per task in each of ``clean`` and ``shared`` it is not set to."""
+    modes: tuple[EnvironmentMode, ...] = ("clean", "shared")
+    for task in tasks:
+        check = checks[task.id]
+        own = task.config.verifier.environment_mode
+        if check.oracle_rewards:
+            check.mode_rewards[own] = check.oracle_rewards[0]
+    for mode in modes:
+        variants = [in_mode(t, mode) for t in tasks if t.config.verifier.environment_mode != mode]
+        ran = await _episodes(
+            "oracle", variants, backend, grader, config, events, run_id, runs=1, stage=mode
+        )
+        for trajectory in ran:
+            value = trajectory.reward.value if trajectory.reward.valid else None
+            checks[trajectory.task_id].mode_rewards[mode] = value
+    for check in checks.values():
+        seen = check.mode_rewards
+        if len(seen) > 1 and len(set(seen.values())) > 1:
+            shown = ", ".join(f"{m} {_shown(r)}" for m, r in sorted(seen.items()))
+            check.problems.append(f"verifier modes disagree: the oracle's reward is {shown}")
+
+
+def _shown(reward: float | None) -> str:
+    return "invalid" if reward is None else f"{reward:.3g}"
 
 
 def _static(task: Task, config: CheckConfig) -> TaskCheck:
@@ -204,11 +251,14 @@ async def _episodes(
     config: CheckConfig,
     events: CheckEvents,
     run_id: str,
+    *,
+    runs: int | None = None,
+    stage: str | None = None,
 ) -> list[Trajectory]:
     if not tasks:
         return []
-    runs = config.runs if policy == "oracle" else 1
-    counter = _Counter(events, policy, len(tasks) * runs)
+    runs = runs or (config.runs if policy == "oracle" else 1)
+    counter = _Counter(events, stage or policy, len(tasks) * runs)
     request = JobRequest(
         tasks=[task.id for task in tasks],
         policy=JobPolicy(base_url=policy),

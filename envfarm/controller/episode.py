@@ -8,15 +8,18 @@ null), so an infrastructure fault can never reach a trainer as a reward of 0. Mo
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import envfarm
 from envfarm.agent.loop import Agent, AgentLimits
 from envfarm.agent.tools import ToolContext
+from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
 from envfarm.errors import EnvfarmError
@@ -32,6 +35,7 @@ from envfarm.spec.task import Task
 
 Phase = Literal["build", "provision", "agent", "grading", "teardown"]
 DEFAULT_AGENT_TIMEOUT_S = 1800.0
+log = logging.getLogger(__name__)
 SOLUTION_DIR = "/solution"
 
 
@@ -70,6 +74,30 @@ class EpisodeRunner:
     pools: WarmPools | None = None
     """Started sandboxes kept ready per environment: an episode takes one instead of starting
     its own (each is used once; the pool refills in the background)."""
+    agent_layers: AgentLayers | None = None
+    """An installed agent (docs/agents.md) instead of the built-in loop; None: the loop."""
+
+    background_teardown: bool = False
+    """Remove a finished episode's sandbox after ``run`` has returned its trajectory (off the
+    episode's critical path; ``timings.teardown_s`` is then the time ``run`` spent on it, 0);
+    ``drain`` waits for those removals. A failed or cancelled episode is torn down at once."""
+    _retiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+
+    async def drain(self) -> None:
+        """Wait until every sandbox handed to the background has been removed."""
+        while self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    def _retire(self, sandbox: Sandbox, episode_id: str) -> None:
+        async def remove() -> None:
+            try:
+                await sandbox.stop()
+            except Exception:
+                log.exception("episode %s: its sandbox could not be removed", episode_id)
+
+        task = asyncio.ensure_future(remove())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def run(self, request: EpisodeRequest) -> Trajectory:
         started = time.monotonic()
@@ -80,6 +108,13 @@ class EpisodeRunner:
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
         trajectory.timings.build_s = request.image.build_s
+        if self.agent_layers is not None:
+            with _phase(trajectory, "build"):
+                request = replace(request, image=await self.agent_layers.image(request.image))
+            if trajectory.error:
+                trajectory.timings.total_s = time.monotonic() - started
+                return trajectory
+        assert request.image is not None
         if self.pools is None:
             sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
         else:
@@ -91,10 +126,17 @@ class EpisodeRunner:
         try:
             await self._phases(request, sandbox, trajectory)
             settle_training_data(trajectory, self.policy.versions)
-        finally:
+        except BaseException:
             with _phase(trajectory, "teardown"):
                 await sandbox.stop()
-            trajectory.timings.total_s = time.monotonic() - started
+            raise
+        if self.background_teardown and trajectory.error is None:
+            trajectory.timings.teardown_s = 0.0
+            self._retire(sandbox, request.episode_id)
+        else:
+            with _phase(trajectory, "teardown"):
+                await sandbox.stop()
+        trajectory.timings.total_s = time.monotonic() - started
         return trajectory
 
     async def _phases(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
@@ -116,10 +158,13 @@ class EpisodeRunner:
         if traj.error:
             return
         with _phase(traj, "agent"):
-            agent = self._agent(task, sandbox, request.seed, request.episode_id)
-            run = await agent.run(task.instruction)
-            traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
-            traj.segments = run.segments
+            if self.agent_layers is not None:
+                await self._installed(request, sandbox, traj)
+            else:
+                agent = self._agent(task, sandbox, request.seed, request.episode_id)
+                run = await agent.run(task.instruction)
+                traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
+                traj.segments = run.segments
         if traj.error:
             return
         with _phase(traj, "grading"):
@@ -132,6 +177,7 @@ class EpisodeRunner:
             root = self.artifacts_dir / request.episode_id
             if await grading.save(root, traj, request.image.build_log if request.image else None):
                 traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
+        traj.timings.phases = dict(grading.phases)
 
     def _agent(self, task: Task, sandbox: Sandbox, seed: int | None, episode: str) -> Agent:
         config = task.config
@@ -152,6 +198,22 @@ class EpisodeRunner:
             sampling=self.sampling.model_copy(update={"seed": seed})
             if seed is not None
             else self.sampling,
+        )
+
+    async def _installed(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
+        assert self.agent_layers is not None
+        seed = request.seed
+        await run_agent(
+            self.agent_layers.spec,
+            self.policy.client.session(request.episode_id),
+            sandbox,
+            request.task,
+            traj,
+            sampling=self.sampling
+            if seed is None
+            else self.sampling.model_copy(update={"seed": seed}),
+            max_turns=self.max_turns,
+            timeout_s=request.task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
         )
 
     def _blank(self, request: EpisodeRequest) -> Trajectory:

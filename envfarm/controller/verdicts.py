@@ -37,6 +37,8 @@ class TaskCheck(BaseModel):
     """The part that must reach the maximum: the test reward of a judged rubric task, else the
     reward itself."""
     nop_reward: float | None = None
+    mode_rewards: dict[str, float | None] = Field(default_factory=dict)
+    """``--compare-modes``: the oracle's reward per verifier mode."""
     flaky: bool | None = None
     problems: list[str] = Field(default_factory=list)
     infra: list[str] = Field(default_factory=list)

@@ -1,23 +1,21 @@
-"""What the agent changed in its workdir, captured for a clean-room verifier (``cleanroom.py``).
+"""What the agent changed in its container's file system, captured for a clean-room verifier.
 
-Before the agent, one ``find`` (as root) lists every entry of the workdir with its type, and the
-container's clock is read; the listing is kept on the host, out of the agent's reach. After the
-agent, the same listing again, with each entry's ctime. *Changed* are the entries whose ctime is
-past the start (less a margin for the kernel's coarse file clock: no one can set a ctime back,
-so every write, chmod, rename or ``touch -d`` shows), and those that are new or changed type;
-*deleted* are those gone or of another type. Caches (``__pycache__``, ``.pytest_cache``, ...)
-are left out; everything else counts, ``.git`` and ``node_modules`` included. The changed
-entries go into one tar (no recursion, hard links as files, numeric owners, binary-safe).
+Before the agent, one ``find`` (as root, ``-xdev`` from ``/``) lists every entry of the
+container's own file system with its type, and the container's clock and mount points are read;
+the listing is kept on the host, out of the agent's reach. After the agent, the same listing
+again, with each entry's ctime. *Changed* are the entries whose ctime is past the start (less a
+margin for the kernel's coarse file clock: no one can set a ctime back, so every write, chmod,
+chown, rename or ``touch -d`` shows), and those that are new or changed type; *deleted* are those
+gone or of another type. ``scope.py`` decides what of that the verifier receives: envfarm's own
+paths, mounts, hidden paths and caches are left out, watched paths (interpreters, site hooks,
+test runners and plugins) are withheld and flagged, the workdir's test files are restored. The
+changed entries go into one tar (no recursion, hard links as files, numeric owners and modes,
+binary-safe).
 
-Test files that existed before the agent (the names tamper detection watches: ``test_*.py``,
-anything under ``tests/``, ...) are neither carried nor deleted, and neither are the directories
-above them: the verifier's container keeps the image's copies, as if the agent never touched
-them.
-
-The agent may have replaced ``find`` and ``tar`` in its container, so the host checks the
-archive before it goes anywhere: each member must be an entry it asked for, a regular file, a
-directory or a symlink, and must not lie below a symlink or a file. Anything else is dropped and
-flagged ``tamper:carry_rejected``.
+The agent may have replaced ``find`` and ``tar`` in its container, so the host applies the scope
+itself and checks the archive before it goes anywhere: each member must be an entry it asked for,
+a regular file, a directory or a symlink, and must not lie below a symlink or a file. Anything
+else is dropped and flagged ``tamper:carry_rejected``.
 """
 
 from __future__ import annotations
@@ -26,19 +24,23 @@ import io
 import shlex
 import tarfile
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from envfarm.errors import GradingError
-from envfarm.grading.tamper import is_test_file
+from envfarm.grading.scope import CACHE_NAMES, LEFT_OUT_GLOBS, LEFT_OUT_ROOTS, CarryScope
 from envfarm.sandbox.base import Sandbox
 
-CARRY_PRUNED = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 CTIME_MARGIN_S = 2.0
 MAX_LISTING_BYTES = 256 * 1024 * 1024
 MAX_CARRY_BYTES = 512 * 1024 * 1024
 LIST_TIMEOUT_S = 300.0
 _KINDS = frozenset("fdl")
-_PRUNE = " -o ".join(f"-name {name}" for name in CARRY_PRUNED)
+_PRUNE = " -o ".join(
+    [f"-name {name}" for name in sorted(CACHE_NAMES)]
+    + [f"-path ./{root}" for root in LEFT_OUT_ROOTS]
+    + [f"-path './{glob}'" for glob in LEFT_OUT_GLOBS]
+)
 
 LIST_SCRIPT = rf"""
 set +e
@@ -48,22 +50,35 @@ W="${{EF_WORKDIR:-$PWD}}"
 printf 'now %s\n' "$(date +%s.%N 2>/dev/null)"
 printf 'workdir %s\n' "$W"
 [ "$(find / -maxdepth 0 -printf ok 2>/dev/null)" = ok ] || {{ echo "missing GNU find"; exit 0; }}
-[ "$W" = / ] && {{ echo root; exit 0; }}
-cd "$W" 2>/dev/null || {{ echo absent; exit 0; }}
-find . -mindepth 1 \( {_PRUNE} \) -prune -o -printf '%y %C@ %P\0' > "$EF_OUT" 2>/dev/null
+while read -r _ _ _ _ m _; do printf 'mount %s\n' "$m"; done < /proc/self/mountinfo
+cd / || exit 3
+if [ -z "$EF_SINCE" ]; then
+  find . -xdev -mindepth 1 \( {_PRUNE} \) -prune -o -printf '%y %C@ %P\0' > "$EF_OUT" 2>/dev/null
+else  # one walk: the listing, and the names of the entries changed since the start
+  find . -xdev -mindepth 1 \( {_PRUNE} \) -prune -o -fprintf "$EF_OUT" '%y %C@ %P\0' \
+    -newerct "@$EF_SINCE" \( -type f -o -type d -o -type l \) -fprintf "$EF_OUT.names" '%P\0' \
+    2>/dev/null
+fi
 code=$?
 echo "listed $code $(stat -c %s "$EF_OUT" 2>/dev/null || echo 0)"
+if [ -n "$EF_SINCE" ]; then
+  tar --null --no-recursion --numeric-owner --hard-dereference --ignore-failed-read \
+    -T "$EF_OUT.names" -cf "$EF_OUT.tar" 2>"$EF_OUT.err"
+  echo "tar $? $(stat -c %s "$EF_OUT.tar" 2>/dev/null || echo 0)"
+  tail -c 2000 "$EF_OUT.err" | tr '\n' ' '; echo
+fi
 """
 
 
 @dataclass
 class Listing:
-    """The workdir's entries (relative path -> type letter and ctime) at one moment."""
+    """The container's entries (path relative to ``/`` -> type letter and ctime) at one moment,
+    with the agent's (resolved) workdir and the mount points."""
 
     workdir: str
     now: float
     entries: dict[str, tuple[str, float]] = field(default_factory=dict)
-    present: bool = True
+    mounts: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -73,18 +88,21 @@ class Plan:
     delete: list[str]
     """Entries to remove first, top-most only."""
     restored: list[str]
-    """Test files the agent changed or deleted, left as the image has them."""
+    """Test files of the workdir the agent changed or deleted, left as the image has them."""
+    withheld: list[tuple[str, str]] = field(default_factory=list)
+    """Watched paths the agent changed or deleted, left as the image has them, and why."""
 
 
 @dataclass
 class WorkspaceCarry:
-    """What the verifier's container receives from the workdir."""
+    """What the verifier's container receives (paths relative to ``/``)."""
 
     workdir: str
     archive: bytes | None
     carried: list[str]
     deleted: list[str]
     restored: list[str]
+    withheld: list[tuple[str, str]] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     """Archive members dropped by the host's check, and why."""
 
@@ -109,45 +127,75 @@ def _parse_entries(data: bytes) -> dict[str, tuple[str, float]]:
     return entries
 
 
-async def list_workspace(sandbox: Sandbox, workdir: str | None, *, fixed: bool = False) -> Listing:
-    """List the workdir (``None``: the container's working directory) as root."""
-    out = f"/tmp/.envfarm-listing-{uuid.uuid4().hex}"
+def _unescape_mount(text: str) -> str:
+    """``/proc/self/mountinfo`` escapes space, tab, newline and backslash as octal."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        text = text.replace(code, char)
+    return text
+
+
+@dataclass
+class _Listed:
+    listing: Listing
+    tar_size: int | None = None
+    tar_error: str = ""
+
+
+async def _list(
+    sandbox: Sandbox, workdir: str | None, out: str, *, fixed: bool, since: float | None
+) -> _Listed:
     env = {"EF_WORKDIR": workdir or "", "EF_OUT": out, "EF_FIXED": "1" if fixed else ""}
+    if since is not None:
+        env["EF_SINCE"] = f"{since:.6f}"
+    result = await sandbox.exec(LIST_SCRIPT, env=env, user="root", timeout=LIST_TIMEOUT_S)
+    if result.timed_out:
+        raise GradingError(f"listing the container's files timed out after {LIST_TIMEOUT_S:g}s")
+    lines = result.stdout.splitlines()
+    fields = dict(line.partition(" ")[::2] for line in lines)
+    listing = Listing(workdir=fields.get("workdir", workdir or "/") or "/", now=0.0)
+    listing.mounts = [
+        _unescape_mount(line[6:]) for line in lines if line.startswith("mount ") and line[6:]
+    ]
+    if "missing" in fields:
+        raise GradingError(
+            "clean-room grading needs GNU find in the image: install findutils, or set "
+            '[verifier] environment_mode = "shared"'
+        )
     try:
-        result = await sandbox.exec(LIST_SCRIPT, env=env, user="root", timeout=LIST_TIMEOUT_S)
-        if result.timed_out:
-            raise GradingError(f"listing the workdir timed out after {LIST_TIMEOUT_S:g}s")
-        fields = dict(line.partition(" ")[::2] for line in result.stdout.splitlines())
-        listing = Listing(workdir=fields.get("workdir", workdir or ""), now=0.0)
-        if "missing" in fields or "root" in fields:
-            raise GradingError(
-                "clean-room grading needs GNU find in the image and a workdir other than /: "
-                "install findutils, set [environment] workdir, or set [verifier] "
-                'environment_mode = "shared"'
-            )
-        try:
-            listing.now = float(fields.get("now", ""))
-        except ValueError:
-            raise GradingError("clean-room grading needs GNU date in the image") from None
-        if "absent" in fields:
-            listing.present = False
-            return listing
-        code, _, size = fields.get("listed", "").partition(" ")
-        if code not in ("0", "1"):
-            raise GradingError(
-                f"could not list the workdir {listing.workdir}: {result.stderr[-500:]}"
-            )
-        if int(size or 0) > MAX_LISTING_BYTES:
-            raise GradingError(f"the workdir's listing is over {MAX_LISTING_BYTES} bytes")
-        listing.entries = _parse_entries(await sandbox.read_file(out))
-        return listing
+        listing.now = float(fields.get("now", ""))
+    except ValueError:
+        raise GradingError("clean-room grading needs GNU date in the image") from None
+    code, _, size = fields.get("listed", "").partition(" ")
+    if code not in ("0", "1"):
+        raise GradingError(f"could not list the container's files: {result.stderr[-500:]}")
+    if int(size or 0) > MAX_LISTING_BYTES:
+        raise GradingError(f"the container's file listing is over {MAX_LISTING_BYTES} bytes")
+    listing.entries = _parse_entries(await sandbox.read_file(out))
+    listed = _Listed(listing)
+    if since is not None:
+        words = fields.get("tar", "").split()
+        if len(words) != 2 or words[0] not in ("0", "1") or not words[1].isdigit():
+            tail = lines[-1] if lines else ""
+            raise GradingError(f"could not archive the agent's changes: {tail[-1000:]}")
+        listed.tar_size = int(words[1])
+    return listed
+
+
+async def list_workspace(sandbox: Sandbox, workdir: str | None) -> Listing:
+    """List the container's own file system as root, before the agent (``workdir`` resolved;
+    ``None``: the container's working directory)."""
+    out = f"/tmp/.envfarm-listing-{uuid.uuid4().hex}"
+    try:
+        return (await _list(sandbox, workdir, out, fixed=False, since=None)).listing
     finally:
         await sandbox.exec(f"rm -f {out}", user="root", timeout=60)
 
 
-def plan_changes(before: Listing, after: Listing) -> Plan:
+def plan_changes(before: Listing, after: Listing, scope: CarryScope | None = None) -> Plan:
+    scope = scope or CarryScope(workdir=before.workdir, mounts=before.mounts)
     since = before.now - CTIME_MARGIN_S
-    old, new = before.entries, after.entries
+    old = {p: e for p, e in before.entries.items() if not scope.left_out(p)}
+    new = {p: e for p, e in after.entries.items() if not scope.left_out(p)}
     gone = {path for path, (kind, _) in old.items() if new.get(path, ("", 0.0))[0] != kind}
     touched = {
         path
@@ -157,22 +205,34 @@ def plan_changes(before: Listing, after: Listing) -> Plan:
     restored = {
         path
         for path, (kind, _) in old.items()
-        if kind != "d" and (path in gone or path in touched) and is_test_file(path)
+        if kind != "d" and (path in gone or path in touched) and scope.test_file(path)
     }
-    kept = restored | {a for path in restored for a in _ancestors(path)}
+    withheld: dict[str, str] = {}
+    for path in sorted(gone | touched):
+        why = scope.withheld(path)
+        if why is not None and not any(a in withheld for a in _ancestors(path)):
+            withheld[path] = why
+    kept = restored | set(withheld)
+    kept |= {a for path in kept for a in _ancestors(path)}
+    held = restored | set(withheld)
     carry = [
-        path for path in sorted(touched - kept) if not any(a in restored for a in _ancestors(path))
+        path for path in sorted(touched - kept) if not any(a in held for a in _ancestors(path))
     ]
     removed = gone - kept
     delete = sorted(p for p in removed if not any(a in removed for a in _ancestors(p)))
-    return Plan(carry=carry, delete=delete, restored=sorted(restored))
+    return Plan(
+        carry=carry, delete=delete, restored=sorted(restored), withheld=sorted(withheld.items())
+    )
 
 
 def check_archive(
-    data: bytes, wanted: list[str], before: Listing
+    data: bytes, wanted: list[str], before: Listing, left: Collection[str] = ()
 ) -> tuple[bytes, list[tuple[str, str]]]:
-    """``data`` with every member the host did not ask for, or cannot place safely, dropped."""
+    """``data`` with every member the host did not ask for, or cannot place safely, dropped;
+    members in ``left`` (changed, but the plan leaves them as the image has them) are dropped
+    without a complaint."""
     asked = set(wanted)
+    dropped = False
     dirs: set[str] = set()
     links: set[str] = set()
     kept: list[tuple[tarfile.TarInfo, bytes | None]] = []
@@ -181,6 +241,9 @@ def check_archive(
         for member in archive:
             name = member.name.removeprefix("./").rstrip("/")
             problem = None
+            if name in left and name not in asked:
+                dropped = True
+                continue
             if name not in asked:
                 problem = "not an entry that was asked for"
             elif not (member.isfile() or member.isdir() or member.issym()):
@@ -200,7 +263,7 @@ def check_archive(
                 links.add(name)
             extracted = archive.extractfile(member) if member.isfile() else None
             kept.append((member, extracted.read() if extracted is not None else None))
-    if not rejected:
+    if not rejected and not dropped:
         return data, []
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as clean:
@@ -209,51 +272,59 @@ def check_archive(
     return buffer.getvalue(), rejected
 
 
-async def _tar_out(sandbox: Sandbox, workdir: str, paths: list[str]) -> bytes:
-    token = uuid.uuid4().hex
-    names, staging, errors = (
-        f"/tmp/.envfarm-carry-{token}.{ext}" for ext in ("list", "tar", "err")
-    )
-    listing = b"".join(f"./{path}".encode("utf-8", "surrogateescape") + b"\0" for path in paths)
-    await sandbox.write_file(names, listing, mode=0o600)
+@dataclass
+class Changes:
+    """What the agent's container showed after the agent: its listing, and an archive of every
+    entry changed since the start (its own ``find`` and ``tar``: untrusted)."""
+
+    listing: Listing
+    archive: bytes | None
+
+
+async def read_changes(sandbox: Sandbox, before: Listing) -> Changes:
+    """One command lists the container again and archives every entry changed since
+    ``before`` (call after the agent); then the listing and the archive are read."""
+    out = f"/tmp/.envfarm-carry-{uuid.uuid4().hex}"
+    since = before.now - CTIME_MARGIN_S
     try:
-        result = await sandbox.exec(
-            f"cd {shlex.quote(workdir)} || exit 3; tar --null --no-recursion --numeric-owner "
-            f"--hard-dereference --ignore-failed-read -T {names} -cf {staging} 2>{errors}; "
-            f'echo "tar $? $(stat -c %s {staging} 2>/dev/null || echo 0)"; tail -c 2000 {errors}',
-            user="root",
-            timeout=LIST_TIMEOUT_S,
-        )
-        first, _, rest = result.stdout.partition("\n")
-        words = first.split()
-        if result.timed_out or len(words) != 3 or words[0] != "tar" or words[1] not in ("0", "1"):
-            why = "timed out" if result.timed_out else (rest or result.stderr)[-1000:]
-            raise GradingError(f"could not archive the agent's workdir changes: {why}")
-        if int(words[2]) > MAX_CARRY_BYTES:
+        listed = await _list(sandbox, before.workdir, out, fixed=True, since=since)
+        if (listed.tar_size or 0) > MAX_CARRY_BYTES:
             raise GradingError(
-                f"the agent's workdir changes are {words[2]} bytes as a tar, over the "
+                f"the agent's changes are {listed.tar_size} bytes as a tar, over the "
                 f"{MAX_CARRY_BYTES}-byte limit of clean-room grading"
             )
-        return await sandbox.read_file(staging)
+        raw = await sandbox.read_file(f"{out}.tar") if listed.tar_size else None
     finally:
-        await sandbox.exec(f"rm -f {names} {staging} {errors}", user="root", timeout=60)
+        await sandbox.exec(f"rm -f {shlex.quote(out)}*", user="root", timeout=60)
+    return Changes(listed.listing, raw)
 
 
-async def capture_changes(sandbox: Sandbox, before: Listing) -> WorkspaceCarry:
-    """The agent's changes to the workdir, listed in ``before`` (call after the agent)."""
-    after = await list_workspace(sandbox, before.workdir, fixed=True)
-    plan = plan_changes(before, after)
+def settle_carry(
+    before: Listing, changes: Changes, scope: CarryScope | None = None
+) -> WorkspaceCarry:
+    """The host's plan over ``changes``, and the archive checked against it."""
+    scope = scope or CarryScope(workdir=before.workdir, mounts=before.mounts)
+    plan = plan_changes(before, changes.listing, scope)
     archive: bytes | None = None
     rejected: list[tuple[str, str]] = []
-    if plan.carry:
-        archive, rejected = check_archive(
-            await _tar_out(sandbox, before.workdir, plan.carry), plan.carry, before
-        )
+    if plan.carry and changes.archive is None:
+        raise GradingError("could not archive the agent's changes: the archive is missing")
+    if plan.carry and changes.archive is not None:
+        left = set(changes.listing.entries) - set(plan.carry)
+        archive, rejected = check_archive(changes.archive, plan.carry, before, left)
     return WorkspaceCarry(
         workdir=before.workdir,
         archive=archive,
         carried=plan.carry,
         deleted=plan.delete,
         restored=plan.restored,
+        withheld=plan.withheld,
         rejected=rejected,
     )
+
+
+async def capture_changes(
+    sandbox: Sandbox, before: Listing, scope: CarryScope | None = None
+) -> WorkspaceCarry:
+    """``read_changes`` then ``settle_carry``."""
+    return settle_carry(before, await read_changes(sandbox, before), scope)

@@ -3,14 +3,15 @@
 ``VerifierPhases.fork_clean`` stops the agent's container and starts a fresh one of the same
 environment (same image and hardening, same sidecars, network and volumes). Into it go only:
 
-- ``clean`` mode: the agent's workdir changes (``carry.py``: deletions first, then one tar of
-  the changed entries, the original test files left in place), and the declared ``artifacts``
-  that lie outside the workdir, and ``/logs/artifacts`` when collect hooks wrote it;
+- ``clean`` mode: every change the agent made to its container's file system (``carry.py``:
+  deletions first, then one tar of the changed entries; ``scope.py`` says what is left out,
+  withheld or restored), and the declared ``artifacts`` that the carry leaves out (such as
+  ``/logs/artifacts`` when collect hooks wrote it);
 - ``separate`` mode (Harbor's): the declared ``artifacts`` and ``/logs/artifacts`` alone.
 
 A declared artifact replaces whatever the image has at its path, and one the agent left absent
 is removed. Nothing else the agent did survives: not its processes, not a pytest or
-``sitecustomize.py`` it planted outside the workdir, not its ``/logs/verifier`` or ``/tests``.
+``sitecustomize.py`` it planted, not its ``/logs/verifier`` or ``/tests``.
 What cannot be carried (an artifact over the size cap, an archive that does not extract) makes
 the reward invalid (``GradingError``), never a 0.
 """
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import GradingError
 from envfarm.grading.carry import WorkspaceCarry
 from envfarm.grading.collect import MISSING, CopiedPath
+from envfarm.grading.scope import CarryScope
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.config import EnvironmentMode
 
@@ -46,6 +48,8 @@ class VerifierInput(BaseModel):
     deleted: list[str] = Field(default_factory=list)
     restored: list[str] = Field(default_factory=list)
     """Test files the agent changed or deleted, graded as the image has them."""
+    withheld: list[tuple[str, str]] = Field(default_factory=list)
+    """Watched paths the agent changed or deleted, graded as the image has them, and why."""
     rejected: list[tuple[str, str]] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
 
@@ -56,24 +60,25 @@ def verifier_input(
     record = VerifierInput(mode=mode, artifacts=[copy.source for copy in copies])
     if carry is not None:
         record.workdir = carry.workdir
-        record.carried = carry.carried[:MAX_LISTED]
+        record.carried = ["/" + p for p in carry.carried[:MAX_LISTED]]
         record.carried_count = len(carry.carried)
         record.archive_bytes = len(carry.archive or b"")
-        record.deleted = carry.deleted[:MAX_LISTED]
-        record.restored = carry.restored[:MAX_LISTED]
-        record.rejected = carry.rejected[:MAX_LISTED]
+        record.deleted = ["/" + p for p in carry.deleted[:MAX_LISTED]]
+        record.restored = ["/" + p for p in carry.restored[:MAX_LISTED]]
+        record.withheld = [("/" + p, why) for p, why in carry.withheld[:MAX_LISTED]]
+        record.rejected = [("/" + p, why) for p, why in carry.rejected[:MAX_LISTED]]
     return record
 
 
 def carried_copies(
     mode: EnvironmentMode, copies: list[CopiedPath], workdir: str | None
 ) -> list[CopiedPath]:
-    """The copies a verifier of ``mode`` receives: in clean mode, only those outside the
-    workdir (the workdir's changes already carry the rest)."""
-    if mode != "clean" or not workdir:
+    """The copies a verifier of ``mode`` receives: in clean mode, only those the file system's
+    carry leaves out (it already carries the rest)."""
+    if mode != "clean" or workdir is None:
         return list(copies)
-    root = workdir.rstrip("/") + "/"
-    return [c for c in copies if not (c.source.rstrip("/") + "/").startswith(root)]
+    scope = CarryScope(workdir=workdir)
+    return [c for c in copies if scope.left_out(c.source.strip("/"))]
 
 
 async def _run(verifier: Sandbox, script: str, what: str) -> None:
@@ -85,7 +90,7 @@ async def _run(verifier: Sandbox, script: str, what: str) -> None:
 
 
 async def apply_workspace(verifier: Sandbox, carry: WorkspaceCarry) -> None:
-    """Delete what the agent deleted, then extract what it changed, in the workdir."""
+    """Delete what the agent deleted, then extract what it changed (paths relative to ``/``)."""
     token = uuid.uuid4().hex
     archive, deletions, errors = (f"/tmp/.envfarm-apply-{token}.{x}" for x in ("tar", "del", "err"))
     if carry.archive:
@@ -93,15 +98,14 @@ async def apply_workspace(verifier: Sandbox, carry: WorkspaceCarry) -> None:
     if carry.deleted:
         names = b"".join(f"./{p}".encode("utf-8", "surrogateescape") + b"\0" for p in carry.deleted)
         await verifier.write_file(deletions, names, mode=0o600)
-    workdir = shlex.quote(carry.workdir)
     script = (
-        f"mkdir -p {workdir} && cd {workdir} || exit 3\n"
+        "cd / || exit 3\n"
         f"if [ -f {deletions} ]; then xargs -0 -r rm -rf -- < {deletions} || exit 4; fi\n"
         f"if [ -f {archive} ]; then tar -xpf {archive} --numeric-owner 2>{errors} "
         f"|| {{ tail -c 2000 {errors}; exit 5; }}; fi\n"
         f"rm -f {archive} {deletions} {errors}\n"
     )
-    await _run(verifier, script, f"the agent's changes to {carry.workdir}")
+    await _run(verifier, script, "the agent's changes")
 
 
 async def apply_copies(verifier: Sandbox, copies: list[CopiedPath]) -> None:

@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import tarfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from envfarm.errors import GradingError
 from envfarm.grading.artifacts import Bundle, EpisodeRecord, write_bundle
 from envfarm.grading.base import Grader
-from envfarm.grading.carry import Listing, WorkspaceCarry, capture_changes, list_workspace
+from envfarm.grading.carry import (
+    Changes,
+    Listing,
+    WorkspaceCarry,
+    list_workspace,
+    read_changes,
+    settle_carry,
+)
 from envfarm.grading.cleanroom import (
     apply_copies,
     apply_workspace,
@@ -32,6 +42,7 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
+from envfarm.grading.scope import CarryScope
 from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
 from envfarm.grading.verdict import (
@@ -69,6 +80,16 @@ class EpisodeGrading:
     output: VerifierOutput | None = None
     scored: Reward | None = None
     notes: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in each part of grading (``Timings.phases``)."""
+
+    @contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - started
 
     @property
     def mode(self) -> EnvironmentMode:
@@ -79,35 +100,86 @@ class EpisodeGrading:
         return self.task.config.verifier_network()
 
     async def before_agent(self) -> None:
+        """The first snapshot and the clean room's listing, side by side."""
+        await asyncio.gather(self._snapshot_before(), self._list_before())
+
+    async def _snapshot_before(self) -> None:
+        if not self.inspect:
+            return
         workdir = self.task.config.environment.workdir
-        if self.inspect:
+        with self._timed("snapshot_before"):
             self.before = await take_snapshot(self.sandbox, workdir)
-            if self.before.missing_tools:
-                missing = ", ".join(self.before.missing_tools)
-                self.notes.append(f"snapshot tools missing: {missing}")
-            if self.keep_artifacts:
+        if self.before.missing_tools:
+            missing = ", ".join(self.before.missing_tools)
+            self.notes.append(f"snapshot tools missing: {missing}")
+        if self.keep_artifacts:
+            with self._timed("baseline"):
                 self.baseline = await capture_baseline(self.sandbox, self.before.workdir)
-                if self.baseline is None:
-                    self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+            if self.baseline is None:
+                self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+
+    async def _list_before(self) -> None:
         if self.mode == "clean":
-            self.listing = await list_workspace(self.sandbox, workdir)
+            with self._timed("listing"):
+                workdir = self.task.config.environment.workdir
+                self.listing = await list_workspace(self.sandbox, workdir)
 
     async def after_agent(self, turns: list[Turn]) -> None:
-        """Before the verifier runs: what it writes must not pass for the agent's work."""
+        """Before the verifier runs: what it writes must not pass for the agent's work.
+
+        A clean-room verifier's container starts now, while the agent's is inspected (it runs
+        nothing until the agent's container is stopped). Without collect hooks, the second
+        snapshot and the clean room's capture run side by side; with hooks, in order (the
+        snapshot must not see what the hooks write, and the capture must carry it)."""
+        if self.mode != "shared":
+            await verifier_phases(self.sandbox).prepare_fork(network=self.verifier_network)
         if self.mode == "shared" and self.verifier_network != self.task.config.agent_network():
             await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
-        if self.before is not None:
+        changes: Changes | None = None
+        keep = self.keep_artifacts or self.mode != "shared"
+        if self.task.config.verifier.collect:
+            after = await self._snapshot_after()
+            with self._timed("collect"):
+                self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
+            changes = await self._read_changes()
+        else:
+            after, changes = await asyncio.gather(self._snapshot_after(), self._read_changes())
+            with self._timed("collect"):
+                self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
+        if self.listing is not None and changes is not None:
+            with self._timed("carry_plan"):
+                self.carry = await asyncio.to_thread(
+                    settle_carry, self.listing, changes, self._scope(after)
+                )
+
+    async def _snapshot_after(self) -> Snapshot | None:
+        if self.before is None:
+            return None
+        with self._timed("snapshot_after"):
             after = await take_snapshot(self.sandbox, None, before=self.before)
-            self.inspection = inspect_snapshots(self.before, after)
-            if self.keep_artifacts and self.inspection.workspace is not None:
+        self.inspection = inspect_snapshots(self.before, after)
+        if self.keep_artifacts and self.inspection.workspace is not None:
+            with self._timed("changed_export"):
                 self.changed_tar = await export_changed(
                     self.sandbox, self.before.workdir, self.inspection.workspace.changed()
                 )
-        keep = self.keep_artifacts or self.mode != "shared"
-        self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
-        if self.listing is not None:
-            self.carry = await capture_changes(self.sandbox, self.listing)
+        return after
+
+    async def _read_changes(self) -> Changes | None:
+        if self.listing is None:
+            return None
+        with self._timed("carry"):
+            return await read_changes(self.sandbox, self.listing)
+
+    def _scope(self, after: Snapshot | None) -> CarryScope:
+        assert self.listing is not None
+        return CarryScope(
+            workdir=self.listing.workdir,
+            sites=self.before.sites if self.before else [],
+            plugin_files=set(after.section("plugins")) if after else set(),
+            mounts=self.listing.mounts,
+        )
 
     async def grade(self) -> Reward:
         if self.mode == "shared":
@@ -115,25 +187,30 @@ class EpisodeGrading:
         if self.mode == "clean" and self.carry is None:
             raise GradingError("clean-room grading: the workdir was not captured")
         phases = verifier_phases(self.sandbox)
-        verifier = await phases.fork_clean(network=self.verifier_network)
-        try:
+        with self._timed("fork"):
+            verifier = await phases.fork_clean(network=self.verifier_network)
+        # the fork is removed with the agent's sandbox, after the result is recorded
+        with self._timed("apply"):
             if self.carry is not None:
                 await apply_workspace(verifier, self.carry)
             workdir = self.carry.workdir if self.carry else None
             await apply_copies(verifier, carried_copies(self.mode, self.copies, workdir))
-            return await self._grade_in(verifier)
-        finally:
-            await verifier.stop()
+        return await self._grade_in(verifier)
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
-        graded = await self.grader.grade(sandbox, self.task)
+        with self._timed("verifier"):
+            graded = await self.grader.grade(sandbox, self.task)
         self.output, self.scored = graded.output, graded.reward
+        if graded.output is not None:
+            self.phases["test_sh"] = graded.output.duration_s
         return graded.reward
 
     def observed_flags(self) -> list[tuple[str, str]]:
         inspected = self.inspection.flags if self.inspection else []
         rejected = self.carry.rejected if self.carry else []
-        carried = [("tamper:carry_rejected", f"{path}: {why}") for path, why in rejected]
+        carried = [("tamper:carry_rejected", f"/{path}: {why}") for path, why in rejected]
+        withheld = self.carry.withheld if self.carry else []
+        carried += [("tamper:carry_withheld", f"/{path}: {why}") for path, why in withheld]
         return [*inspected, *self.command_flags, *carried]
 
     def finish(self, reward: Reward) -> Reward:
@@ -170,6 +247,7 @@ class EpisodeGrading:
             bundle.verifier_input = verifier_input(self.mode, self.carry, carried)
         if self.output is not None:
             bundle.reports = output_reports(self.output, expected_reports(self.task))
+        started = time.monotonic()
         try:
             if inspection.workspace is not None:
                 changes = inspection.workspace
@@ -185,4 +263,6 @@ class EpisodeGrading:
         except (OSError, tarfile.TarError) as exc:
             self.notes.append(f"artifacts not written: {exc}")
             return False
+        finally:
+            self.phases["artifacts"] = time.monotonic() - started
         return True

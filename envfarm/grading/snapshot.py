@@ -20,6 +20,10 @@ starts and one after it stops. The script prints sections of ``sha256  path`` li
   workdir but VCS, cache, virtualenv and ``node_modules`` trees; files of 8 MiB and more by
   size and mtime, symlinks by the hash of their target (``L``).
 
+The second pass is incremental in the workspace: a file whose ctime is not past the first
+pass's start (less a margin for the kernel's coarse file clock; no one can set a ctime back) is
+only named, and keeps the digest the first pass found; only the others are hashed again.
+
 Site directories come from the interpreter itself before the agent (``python3 -I -S``), merged
 with a fixed list of globs; after the agent, the same list is re-used and the globs re-expanded,
 so the agent's interpreter is never trusted to say where to look.
@@ -56,6 +60,7 @@ dirs=(); d="$W"
 while [ "$d" != / ] && [ -n "$d" ]; do d="$(dirname "$d")"; dirs+=("$d"); done
 [ "$W" = / ] && dirs=(/)
 echo "@@ meta"
+printf 'now %s\n' "$(date +%s.%N 2>/dev/null)"
 printf 'workdir %s\n' "$W"
 for t in sha256sum find xargs awk; do command -v "$t" >/dev/null 2>&1 || echo "missing $t"; done
 printf 'x\0' | head -z -n 1 >/dev/null 2>&1 || echo "missing head-z"
@@ -126,8 +131,14 @@ echo "@@ testcfg"
 done
 echo "@@ workspace"
 if [ "$W" != / ] && [ -d "$W" ]; then
-  find -H "$W" "${PRUNE[@]}" -o -type f -size -8388608c -print0 2>/dev/null | head -z -n "$MAX" \
-    | hash0
+  NEW=()
+  if [ -n "$EF_SINCE" ]; then  # after the agent: hash only what changed since the first pass
+    NEW=( -newerct "@$EF_SINCE" )
+    find -H "$W" "${PRUNE[@]}" -o -type f -size -8388608c ! -newerct "@$EF_SINCE" \
+      -printf 'U -  %p\n' 2>/dev/null | head -n "$MAX"
+  fi
+  find -H "$W" "${PRUNE[@]}" -o -type f -size -8388608c "${NEW[@]}" -print0 2>/dev/null \
+    | head -z -n "$MAX" | hash0
   find -H "$W" "${PRUNE[@]}" -o -type f -size +8388607c -print0 2>/dev/null | head -z -n "$MAX" \
     | xargs -0 -r stat -c 'B %s:%Y  %n' -- 2>/dev/null
   find -H "$W" "${PRUNE[@]}" -o -type l -print0 2>/dev/null | head -z -n "$MAX" | links0
@@ -138,7 +149,9 @@ exit 0
 """
 
 _HASHED = re.compile(r"^(\\?)([0-9a-f]{64})  (.*)$")
-_OTHER = re.compile(r"^([LBS]) (\S+)  (.*)$")
+_OTHER = re.compile(r"^([LBSU]) (\S+)  (.*)$")
+UNCHANGED = "U:-"
+CTIME_MARGIN_S = 2.0
 
 
 class Snapshot(BaseModel):
@@ -147,6 +160,8 @@ class Snapshot(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workdir: str
+    now: float | None = None
+    """The container's clock when the snapshot began."""
     sections: dict[str, dict[str, str]] = Field(default_factory=dict)
     sites: list[str] = Field(default_factory=list)
     missing_tools: list[str] = Field(default_factory=list)
@@ -173,6 +188,11 @@ def parse_snapshot(text: str) -> Snapshot:
             key, _, value = line.partition(" ")
             if key == "workdir":
                 snapshot.workdir = value
+            elif key == "now":
+                try:
+                    snapshot.now = float(value)
+                except ValueError:
+                    snapshot.now = None
             elif key == "missing":
                 snapshot.missing_tools.append(value)
         elif section == "sites":
@@ -198,7 +218,16 @@ async def take_snapshot(
     env = {"EF_WORKDIR": workdir or "", "EF_MAX": str(MAX_WORKSPACE_FILES)}
     if before is not None:
         env |= {"EF_WORKDIR": before.workdir, "EF_FIXED": "1", "EF_SITES": "\n".join(before.sites)}
+        if before.now is not None:
+            env["EF_SINCE"] = f"{before.now - CTIME_MARGIN_S:.6f}"
     result = await sandbox.exec(SNAPSHOT_SCRIPT, timeout=SNAPSHOT_TIMEOUT_S, env=env, user="root")
     if result.timed_out:
         raise SandboxError(f"the tamper snapshot timed out after {SNAPSHOT_TIMEOUT_S:g}s")
-    return parse_snapshot(result.stdout)
+    snapshot = parse_snapshot(result.stdout)
+    if before is not None:
+        earlier = before.section("workspace")
+        workspace = snapshot.section("workspace")
+        for path, digest in workspace.items():
+            if digest == UNCHANGED:
+                workspace[path] = earlier.get(path, UNCHANGED)
+    return snapshot

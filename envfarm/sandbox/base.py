@@ -105,6 +105,12 @@ class VerifierPhases(ABC):
         else none; an environment network and its sidecars stay as they are). Called once,
         after the agent and before grading. SandboxError when it cannot be done."""
 
+    async def prepare_fork(self, *, network: bool) -> None:
+        """Start getting ``fork_clean``'s sandbox ready in the background (a hint, called as
+        the agent stops; the default does nothing). Nothing runs in it, and nothing of it is
+        handed out, before ``fork_clean`` has stopped this sandbox's processes."""
+        return
+
     @abstractmethod
     async def fork_clean(self, *, network: bool) -> Sandbox:
         """A fresh, started sandbox of this one's environment, for a verifier that trusts

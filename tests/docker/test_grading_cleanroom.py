@@ -1,5 +1,6 @@
 """Clean-room grading on the real engine: the verifier runs in a fresh container that receives
-only the agent's workdir changes (and declared artifacts); sidecars carry over."""
+the agent's file system changes but the watched paths (and declared artifacts); sidecars carry
+over."""
 
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ async def test_what_the_agent_plants_outside_the_workdir_never_reaches_the_verif
     graded = await run_episode(backend, clean, steps, episode_id=f"ep-{name}-clean")
     assert (graded.reward.valid, graded.reward.value) == (True, 0.0), graded.reward
     assert flag in graded.reward.flags
+    assert "tamper:carry_withheld" in graded.reward.flags
     statuses = {t.name: t.status for t in graded.reward.tests}
     assert statuses.get("test_calc::test_add") == "failed", graded.reward
 
@@ -133,7 +135,7 @@ python3 -c "assert open('blob.bin','rb').read() == bytes(range(256)) * 4" || fai
 [ -e "$(printf 'caf\351.txt')" ] || fail "non-UTF-8 name"
 grep -q 'assert mul(2, 2) == 4' tests/test_visible.py || fail "test file restored"
 [ "$(git log --oneline | wc -l)" = 2 ] || fail "the agent's commit"
-[ -z "$(ls /usr/local/bin/agent-tool 2>/dev/null)" ] || fail "outside the workdir"
+[ -e /usr/local/bin/agent-tool ] || fail "outside the workdir"
 echo 1 > /logs/verifier/reward.txt
 """
 CHANGES = [
@@ -158,9 +160,12 @@ async def test_every_kind_of_workdir_change_is_carried_and_test_files_are_restor
     assert (trajectory.reward.valid, trajectory.reward.value) == (True, 1.0), stdout
     received = json.loads((artifacts / "ep-grading" / "verifier-input.json").read_text())
     assert received["mode"] == "clean"
-    assert received["restored"] == ["tests/test_visible.py"]
-    assert received["deleted"] == ["calc.py"]
-    assert {"calc2.py", "blob.bin", "run.sh", "link.py", "empty"} <= set(received["carried"])
+    assert received["restored"] == ["/app/tests/test_visible.py"]
+    assert received["deleted"] == ["/app/calc.py"]
+    carried = {"calc2.py", "blob.bin", "run.sh", "link.py", "empty"}
+    assert {f"/app/{name}" for name in carried} | {"/usr/local/bin/agent-tool"} <= set(
+        received["carried"]
+    )
     assert (artifacts / "ep-grading" / "build.log").read_text().strip()
 
 

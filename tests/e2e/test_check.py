@@ -214,3 +214,26 @@ def test_no_run_lints_without_building_and_bad_input_exits_two(tmp_path: Path) -
     assert "bad input" in proc.stderr
     assert "cpus" in proc.stderr
     assert envfarm("check", str(tmp_path / "nothing-here"), "--no-run").returncode == 2
+
+
+def test_compare_modes_reports_an_outcome_the_clean_room_cannot_carry(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    harbor_task(tasks / "agree")
+    # the outcome is a process the agent leaves running: the clean room never has it
+    daemon = "#!/usr/bin/env bash\nsetsid sleep 900 >/dev/null 2>&1 < /dev/null &\n"
+    running = (
+        "#!/usr/bin/env bash\nmkdir -p /logs/verifier\necho 0 > /logs/verifier/reward.txt\n"
+        'for f in /proc/[0-9]*/comm; do [ "$(cat "$f" 2>/dev/null)" = sleep ] && '
+        "echo 1 > /logs/verifier/reward.txt; done\n"
+    )
+    harbor_task(tasks / "daemon", **{"solution/solve.sh": daemon, "tests/test.sh": running})
+    proc = envfarm("check", str(tasks), "--runs", "1", "--compare-modes")
+    assert proc.returncode == 2, proc.stderr[-5000:]
+    found = reasons(proc.stderr)
+    assert "check-e2e/agree" not in found or not any(
+        line.startswith("problem") for line in found["check-e2e/agree"]
+    ), proc.stderr[-3000:]
+    assert any(
+        "verifier modes disagree: the oracle's reward is clean 0, shared 1" in line
+        for line in found.get("check-e2e/daemon", [])
+    ), proc.stderr[-3000:]

@@ -152,3 +152,24 @@ async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_pat
         assert "not served" in trajectory.error.message
         assert trajectory.attempt == 0  # a configuration error is not retried
         assert trajectory.reward.valid is False
+
+
+async def test_open_runner_removes_sandboxes_after_results_and_drains_on_exit(
+    tmp_path: Path,
+) -> None:
+    from envfarm.controller.runners import open_runner
+
+    task = make_task(tmp_path / "t")
+    backend = FakeBackend()
+    backend.handler = grading_handler(backend.created, b"1\n")
+    request = JobRequest(tasks=[task.id], policy=JobPolicy(base_url="oracle"), group_size=3)
+    # one at a time: the handler writes the reward into the newest sandbox
+    async with open_runner(request, backend, run_id="bg") as runner:
+        assert runner.background_teardown
+        job = Job([task], runner, request, worker=WorkerConfig(concurrency=1))
+        result = await job.run()
+        assert [t.error for t in result.trajectories] == [None, None, None]
+        assert [t.timings.teardown_s for t in result.trajectories] == [0.0, 0.0, 0.0]
+        assert all(t.reward.value == 1.0 for t in result.trajectories)
+    assert len(backend.created) == 3
+    assert all(sandbox._stopped for sandbox in backend.created)

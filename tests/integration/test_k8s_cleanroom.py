@@ -154,7 +154,7 @@ def cluster(tmp_path: Path) -> tuple[MemoryKubeApi, FakePodRuntime, SimulatedKub
     return api, runtime, kubelet
 
 
-async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_workdir_changes(
+async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes(
     cluster: tuple[MemoryKubeApi, FakePodRuntime, SimulatedKubelet],
 ) -> None:
     api, runtime, _ = cluster
@@ -180,8 +180,11 @@ async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_workdir_change
     assert (reward.valid, reward.value) == (True, 1.0)
 
     assert grading.carry is not None
-    assert sorted(grading.carry.carried) == ["calc.py", "pkg", "pkg/extra.py"]
-    assert (grading.carry.deleted, grading.carry.restored) == (["old.txt"], ["tests/test_calc.py"])
+    carried = sorted(grading.carry.carried)
+    assert carried == ["app/calc.py", "app/pkg", "app/pkg/extra.py"], carried
+    restored = (grading.carry.deleted, grading.carry.restored)
+    assert restored == (["app/old.txt"], ["app/tests/test_calc.py"])
+    assert grading.carry.withheld == [("tmp/sitecustomize.py", "interpreter start-up hook")]
     live = [pod for pod in grader.pods if not pod["metadata"].get("deletionTimestamp")]
     [verifier_pod] = live  # the agent's pod is gone, or being deleted (graceful, under load)
     labels = verifier_pod["metadata"]["labels"]

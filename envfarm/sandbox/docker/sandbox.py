@@ -21,8 +21,9 @@ its agent phase gets the default bridge joined or left by ``enter_verifier_phase
 The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
 
-``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and starts
-a fresh one of the same configuration.
+``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and hands
+out a fresh one of the same configuration, started by ``prepare_fork`` as the agent stopped
+(it runs nothing but the helper until then).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
 from envfarm.sandbox.base import ExecResult, ProcessLogs, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.limits import start_error
@@ -136,7 +138,7 @@ def _remove_live_containers() -> None:
 atexit.register(_remove_live_containers)
 
 
-class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
+class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None
@@ -148,6 +150,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
         self._set_home = True
         self._gvisor = False
         self._forks: list[DockerSandbox] = []
+        self._next_fork: tuple[bool, asyncio.Future[DockerSandbox]] | None = None
         self._main: MainProcess | None = None
         self._main_log: bytes | None = None
         """The entrypoint's output, read just before the container is removed."""
@@ -406,14 +409,14 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
         except SandboxGone as exc:
             await self._explain_gone(exc)
 
-    async def fork_clean(self, *, network: bool) -> Sandbox:
-        """Kill this container (it stays until teardown), then start a fresh one of the same
-        configuration (image, limits, aliases, volumes) with ``network``."""
-        if self._container is None:
-            raise SandboxError("sandbox is not started")
-        if self._channel is not None:
-            self._channel.close()
-        await asyncio.to_thread(_kill, self._container)
+    async def prepare_fork(self, *, network: bool) -> None:
+        """Create and start the fresh container now, while the agent's is still inspected:
+        it runs only the helper until ``fork_clean`` has killed this one."""
+        if self._container is None or self._next_fork is not None:
+            return
+        self._next_fork = (network, asyncio.ensure_future(self._start_fork(network)))
+
+    async def _start_fork(self, network: bool) -> DockerSandbox:
         config = self.config.model_copy(update={"network": network, "verifier_network": None})
         clean = DockerSandbox(config)
         self._forks.append(clean)
@@ -421,10 +424,30 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
         await self._prepare_fork(clean)
         return clean
 
+    async def fork_clean(self, *, network: bool) -> Sandbox:
+        """Kill this container (it stays until teardown), then hand out a fresh one of the same
+        configuration (image, limits, aliases, volumes) with ``network``: the one
+        ``prepare_fork`` started, or one started now."""
+        if self._container is None:
+            raise SandboxError("sandbox is not started")
+        if self._channel is not None:
+            self._channel.close()
+        pending, self._next_fork = self._next_fork, None
+        if pending is not None and pending[0] != network:  # not the one asked for: removed later
+            await asyncio.gather(pending[1], return_exceptions=True)
+            pending = None
+        await asyncio.to_thread(_kill, self._container)
+        if pending is not None:
+            return await pending[1]
+        return await self._start_fork(network)
+
     async def _prepare_fork(self, clean: DockerSandbox) -> None:
         """What a fresh main container needs before it runs anything (none here)."""
 
     async def _teardown(self) -> None:
+        pending, self._next_fork = self._next_fork, None
+        if pending is not None:
+            await asyncio.gather(pending[1], return_exceptions=True)
         forks, self._forks = self._forks, []
         outcomes = await asyncio.gather(*(f.stop() for f in forks), return_exceptions=True)
         await self._remove_container()
