@@ -5,8 +5,10 @@ output) by the store's own lease/record path, then ``envfarm serve --no-worker``
 a real process on loopback. Measured in one run:
 
 - the baseline: the same groups read straight from the store, in this process;
-- long-poll: ``GET /v1/jobs/{id}/groups`` pages with acks, through ``envfarm.client``;
-- streaming: the server-sent-event variant of the same route;
+- long-poll: ``GET /v1/jobs/{id}/groups`` pages with background acks, through
+  ``envfarm.client``, in the JSON form and in compact forms (packed NDJSON, Arrow), each
+  without compression and with gzip and zstd;
+- streaming: the server-sent-event variant of the same route, JSON and packed;
 - memory: the server's resident memory with one job of ``--queued`` queued episodes against
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
 
@@ -139,19 +141,50 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+MODES = (
+    "long-poll", "long-poll ndjson-packed", "long-poll arrow", "long-poll ndjson-packed gzip",
+    "long-poll ndjson-packed zstd", "stream", "stream packed", "stream packed gzip",
+    "stream packed zstd",
+)  # fmt: skip
+
+
 async def consume(url: str, job_id: str, mode: str) -> tuple[int, float]:
+    kind, *form = mode.split()
+    compression = form[1] if len(form) > 1 else None
+    consumer = mode.replace(" ", "_")
     async with EnvfarmClient(url) as client:
         started, count = time.perf_counter(), 0
-        if mode == "long-poll":
-            async for group in client.groups(job_id, consumer=mode, wait_s=0.0):
+        last = (await client.job(job_id)).last_cursor
+        if kind == "long-poll" and not form:
+            async for group in client.groups(job_id, consumer=consumer, wait_s=0.0):
                 count += len(group.trajectories)
-        else:
-            last = (await client.job(job_id)).last_cursor
-            async for group in client.stream(job_id, consumer=mode):
+        elif kind == "long-poll":
+            async for lazy in client.lazy_groups(
+                job_id, consumer=consumer, wait_s=0.0, encoding=form[0], compression=compression
+            ):
+                # a trainer's read: ids, rewards and completion tokens, never messages
+                count += sum(
+                    1
+                    for t in lazy.trajectories
+                    if t.reward is not None and t.token_arrays("completion_token_ids")
+                )
+        elif not form:
+            async for group in client.stream(job_id, consumer=consumer):
                 count += len(group.trajectories)
                 if group.cursor == last:
                     break
-        return count, time.perf_counter() - started
+        else:
+            async for lazy in client.lazy_stream(
+                job_id, consumer=consumer, compression=compression
+            ):
+                count += sum(
+                    1
+                    for t in lazy.trajectories
+                    if t.reward is not None and t.token_arrays("completion_token_ids")
+                )
+                if lazy.cursor == last:
+                    break
+        return count, time.perf_counter() - started  # fmt: skip
 
 
 async def memory(url: str, job_id: str) -> None:
@@ -177,7 +210,7 @@ async def main() -> None:
         results = {"baseline": (count, base_s)}
         proc, url = serve(db, work)
         try:
-            for mode in ("long-poll", "stream"):
+            for mode in MODES:
                 results[mode] = await consume(url, done, mode)
         finally:
             proc.terminate()
@@ -201,9 +234,9 @@ async def main() -> None:
         empty_rss, loaded_rss = rss["empty"], rss["queued"]
         db_bytes = (work / "bench.db").stat().st_size if args.db is None else None
     rates = {mode: n / s for mode, (n, s) in results.items()}
-    print(f"{'mode':<10} {'trajectories':>12} {'seconds':>8} {'traj/s':>9} {'vs store':>9}")
+    print(f"{'mode':<30} {'trajectories':>12} {'seconds':>8} {'traj/s':>9} {'vs store':>9}")
     for mode, (n, s) in results.items():
-        print(f"{mode:<10} {n:>12} {s:>8.2f} {rates[mode]:>9.0f} "
+        print(f"{mode:<30} {n:>12} {s:>8.2f} {rates[mode]:>9.0f} "
               f"{rates[mode] / rates['baseline']:>8.2f}x")  # fmt: skip
     per_1000 = (loaded_rss - empty_rss) / (args.queued / 1000)
     print(f"server RSS: {empty_rss:.1f} MB empty, {loaded_rss:.1f} MB with {args.queued} queued "
@@ -212,10 +245,8 @@ async def main() -> None:
         "groups": args.groups,
         "group_size": args.group_size,
         "store_traj_per_s": round(rates["baseline"]),
-        "longpoll_traj_per_s": round(rates["long-poll"]),
-        "stream_traj_per_s": round(rates["stream"]),
-        "longpoll_vs_store": round(rates["long-poll"] / rates["baseline"], 3),
-        "stream_vs_store": round(rates["stream"] / rates["baseline"], 3),
+        **{f"{mode}_traj_per_s": round(rates[mode]) for mode in MODES},
+        **{f"{mode}_vs_store": round(rates[mode] / rates["baseline"], 3) for mode in MODES},
         "server_rss_empty_mb": round(empty_rss, 1),
         "server_rss_queued_mb": round(loaded_rss, 1),
         "queued_episodes": args.queued,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -75,6 +76,43 @@ class GradingBackend(FakeBackend):
         return sandbox
 
 
+def tasks_of(task: Task, sessions: int) -> list[Task]:
+    """Copies of ``task`` under distinct ids, so no group exceeds the largest group size."""
+    count = -(-sessions // 4000)
+    while sessions % count:
+        count += 1
+    return [dataclasses.replace(task, id=f"{task.id}-{i}") for i in range(count)]
+
+
+class LagProbe:
+    """Event-loop lag: how late a 10 ms sleep wakes, sampled for the whole run."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.01)
+            self.lags.append(max(0.0, time.perf_counter() - before - 0.01))
+
+    def __enter__(self) -> LagProbe:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[float]]:
     async with PolicyServer(responder(turns)) as server:
         client = OpenAIPolicy(server.base_url, "m")
@@ -82,19 +120,27 @@ async def measure(task: Task, sessions: int, turns: int) -> tuple[float, list[fl
         runner = EpisodeRunner(
             backend=GradingBackend(), policy=policy, grader=TestScriptGrader(), run_id="bench"
         )
+        tasks = [task] * 1 if sessions <= 4096 else tasks_of(task, sessions)
+        size = sessions // len(tasks)
         job = Job(
-            [task],
+            tasks,
             runner,
-            request_for([task], runner, group_size=sessions),
+            request_for(tasks, runner, group_size=size),
             worker=WorkerConfig(concurrency=sessions),
         )
         start = time.perf_counter()
-        result = await job.run()
+        before = rss_mb()
+        with LagProbe() as probe:
+            result = await job.run()
         wall = time.perf_counter() - start
+        EXTRA[sessions] = (pct(probe.lags, 99), rss_mb(), rss_mb() - before)
         await client.aclose()
     assert all(t.reward.valid for t in result.trajectories), "every session must be graded"
     latencies = [turn.latency_s for t in result.trajectories for turn in t.turns]
     return wall / (sessions * (turns + 1)), latencies
+
+
+EXTRA: dict[int, tuple[float, float, float]] = {}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -109,12 +155,15 @@ async def main(levels: list[int], turns: int) -> None:
         rows = [(n, *await measure(task, n, turns)) for n in levels]
     base = rows[0][1]
     print(f"agent loop overhead: {turns} bash turns + submit per session, fake sandbox")
-    print("| sessions | wall per turn | request p50 | request p99 | vs 1 session |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print("| sessions | wall per turn | request p50 | request p99 | vs 1 session "
+          "| loop lag p99 | RSS after | RSS growth |")  # fmt: skip
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for sessions, per_turn, latencies in rows:
+        lag, rss, growth = EXTRA[sessions]
         print(
             f"| {sessions} | {per_turn * 1000:.2f} ms | {pct(latencies, 50):.2f} ms "
-            f"| {pct(latencies, 99):.2f} ms | {per_turn / base:.2f}x |"
+            f"| {pct(latencies, 99):.2f} ms | {per_turn / base:.2f}x | {lag:.1f} ms "
+            f"| {rss:.0f} MB | {growth:.0f} MB |"
         )
     sessions, _, latencies = rows[-1]
     median_ms = statistics.median(latencies) * 1000

@@ -66,6 +66,13 @@ class UnknownBaseImage(ImageError):
     infrastructure = False
 
 
+class AgentInstallError(ImageError):
+    """An installed agent could not be installed into the task's image twice in a row, or
+    the image lacks a runtime it needs: bad input (exit 2), never scored."""
+
+    infrastructure = False
+
+
 class SandboxError(EnvfarmError):
     infrastructure = True
     retryable = True

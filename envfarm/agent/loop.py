@@ -201,25 +201,35 @@ class Agent:
         return True
 
     def _record(self, completion: Completion, kind: TurnKind = "action") -> Turn:
-        usage = None
-        if completion.usage:
-            usage = Usage.model_validate(
-                {k: v for k, v in completion.usage.items() if k in Usage.model_fields}
-            )
-        tokens = completion.tokens or TokenData()
-        turn = Turn(
-            index=len(self.turns),
-            segment=len(self.segments),
-            kind=kind,
-            finish_reason=completion.finish_reason,
-            sampling=completion.sampling,
-            latency_s=completion.latency_s,
-            attempts=completion.attempts,
-            paused_s=completion.paused_s,
-            usage=usage,
-            endpoint=completion.endpoint,
-            **tokens.turn_fields(),
+        turn = turn_from_completion(
+            completion, index=len(self.turns), segment=len(self.segments), kind=kind
         )
         self.prompts.add(turn)
         self.turns.append(turn)
         return turn
+
+
+def turn_from_completion(
+    completion: Completion, *, index: int, segment: int = 0, kind: TurnKind = "action"
+) -> Turn:
+    """The turn a model call is recorded as (the capture endpoint records installed agents'
+    calls with it too)."""
+    usage = None
+    if completion.usage:
+        usage = Usage.model_validate(
+            {k: v for k, v in completion.usage.items() if k in Usage.model_fields}
+        )
+    tokens = completion.tokens or TokenData()
+    return Turn(
+        index=index,
+        segment=segment,
+        kind=kind,
+        finish_reason=completion.finish_reason,
+        sampling=completion.sampling,
+        latency_s=completion.latency_s,
+        attempts=completion.attempts,
+        paused_s=completion.paused_s,
+        usage=usage,
+        endpoint=completion.endpoint,
+        **tokens.turn_fields(),
+    )

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.api.encodings import SSE, Compressor, encode_page, negotiate
 from envfarm.api.problems import (
     FieldError,
     ProblemError,
@@ -20,7 +21,7 @@ from envfarm.api.problems import (
     problem_responses,
 )
 from envfarm.api.service import JobService
-from envfarm.api.stream import SSE_MEDIA_TYPE, group_events, wants_events
+from envfarm.api.stream import SSE_MEDIA_TYPE, group_events
 from envfarm.models.jobs import GroupPage, JobRequest, JobView, TaskInfo
 
 MAX_WAIT_S = 300.0
@@ -148,17 +149,23 @@ async def job_groups(
         str, Query(pattern=CONSUMER_PATTERN, description="Independent consumer name.")
     ] = "default",
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    accept_encoding: Annotated[str | None, Header(include_in_schema=False)] = None,
     last_event_id: Annotated[
         str | None, Header(description="SSE only: resume after this cursor.")
     ] = None,
 ) -> Response:
     """Completed groups in cursor order, each with its trajectories. Delivery is at least once
     until acknowledged: pass `after` to page forward, and acknowledge with `POST .../ack`."""
-    if not wants_events(accept):
+    encoding = negotiate(accept)
+    compressor = Compressor(accept_encoding)
+    headers = {"Content-Encoding": compressor.name} if compressor.name else {}
+    headers["Vary"] = "Accept, Accept-Encoding"
+    if encoding.media_type != SSE:
         page = await service.groups(
             job_id, after=after, limit=limit, wait_s=wait, consumer=consumer
         )
-        return Response(page.json(), media_type="application/json")
+        body = compressor.whole(encode_page(page, encoding))
+        return Response(body, media_type=encoding.content_type, headers=headers)
     if last_event_id:
         if not last_event_id.strip().isdigit():
             message = "must be a group cursor (an integer)"
@@ -173,9 +180,11 @@ async def job_groups(
         consumer=consumer,
         limit=limit,
         keepalive_s=request.app.state.keepalive_s,
+        packed=encoding.packed,
+        compressor=compressor,
     )
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events, media_type=SSE_MEDIA_TYPE, headers=headers)
+    headers |= {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type=encoding.content_type, headers=headers)
 
 
 @router.post(

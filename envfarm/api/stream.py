@@ -6,12 +6,15 @@ JSON (the same object as in a ``GroupPage``), so a reconnecting ``EventSource`` 
 nothing arrived for a while, to keep proxies from closing the connection. When the job has ended
 and every group was sent, one ``event: end`` carries the job's final view and the stream closes.
 The stream itself never acknowledges: a consumer acks with ``POST .../ack`` as for long-polling.
+With ``Accept: text/event-stream; arrays=packed`` each ``data`` is the packed group JSON
+(envfarm.api.encodings); with ``Accept-Encoding`` the stream is compressed, flushed per event.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from envfarm.api.encodings import Compressor, group_json
 from envfarm.api.service import JobService
 from envfarm.models.jobs import TERMINAL_STATUSES
 
@@ -27,9 +30,26 @@ async def group_events(
     consumer: str,
     limit: int,
     keepalive_s: float,
-) -> AsyncIterator[str]:
+    packed: bool = False,
+    compressor: Compressor | None = None,
+) -> AsyncIterator[bytes]:
+    squeeze = compressor or Compressor(None)
+    async for text in _events(service, job_id, after, consumer, limit, keepalive_s, packed):
+        yield squeeze.chunk(text)
+    yield squeeze.end()
+
+
+async def _events(
+    service: JobService,
+    job_id: str,
+    after: int | None,
+    consumer: str,
+    limit: int,
+    keepalive_s: float,
+    packed: bool,
+) -> AsyncIterator[bytes]:
     cursor = after
-    yield f"retry: {RETRY_MS}\n\n"
+    yield f"retry: {RETRY_MS}\n\n".encode()
     wait_s = keepalive_s
     while True:
         view = await service.job(job_id) if wait_s == 0 else None
@@ -37,25 +57,16 @@ async def group_events(
             job_id, after=cursor, limit=limit, wait_s=wait_s, consumer=consumer
         )
         for group in page.groups:
-            yield f"id: {group.cursor}\nevent: group\ndata: {group.json()}\n\n"
+            data = group_json(group, packed)
+            yield b"id: %d\nevent: group\ndata: %s\n\n" % (group.cursor, data)
             cursor = group.cursor
         if page.groups:
             wait_s = keepalive_s
             continue
         if view is not None and view.status in TERMINAL_STATUSES:
             # The job had ended before the poll began, so the poll saw its last group.
-            yield f"event: end\ndata: {view.model_dump_json()}\n\n"
+            yield f"event: end\ndata: {view.model_dump_json()}\n\n".encode()
             return
         if view is not None:
-            yield ": keepalive\n\n"
+            yield b": keepalive\n\n"
         wait_s = 0 if view is None else keepalive_s
-
-
-def wants_events(accept: str | None) -> bool:
-    """True when the Accept header prefers an event stream to JSON."""
-    if not accept:
-        return False
-    kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
-    if SSE_MEDIA_TYPE not in kinds:
-        return False
-    return "application/json" not in kinds[: kinds.index(SSE_MEDIA_TYPE)]

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from envfarm.agent.specs import resolve_agent
 from envfarm.cli.options import judge_options, offline_option
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
@@ -20,7 +21,7 @@ from envfarm.controller.policies import policy_fields
 from envfarm.controller.runners import open_runner, policy_spec
 from envfarm.controller.summary import EXIT_BAD_INPUT, RunSummary, summarize
 from envfarm.controller.worker import WorkerConfig
-from envfarm.errors import EnvfarmError
+from envfarm.errors import EnvfarmError, TaskSpecError
 from envfarm.models.jobs import (
     MAX_GROUP_SIZE,
     MAX_RETRIES,
@@ -116,6 +117,21 @@ tasks still run).
     show_default=True,
     type=click.IntRange(min=1),
     help="Model turns per episode before it is stopped and graded.",
+)
+@click.option(
+    "--agent",
+    "agent_name",
+    default=None,
+    metavar="NAME",
+    help="The harness in the sandbox: builtin (envfarm's tool loop, the default), "
+    "mini-swe-agent or codex; their calls are captured token-exact (docs/agents.md).",
+)
+@click.option(
+    "--agent-spec",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Your own agent's spec (TOML, docs/agents.md), instead of --agent.",
 )
 @click.option(
     "--context-budget",
@@ -220,6 +236,8 @@ def run(
     max_tokens: int | None,
     seed: int | None,
     max_turns: int,
+    agent_name: str | None,
+    agent_spec: Path | None,
     context_budget: int | None,
     retries: int,
     server_profile: str,
@@ -274,6 +292,11 @@ def run(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
+    try:
+        installed = resolve_agent(agent_name, agent_spec)
+    except TaskSpecError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        sys.exit(EXIT_BAD_INPUT)
     allow_unjudged = allow_unjudged or spec.builtin
     tasks = _triage_rubric_tasks(tasks, judge_request, allow_unjudged, bad_inputs)
     if spec.builtin:
@@ -295,6 +318,8 @@ def run(
         context_budget=context_budget,
         judge=judge_request,
         allow_unjudged=allow_unjudged,
+        agent=agent_name,
+        agent_spec=installed.model_dump() if installed and agent_spec else None,
     )
     try:
         output = {"samples": samples, "compact_tokens": compact_tokens}

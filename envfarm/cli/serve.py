@@ -33,6 +33,7 @@ from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
 from envfarm.paths import user_data_dir
 from envfarm.sandbox.base import SandboxBackend
+from envfarm.spec.datasets import is_dataset_path
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.engine import default_url
 
@@ -194,8 +195,11 @@ def _on_signal(stopping: asyncio.Event, signum: int) -> None:
 
 
 def _load_tasks(tasks_dir: Path) -> dict[str, Task]:
-    if not tasks_dir.is_dir():
-        raise click.BadParameter(f"{tasks_dir} is not a directory", param_hint="--tasks")
+    if not tasks_dir.is_dir() and not is_dataset_path(tasks_dir):
+        raise click.BadParameter(
+            f"{tasks_dir} is neither a directory nor a dataset file (.json, .jsonl, .parquet)",
+            param_hint="--tasks",
+        )
     tasks, errors = discover_tasks([tasks_dir])
     for error in errors:
         console.print(f"[yellow]bad task (not served):[/] {escape(str(error))}", soft_wrap=True)

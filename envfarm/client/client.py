@@ -5,17 +5,26 @@ cursor order and, with ``ack=True``, acknowledge it once the consumer's loop bod
 with it (when the loop asks for the next group), so a group the trainer did not finish is
 delivered again after a crash. Both survive server restarts: they retry through the outage and
 continue after the last group they yielded. docs/api.md has the exactly-once recipe.
+
+Acknowledgements go in the background (``envfarm.client.acks``): one request per ``ack_every``
+finished groups or ``ack_interval_s`` seconds, flushed when the loop ends and when the client
+closes. ``lazy_groups()`` and ``lazy_stream()`` ask for a compact form (packed arrays, NDJSON,
+Arrow; optionally compressed) and yield ``LazyGroup``s that parse only what is read.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
-from envfarm.client.http import Backoff, Transport, error_of
+from envfarm.client.acks import DEFAULT_EVERY, DEFAULT_INTERVAL_S, BackgroundAcker
+from envfarm.client.http import Backoff, Decompressor, Transport, accept_encodings, error_of
+from envfarm.client.lazy import LazyGroup, arrow_groups, json_group, ndjson_groups
 from envfarm.client.sse import EventParser
 from envfarm.models.jobs import (
     TERMINAL_STATUSES,
@@ -27,6 +36,15 @@ from envfarm.models.jobs import (
 )
 
 STREAM_READ_TIMEOUT_S = 90.0
+JSON, NDJSON = "application/json", "application/x-ndjson"
+ARROW, SSE = "application/vnd.apache.arrow.stream", "text/event-stream"
+ENCODINGS = {
+    "json": JSON,
+    "packed": f"{JSON}; arrays=packed",
+    "ndjson": NDJSON,
+    "ndjson-packed": f"{NDJSON}; arrays=packed",
+    "arrow": ARROW,
+}
 
 
 class EnvfarmClient:
@@ -47,6 +65,7 @@ class EnvfarmClient:
         self._http = Transport(
             base_url, token, timeout_s=timeout_s, retry_for_s=retry_for_s, session=session
         )
+        self._ackers: set[BackgroundAcker] = set()
 
     async def __aenter__(self) -> EnvfarmClient:
         return self
@@ -60,7 +79,26 @@ class EnvfarmClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._http.close()
+        """Flush pending acknowledgements, then close the connection pool."""
+        try:
+            for acker in list(self._ackers):
+                await acker.close()
+        finally:
+            self._ackers.clear()
+            await self._http.close()
+
+    def _acker(self, job_id: str, consumer: str, every: int, interval_s: float) -> BackgroundAcker:
+        async def send(cursor: int) -> None:
+            await self.ack(job_id, cursor, consumer)
+
+        acker = BackgroundAcker(send, every=every, interval_s=interval_s)
+        self._ackers.add(acker)
+        return acker
+
+    async def _release(self, acker: BackgroundAcker | None) -> None:
+        if acker is not None:
+            self._ackers.discard(acker)
+            await acker.close()
 
     async def submit(self, request: JobRequest | Mapping[str, Any]) -> str:
         """Submit a job; its id. A dict is sent as is (the server validates it)."""
@@ -122,27 +160,94 @@ class EnvfarmClient:
         ack: bool = True,
         wait_s: float = 30.0,
         limit: int = 100,
+        ack_every: int = DEFAULT_EVERY,
+        ack_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> AsyncIterator[DeliveredGroup]:
         """Every group of the job from ``after`` (default: the consumer's acknowledged
         cursor) until the job has ended and its last group was yielded."""
+
+        async def fetch(cursor: int | None, wait: float) -> list[DeliveredGroup]:
+            page = await self.page(job_id, after=cursor, limit=limit, wait_s=wait,
+                                   consumer=consumer)  # fmt: skip
+            return page.groups
+
+        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
+                                       ack_every, ack_interval_s):  # fmt: skip
+            yield group
+
+    async def lazy_groups(
+        self,
+        job_id: str,
+        *,
+        encoding: str = "ndjson-packed",
+        compression: str | None = None,
+        consumer: str = "default",
+        after: int | None = None,
+        ack: bool = True,
+        wait_s: float = 30.0,
+        limit: int = 100,
+        ack_every: int = DEFAULT_EVERY,
+        ack_interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> AsyncIterator[LazyGroup]:
+        """Like ``groups()`` in a compact form: ``encoding`` is one of ``ENCODINGS``,
+        ``compression`` None, "gzip" or "zstd" (gzip when zstandard is missing)."""
+        accept = ENCODINGS[encoding]
+        accept_encoding = accept_encodings(compression)
+        path = f"/v1/jobs/{job_id}/groups"
+
+        async def fetch(cursor: int | None, wait: float) -> list[LazyGroup]:
+            params: dict[str, str | int | float] = {"limit": limit, "wait": wait}
+            params["consumer"] = consumer
+            if cursor is not None:
+                params["after"] = cursor
+            kind, body = await self._http.raw(path, accept=accept, accept_encoding=accept_encoding,
+                                              params=params, extra_timeout_s=wait)  # fmt: skip
+            return decode_groups(kind, body)
+
+        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
+                                       ack_every, ack_interval_s):  # fmt: skip
+            yield group
+
+    async def _paged(
+        self,
+        job_id: str,
+        consumer: str,
+        after: int | None,
+        ack: bool,
+        wait_s: float,
+        fetch: Any,
+        ack_every: int,
+        ack_interval_s: float,
+    ) -> AsyncIterator[Any]:
         cursor = after
         ended = False
-        while True:
-            page = await self.page(
-                job_id, after=cursor, limit=limit, wait_s=0.0 if ended else wait_s,
-                consumer=consumer,
-            )  # fmt: skip
-            for group in page.groups:
-                yield group
-                cursor = group.cursor
-                if ack:
-                    await self.ack(job_id, group.cursor, consumer)
-            if page.groups:
-                continue
-            if ended:
-                return
-            # One more poll after the job is seen ended: groups may have landed meanwhile.
-            ended = (await self.job(job_id)).status in TERMINAL_STATUSES
+        acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
+        ahead: asyncio.Task[Any] | None = None
+        try:
+            while True:
+                if ahead is not None:
+                    found, ahead = await ahead, None
+                else:
+                    found = await fetch(cursor, 0.0 if ended else wait_s)
+                if found:  # read the next page while the consumer works on this one
+                    ahead = asyncio.ensure_future(fetch(found[-1].cursor, 0.0))
+                for group in found:
+                    yield group
+                    cursor = group.cursor
+                    if acker is not None:
+                        acker.finished(group.cursor)
+                if found:
+                    continue
+                if ended:
+                    return
+                # One more poll after the job is seen ended: groups may have landed meanwhile.
+                ended = (await self.job(job_id)).status in TERMINAL_STATUSES
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
+            await self._release(acker)
 
     async def stream(
         self,
@@ -152,43 +257,93 @@ class EnvfarmClient:
         after: int | None = None,
         ack: bool = True,
         read_timeout_s: float = STREAM_READ_TIMEOUT_S,
+        ack_every: int = DEFAULT_EVERY,
+        ack_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> AsyncIterator[DeliveredGroup]:
         """Like ``groups()``, pushed by the server as server-sent events."""
+        async for group in self._events(job_id, consumer, after, ack, read_timeout_s,
+                                        SSE, None, DeliveredGroup.model_validate_json,
+                                        ack_every, ack_interval_s):  # fmt: skip
+            yield group
+
+    async def lazy_stream(
+        self,
+        job_id: str,
+        *,
+        packed: bool = True,
+        compression: str | None = None,
+        consumer: str = "default",
+        after: int | None = None,
+        ack: bool = True,
+        read_timeout_s: float = STREAM_READ_TIMEOUT_S,
+        ack_every: int = DEFAULT_EVERY,
+        ack_interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> AsyncIterator[LazyGroup]:
+        """Like ``stream()``, with packed token arrays and optional compression."""
+        accept = f"{SSE}; arrays=packed" if packed else SSE
+        async for group in self._events(job_id, consumer, after, ack, read_timeout_s, accept,
+                                        accept_encodings(compression), json_group,
+                                        ack_every, ack_interval_s):  # fmt: skip
+            yield group
+
+    async def _events(
+        self,
+        job_id: str,
+        consumer: str,
+        after: int | None,
+        ack: bool,
+        read_timeout_s: float,
+        accept: str,
+        accept_encoding: str | None,
+        parse: Any,
+        ack_every: int,
+        ack_interval_s: float,
+    ) -> AsyncIterator[Any]:
         cursor = after
         backoff = Backoff(self._http.retry_for_s)
         url = self._http.url(f"/v1/jobs/{job_id}/groups")
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._http.timeout_s,
                                         sock_read=read_timeout_s)  # fmt: skip
-        while True:
-            headers = {**self._http.headers, "Accept": "text/event-stream"}
-            if cursor is not None:
-                headers["Last-Event-ID"] = str(cursor)
-            try:
-                async with self._http.session.get(
-                    url, params={"consumer": consumer}, headers=headers, timeout=timeout
-                ) as response:
-                    if response.status != 200:
-                        text = await response.text()
-                        if response.status not in (502, 503, 504):
-                            raise error_of(response.status, response.reason, text, "GET", url)
-                        raise aiohttp.ClientConnectionError(f"{response.status} {text[:200]}")
-                    parser = EventParser()
-                    async for chunk in response.content.iter_any():
-                        for event in parser.feed(chunk):
-                            if event.event == "end":
-                                return
-                            if event.event != "group":
-                                continue
-                            backoff.reset()
-                            group = DeliveredGroup.model_validate_json(event.data)
-                            yield group
-                            cursor = group.cursor
-                            if ack:
-                                await self.ack(job_id, group.cursor, consumer)
-                reason = "the stream closed before the job ended"
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-                reason = f"stream interrupted: {exc!r}"
-            await backoff.wait(reason, "GET", url)
+        acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
+        try:
+            while True:
+                headers = {**self._http.headers, "Accept": accept}
+                if accept_encoding:
+                    headers["Accept-Encoding"] = accept_encoding
+                if cursor is not None:
+                    headers["Last-Event-ID"] = str(cursor)
+                try:
+                    async with self._http.session.get(
+                        url, params={"consumer": consumer}, headers=headers, timeout=timeout,
+                        auto_decompress=False,
+                    ) as response:  # fmt: skip
+                        inflate = Decompressor(response.headers.get("Content-Encoding"))
+                        if response.status != 200:
+                            text = inflate.feed(await response.read()).decode()
+                            if response.status not in (502, 503, 504):
+                                raise error_of(response.status, response.reason, text, "GET", url)
+                            raise aiohttp.ClientConnectionError(f"{response.status} {text[:200]}")
+                        parser = EventParser()
+                        async for chunk in response.content.iter_any():
+                            for event in parser.feed(inflate.feed(chunk)):
+                                if event.event == "end":
+                                    return
+                                if event.event != "group":
+                                    continue
+                                backoff.reset()
+                                group = parse(event.data)
+                                yield group
+                                cursor = group.cursor
+                                if acker is not None:
+                                    acker.finished(group.cursor)
+                    reason = "the stream closed before the job ended"
+                except (
+                    aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError,
+                ) as exc:  # fmt: skip
+                    reason = f"stream interrupted: {exc!r}"
+                await backoff.wait(reason, "GET", url)
+        finally:
+            await self._release(acker)
 
     async def publish_version(self, version: str) -> None:
         """Tell the server the trainer's current policy version."""
@@ -219,3 +374,20 @@ def request_body(request: JobRequest) -> dict[str, Any]:
         if endpoint.api_key is not None:
             body["policy"]["endpoints"][index]["api_key"] = endpoint.api_key.get_secret_value()
     return body
+
+
+def decode_groups(media_type: str, body: bytes) -> list[LazyGroup]:
+    """The groups of one answer in the form the server chose."""
+    kind = media_type.split(";")[0].strip().lower()
+    if kind == ARROW:
+        return arrow_groups(body) if body else []
+    if kind == NDJSON:
+        return list(ndjson_groups(iter(body.split(b"\n"))))
+    return [json_group(group) for group in json_group_list(body)]
+
+
+def json_group_list(body: bytes) -> list[dict[str, Any]]:
+    from envfarm.client.lazy import loads
+
+    groups: list[dict[str, Any]] = loads(body)["groups"]
+    return groups

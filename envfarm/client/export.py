@@ -40,7 +40,7 @@ SCALARS: dict[str, str] = {
     "artifacts": "string",
 }
 NESTED = (
-    "messages", "turns", "segments", "reward", "timings", "policy_versions", "outcome",
+    "messages", "turns", "segments", "reward", "timings", "policy_versions", "outcome", "agent",
     "error", "provenance", "judge_calls", "samples",
 )  # fmt: skip
 DERIVED: dict[str, str] = {

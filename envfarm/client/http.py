@@ -10,9 +10,11 @@ job is never submitted twice. Error answers become ``ApiError`` with the server'
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import random
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,18 +92,70 @@ class Transport:
         idempotent: bool = True,
     ) -> Any:
         """The decoded JSON answer (None for 204)."""
+
+        async def answer(response: aiohttp.ClientResponse) -> Any:
+            return await decode(response, method, self.url(path))
+
+        return await self.exchange(
+            method, path, answer, body=body, params=params,
+            extra_timeout_s=extra_timeout_s, idempotent=idempotent,
+        )  # fmt: skip
+
+    async def raw(
+        self,
+        path: str,
+        *,
+        accept: str,
+        accept_encoding: str | None,
+        params: Mapping[str, str | int | float] | None = None,
+        extra_timeout_s: float = 0.0,
+    ) -> tuple[str, bytes]:
+        """A GET answered in a negotiated form: its media type and its decompressed body."""
         url = self.url(path)
+        headers = {"Accept": accept}
+        if accept_encoding:
+            headers["Accept-Encoding"] = accept_encoding
+
+        async def answer(response: aiohttp.ClientResponse) -> tuple[str, bytes]:
+            data = await response.read()
+            if not 200 <= response.status < 300:
+                text = decompress(data, response.headers.get("Content-Encoding"))
+                raise error_of(response.status, response.reason, text.decode(), "GET", url)
+            body = decompress(data, response.headers.get("Content-Encoding"))
+            return response.headers.get("Content-Type", ""), body
+
+        return await self.exchange(  # type: ignore[no-any-return]
+            "GET", path, answer, params=params, extra_timeout_s=extra_timeout_s,
+            headers=headers, auto_decompress=False,
+        )  # fmt: skip
+
+    async def exchange(
+        self,
+        method: str,
+        path: str,
+        answer: Any,
+        *,
+        body: Any = None,
+        params: Mapping[str, str | int | float] | None = None,
+        extra_timeout_s: float = 0.0,
+        idempotent: bool = True,
+        headers: Mapping[str, str] | None = None,
+        auto_decompress: bool = True,
+    ) -> Any:
+        url = self.url(path)
+        all_headers = {**self.headers, **(headers or {})}
         backoff = Backoff(self.retry_for_s)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s + extra_timeout_s)
         while True:
             try:
                 async with self.session.request(
-                    method, url, json=body, params=params, headers=self.headers, timeout=timeout
-                ) as response:
+                    method, url, json=body, params=params, headers=all_headers, timeout=timeout,
+                    auto_decompress=auto_decompress,
+                ) as response:  # fmt: skip
                     if response.status in RETRY_STATUSES and idempotent:
                         reason = f"{response.status} {response.reason}"
                     else:
-                        return await decode(response, method, url)
+                        return await answer(response)
             except aiohttp.ClientConnectorError as exc:
                 reason = f"cannot connect: {exc}"
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
@@ -120,6 +174,39 @@ async def decode(response: aiohttp.ClientResponse, method: str, url: str) -> Any
     if 200 <= response.status < 300:
         return json.loads(text) if text else None
     raise error_of(response.status, response.reason, text, method, url)
+
+
+def decompress(data: bytes, content_encoding: str | None) -> bytes:
+    if not content_encoding or content_encoding == "identity":
+        return data
+    return Decompressor(content_encoding).feed(data)
+
+
+class Decompressor:
+    """Incremental ``Content-Encoding`` decoding (gzip; zstd with the zstandard package)."""
+
+    def __init__(self, content_encoding: str | None) -> None:
+        self._feed: Any = None
+        if content_encoding == "gzip":
+            self._feed = zlib.decompressobj(47).decompress
+        elif content_encoding == "zstd":
+            import zstandard  # only offered when installed (accept_encodings())
+
+            self._feed = zstandard.ZstdDecompressor().decompressobj().decompress
+        elif content_encoding not in (None, "", "identity"):
+            raise ApiConnectionError("GET", "", f"unknown Content-Encoding {content_encoding!r}")
+
+    def feed(self, data: bytes) -> bytes:
+        return bytes(self._feed(data)) if self._feed is not None else data
+
+
+def accept_encodings(compression: str | None) -> str | None:
+    """The ``Accept-Encoding`` to send for ``compression`` (None, "gzip", "zstd")."""
+    if compression is None:
+        return "identity"
+    if compression == "zstd" and importlib.util.find_spec("zstandard") is None:
+        return "gzip"
+    return compression
 
 
 def error_of(status: int, reason: str | None, text: str, method: str, url: str) -> ApiError:

@@ -12,13 +12,14 @@ import asyncio
 import logging
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 import envfarm
 from envfarm.agent.loop import Agent, AgentLimits
 from envfarm.agent.tools import ToolContext
+from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
 from envfarm.errors import EnvfarmError
@@ -73,6 +74,8 @@ class EpisodeRunner:
     pools: WarmPools | None = None
     """Started sandboxes kept ready per environment: an episode takes one instead of starting
     its own (each is used once; the pool refills in the background)."""
+    agent_layers: AgentLayers | None = None
+    """An installed agent (docs/agents.md) instead of the built-in loop; None: the loop."""
 
     background_teardown: bool = False
     """Remove a finished episode's sandbox after ``run`` has returned its trajectory (off the
@@ -105,6 +108,13 @@ class EpisodeRunner:
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
         trajectory.timings.build_s = request.image.build_s
+        if self.agent_layers is not None:
+            with _phase(trajectory, "build"):
+                request = replace(request, image=await self.agent_layers.image(request.image))
+            if trajectory.error:
+                trajectory.timings.total_s = time.monotonic() - started
+                return trajectory
+        assert request.image is not None
         if self.pools is None:
             sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
         else:
@@ -148,10 +158,13 @@ class EpisodeRunner:
         if traj.error:
             return
         with _phase(traj, "agent"):
-            agent = self._agent(task, sandbox, request.seed, request.episode_id)
-            run = await agent.run(task.instruction)
-            traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
-            traj.segments = run.segments
+            if self.agent_layers is not None:
+                await self._installed(request, sandbox, traj)
+            else:
+                agent = self._agent(task, sandbox, request.seed, request.episode_id)
+                run = await agent.run(task.instruction)
+                traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
+                traj.segments = run.segments
         if traj.error:
             return
         with _phase(traj, "grading"):
@@ -185,6 +198,22 @@ class EpisodeRunner:
             sampling=self.sampling.model_copy(update={"seed": seed})
             if seed is not None
             else self.sampling,
+        )
+
+    async def _installed(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
+        assert self.agent_layers is not None
+        seed = request.seed
+        await run_agent(
+            self.agent_layers.spec,
+            self.policy.client.session(request.episode_id),
+            sandbox,
+            request.task,
+            traj,
+            sampling=self.sampling
+            if seed is None
+            else self.sampling.model_copy(update={"seed": seed}),
+            max_turns=self.max_turns,
+            timeout_s=request.task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
         )
 
     def _blank(self, request: EpisodeRequest) -> Trajectory:

@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from envfarm.agent.specs import parse_spec, resolve_agent
 from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.installed_agents import AgentLayers
 from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.grading.base import Grader
@@ -46,6 +48,16 @@ def judge_spec(request: JobRequest) -> JudgeSpec | None:
     return JudgeSpec.model_validate(judge.model_dump()) if judge else None
 
 
+def agent_layers(request: JobRequest, backend: SandboxBackend) -> AgentLayers | None:
+    """The job's installed agent, or None for the built-in loop (TaskSpecError if unknown)."""
+    spec = (
+        parse_spec(request.agent_spec, "agent_spec")
+        if request.agent_spec is not None
+        else resolve_agent(request.agent)
+    )
+    return None if spec is None else AgentLayers(backend, spec)
+
+
 @asynccontextmanager
 async def open_runner(
     request: JobRequest,
@@ -75,6 +87,7 @@ async def open_runner(
             context_budget=request.context_budget,
             artifacts_dir=artifacts_dir,
             pools=pools,
+            agent_layers=agent_layers(request, backend),
             background_teardown=True,
         )
         try:

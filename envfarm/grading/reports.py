@@ -1,4 +1,5 @@
-"""Test reports the verifier leaves in ``/logs/verifier``: JUnit XML and CTRF JSON.
+"""Test reports the verifier leaves in ``/logs/verifier``: JUnit XML and CTRF JSON (and a
+runner's printed output named ``<name>.<parser>.log``, read by ``grading.test_logs``).
 
 Both are parsed into ``ReportedTest`` values (name, status, duration) plus the count the report
 itself claims (``<testsuite tests=...>``, CTRF ``summary.tests``), so that a report cut short can
@@ -17,6 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
+from envfarm.grading.test_logs import log_parser_of, parse_test_log
 from envfarm.models.trajectory import ReportedTest, TestStatus
 
 CONVENTIONAL_REPORTS = ("junit.xml", "ctrf.json")
@@ -48,7 +50,11 @@ class ParsedReport:
 
 
 def report_format(name: str, data: bytes) -> str | None:
-    """``junit`` or ``ctrf`` from the name, else from the first bytes; None when neither."""
+    """``junit`` or ``ctrf`` from the name, else from the first bytes; None when neither.
+    ``<name>.<parser>.log`` is a runner's printed output (``grading.test_logs``)."""
+    parser = log_parser_of(name)
+    if parser is not None:
+        return f"{parser}-log"
     lowered = name.lower()
     if lowered.endswith(".xml"):
         return "junit"
@@ -64,6 +70,9 @@ def parse_report(name: str, data: bytes) -> ParsedReport:
         return parse_junit(name, data)
     if kind == "ctrf":
         return parse_ctrf(name, data)
+    if kind is not None and kind.endswith("-log"):
+        text = data.decode(errors="replace")
+        return ParsedReport(name, kind, tests=parse_test_log(kind.removesuffix("-log"), text, name))
     return ParsedReport(name, "unknown", problem="neither JUnit XML nor CTRF JSON")
 
 

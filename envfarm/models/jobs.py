@@ -111,6 +111,10 @@ class JobRequest(Wire):
     ``rubric:unjudged``); implied by the built-in policies."""
     leave_one_out: bool = False
     name: str | None = Field(default=None, max_length=200)
+    agent: str | None = Field(default=None, max_length=100)
+    """An installed agent by name (docs/agents.md); None or ``builtin``: envfarm's own loop."""
+    agent_spec: dict[str, Any] | None = None
+    """A user's own agent spec (the TOML file's table), used instead of ``agent``."""
 
 
 class JobCounts(Wire):

@@ -288,6 +288,19 @@ class AgentOutcome(WireModel):
     malformed_tool_calls: int = 0
 
 
+class AgentInfo(WireModel):
+    """The harness that produced the session: ``builtin`` (envfarm's loop) or an installed one."""
+
+    name: str
+    version: str | None = None
+    exit_code: int | None = None
+    """An installed agent's exit code (None: stopped by envfarm, or the built-in loop)."""
+    output_tail: str | None = None
+    """The end of an installed agent's own output."""
+    requests: list[dict[str, Any]] = Field(default_factory=list)
+    """An installed agent's requests as it sent them (before any translation)."""
+
+
 class ErrorInfo(WireModel):
     type: str
     message: str
@@ -320,6 +333,8 @@ class Trajectory(WireModel):
     """True when the group's valid rewards do not vary (advantage 0, nothing to learn)."""
     model: str | None = None
     outcome: AgentOutcome | None = None
+    agent: AgentInfo | None = None
+    """None: envfarm's built-in loop."""
     error: ErrorInfo | None = None
     provenance: Provenance
     artifacts: str | None = None

@@ -70,6 +70,11 @@ class JobRequestBuilder:
             "max_turns": spec.get("maxTurns", 50),
             "leave_one_out": spec.get("leaveOneOut", False),
         }
+        agent = spec.get("agent")
+        if agent is not None:  # a name, or {name} / {spec: {...}} (docs/agents.md)
+            body["agent"] = agent if isinstance(agent, str) else agent.get("name")
+            if isinstance(agent, dict) and agent.get("spec") is not None:
+                body["agent_spec"] = agent["spec"]
         for field, key in (("concurrency", "concurrency"), ("maxStaleness", "max_staleness")):
             if spec.get(field) is not None:
                 body[key] = spec[field]

@@ -27,6 +27,7 @@ from envfarm.spec.compose import ComposeSpec, is_idle_command
 from envfarm.spec.compose_load import compose_for_task
 from envfarm.spec.config import NOT_YET, TaskConfig
 from envfarm.spec.config_read import read_task_config
+from envfarm.spec.datasets import dataset_tasks, is_dataset_path
 from envfarm.spec.errors_fmt import Issue, spec_error
 
 TASK_FILE = "task.toml"
@@ -256,6 +257,9 @@ def _task_dirs(path: Path) -> tuple[list[Path], list[TaskSpecError]]:
 def discover_tasks(paths: Sequence[Path]) -> tuple[list[Task], list[TaskSpecError]]:
     """Load every task at or below ``paths``; bad tasks become errors and never stop the rest.
 
+    A path that is a dataset file (``spec.datasets``: JSON, JSONL, Parquet of SWE-bench-style
+    records) gives one task per good record; each bad record is an error of its own.
+
     A task id seen before (from another directory) is an error for the later directory.
     """
     tasks: list[Task] = []
@@ -263,7 +267,7 @@ def discover_tasks(paths: Sequence[Path]) -> tuple[list[Task], list[TaskSpecErro
     owners: dict[str, Path] = {}
     loaded_roots: set[Path] = set()
     for path in paths:
-        roots, path_errors = _task_dirs(path)
+        roots, path_errors = dataset_tasks(str(path)) if is_dataset_path(path) else _task_dirs(path)
         errors += path_errors
         for root in roots:
             if root.resolve() in loaded_roots:

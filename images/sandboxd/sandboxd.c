@@ -1113,7 +1113,10 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 
 /* ---------------------------------------------------------------- requests */
 
+#include "relay.c"
+
 static void cancel(long long id) {
+    relay_cancel(id);
     for (job *j = jobs; j; j = j->next)
         if (j->id == id && !j->exited) kill_tree(j->pid);
     transfer *t = find_transfer(id);
@@ -1150,7 +1153,7 @@ static void dispatch(const char *text, size_t text_len, const char *payload, siz
         open_write(id, &req);
         transfer *t = find_transfer(id);
         if (t) write_chunk(t, payload, len, jbool(&req, "eof"));
-    } else {
+    } else if (!relay_dispatch(id, op, &req, payload, len)) {
         send_error(id, EINVAL, "unknown op", NULL);
     }
     jfree(&req);
@@ -1246,7 +1249,7 @@ int main(int argc, char **argv) {
         if (term_deadline && (!jobs || now_s() >= term_deadline)) shutdown_now(128 + term_signal);
         size_t njobs = 0;
         for (job *j = jobs; j; j = j->next) njobs++;
-        size_t need = 2 + 2 * njobs + ndrains;
+        size_t need = 2 + 2 * njobs + ndrains + relay_nfds();
         if (need > fds_cap) fds = xrealloc(fds, (fds_cap = need * 2) * sizeof *fds);
         size_t n = 0;
         fds[n++] = (struct pollfd){signal_pipe[0], POLLIN, 0};
@@ -1254,6 +1257,8 @@ int main(int argc, char **argv) {
         for (job *j = jobs; j; j = j->next)
             for (int s = 0; s < 2; s++) fds[n++] = (struct pollfd){j->fd[s], POLLIN, 0};
         for (size_t i = 0; i < ndrains; i++) fds[n++] = (struct pollfd){drains[i], POLLIN, 0};
+        size_t relay_at = n;
+        n += relay_fill(fds + n);
         double wait = -1, now = now_s();
         for (transfer *t = transfers; t; t = t->next)
             if (!t->writing) wait = 0;
@@ -1291,6 +1296,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < ndrains; i++)
             if (drains[i] >= 0) drains[kept++] = drains[i];
         ndrains = kept;
+        relay_service(fds + relay_at);
         if (fds[1].revents) {
             breserve(&in, 256 * 1024);
             ssize_t got = read(0, in.d + in.n, in.cap - in.n);

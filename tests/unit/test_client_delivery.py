@@ -33,7 +33,7 @@ async def served() -> AsyncIterator[tuple[MemoryService, ApiServer, EnvfarmClien
         yield service, server, client
 
 
-async def test_groups_are_yielded_in_order_acked_after_the_body_until_the_job_ends(
+async def test_groups_are_yielded_in_order_acked_only_after_the_body_until_the_job_ends(
     served: tuple[MemoryService, ApiServer, EnvfarmClient],
 ) -> None:
     service, _, client = served
@@ -43,7 +43,8 @@ async def test_groups_are_yielded_in_order_acked_after_the_body_until_the_job_en
     seen = []
     async for group in client.groups(job_id, wait_s=0.2):
         seen.append(group.cursor)
-        assert service.acked.get((job_id, "default"), 0) == group.cursor - 1
+        # acknowledged in the background: never the group the loop body is still in
+        assert service.acked.get((job_id, "default"), 0) <= group.cursor - 1
         if group.cursor == 3:
             service.add_group(job_id)
             service.finish(job_id)

@@ -46,7 +46,7 @@ import errno
 import itertools
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -60,6 +60,7 @@ ANSWER_GRACE_S = 30.0
 DEFAULT_OUTPUT_CAP = 4 * 1024 * 1024
 _DIAGNOSTICS_KEPT = 4096
 _STREAMED = ("stdout", "stderr", "data")
+Listener = Callable[[dict[str, Any], bytes], None]
 
 
 class ExecOutcome(BaseModel):
@@ -100,6 +101,8 @@ class Channel(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
+        self._listeners: dict[int, Listener] = {}
+        """Requests answered many times (``relay.py``): each of their frames goes to a callback."""
         self._failure: SandboxError | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -173,6 +176,10 @@ class Channel(asyncio.Protocol):
 
     def _dispatch(self, header: dict[str, Any], payload: bytes) -> None:
         kind = header.get("type")
+        listener = self._listeners.get(header["id"])
+        if listener is not None:
+            listener(header, payload)
+            return
         call = self._calls.get(header["id"])
         if call is None:
             if header["id"] == 0:
@@ -189,6 +196,9 @@ class Channel(asyncio.Protocol):
         if self._failure is None:
             self._failure = exc
         calls, self._calls = self._calls, {}
+        listeners, self._listeners = self._listeners, {}
+        for listener in listeners.values():
+            listener({"type": "gone"}, b"")
         for call in calls.values():
             if not call.future.done():
                 call.future.set_exception(self._failure)
@@ -242,6 +252,21 @@ class Channel(asyncio.Protocol):
             if self._calls.pop(call_id, None) is not None and self._failure is None:
                 self._send({"id": call_id, "op": "cancel"})
             raise
+
+    def open_listener(self, header: dict[str, Any], listener: Listener) -> int:
+        """Send a request whose every answer goes to ``listener``; return its id."""
+        call_id = next(self._ids)
+        self._listeners[call_id] = listener
+        self.send_frame({"id": call_id, **header})
+        return call_id
+
+    def close_listener(self, call_id: int) -> None:
+        if self._listeners.pop(call_id, None) is not None and self._failure is None:
+            self.send_frame({"id": call_id, "op": "cancel"})
+
+    def send_frame(self, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
+        """Write one frame now (no answer awaited); raises the channel's failure if any."""
+        self._send(header, payload)
 
     async def ping(self) -> dict[str, Any]:
         answer, _ = await self._request({"op": "ping"})

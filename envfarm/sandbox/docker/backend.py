@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from envfarm.sandbox.agent_layer import AgentImages, AgentLayer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.docker.agent_layer import build_agent_image
 from envfarm.sandbox.docker.buildlog import BuildLog
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.images import ensure_base_image
@@ -31,7 +33,7 @@ from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.spec.task import Task
 
 
-class DockerBackend(SandboxBackend):
+class DockerBackend(SandboxBackend, AgentImages):
     name = "docker"
 
     def __init__(self, runtime: str | None = None) -> None:
@@ -79,6 +81,9 @@ class DockerBackend(SandboxBackend):
             return DockerSandbox(config)
         known = self._service_images.get((str(task.root), task.content_hash))
         return DockerEnvironment(config, task, service_images=known)
+
+    async def with_agent(self, image: PreparedImage, layer: AgentLayer) -> PreparedImage:
+        return await build_agent_image(image, layer)
 
     def _runtime(self, task: Task) -> str | None:
         """Blocking the first time (the engine's runtimes, then cached)."""

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
 from envfarm.sandbox.base import ExecResult, ProcessLogs, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.excess import memory_and_helper
@@ -138,7 +139,7 @@ def _remove_live_containers() -> None:
 atexit.register(_remove_live_containers)
 
 
-class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs):
+class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None

@@ -1,0 +1,160 @@
+"""Installed agents as plug-ins: a small spec per harness (docs/agents.md).
+
+A spec says how to install the agent (pip packages into a private virtualenv, or npm packages
+into a private ``node_modules``, both under ``AGENT_DIR``), the command line that runs it with
+the task's instruction, the environment variables that point it at the capture endpoint, which
+API it speaks, and which exit codes mean it ended by itself. Shipped specs live in
+``envfarm/agent/agents/*.toml``; ``--agent-spec FILE`` loads a user's own in the same format.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from envfarm.errors import TaskSpecError
+from envfarm.sandbox.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLayer
+
+BUILTIN = "builtin"
+"""The name of envfarm's own tool loop, the default."""
+API_KEY = "envfarm-capture"
+"""The only key an agent ever holds: the capture endpoint accepts any."""
+
+
+class AgentInstall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    runtime: Literal["python3", "none"] = "none"
+    """``python3``: the image's python3 (Debian's, apt-installed, when the image has apt but
+    no python3); ``none``: the agent brings its own (a static binary, say)."""
+    pip: list[str] = Field(default_factory=list)
+    npm: list[str] = Field(default_factory=list)
+    """npm packages, installed on envfarm's base image and copied in; they must run without
+    node (a package that ships a native binary, as Codex CLI does)."""
+    script: str = ""
+    """More shell run as root after the packages are installed."""
+
+
+class AgentRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: str
+    """Shell command; ``{instruction}`` (quoted), ``{base_url}``, ``{model}``, ``{agent_dir}``,
+    ``{workdir}`` and ``{api_key}`` are filled in."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables for the agent; the same placeholders apply."""
+    done_exit_codes: list[int] = Field(default_factory=lambda: [0])
+    """Exit codes that mean the agent finished by itself (``submitted``)."""
+
+
+class AgentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    version: str
+    api: Literal["chat", "responses", "messages"] = "chat"
+    install: AgentInstall = Field(default_factory=AgentInstall)
+    run: AgentRun
+
+    def layer(self) -> AgentLayer:
+        return AgentLayer(name=self.name, version=self.version, script=install_script(self))
+
+    def fill(self, text: str, *, instruction: str, base_url: str, model: str, workdir: str) -> str:
+        values = {
+            "instruction": shlex.quote(instruction),
+            "base_url": base_url,
+            "model": model,
+            "agent_dir": AGENT_DIR,
+            "workdir": workdir,
+            "api_key": API_KEY,
+        }
+        for key, value in values.items():
+            text = text.replace("{" + key + "}", value)
+        return text
+
+
+def install_script(spec: AgentSpec) -> str:
+    lines = ["set -e", f"mkdir -p {AGENT_DIR}"]
+    if spec.install.runtime == "python3":
+        missing = (
+            f"echo 'envfarm: agent {spec.name} needs python3 (with venv), which this image "
+            f"lacks and cannot install (no apt-get)' >&2; exit {MISSING_RUNTIME_EXIT}"
+        )
+        lines += [
+            "if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' "
+            ">/dev/null 2>&1; then",
+            f"  command -v apt-get >/dev/null 2>&1 || {{ {missing}; }}",
+            "  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+            "--no-install-recommends python3 python3-venv >/dev/null",
+            "fi",
+            f"python3 -m venv {AGENT_DIR}/venv",
+        ]
+        if spec.install.pip:
+            packages = " ".join(shlex.quote(p) for p in spec.install.pip)
+            lines.append(
+                f"{AGENT_DIR}/venv/bin/pip install --no-cache-dir -q "
+                f"--disable-pip-version-check {packages}"
+            )
+    if spec.install.script:
+        lines.append(spec.install.script)
+    lines.append(f"chmod -R a+rX {AGENT_DIR}")
+    return "\n".join(lines) + "\n"
+
+
+def builtin_specs() -> dict[str, AgentSpec]:
+    found: dict[str, AgentSpec] = {}
+    for entry in resources.files("envfarm.agent").joinpath("agents").iterdir():
+        if entry.name.endswith(".toml"):
+            spec = _parse(entry.read_text(), f"envfarm/agent/agents/{entry.name}")
+            found[spec.name] = spec
+    return found
+
+
+def agent_names() -> list[str]:
+    return [BUILTIN, *sorted(builtin_specs())]
+
+
+def resolve_agent(name: str | None, spec_file: Path | None = None) -> AgentSpec | None:
+    """The spec of ``--agent NAME`` or ``--agent-spec FILE``; None for the built-in loop."""
+    if spec_file is not None:
+        return parse_spec(read_spec_file(spec_file), str(spec_file))
+    if name is None or name == BUILTIN:
+        return None
+    specs = builtin_specs()
+    if name not in specs:
+        raise TaskSpecError(
+            "--agent", f"unknown agent {name!r}; the agents are: {', '.join(agent_names())}"
+        )
+    return specs[name]
+
+
+def _parse(text: str, where: str) -> AgentSpec:
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskSpecError(where, f"not valid TOML: {exc}") from exc
+    return parse_spec(table, where)
+
+
+def read_spec_file(path: Path) -> dict[str, Any]:
+    """The table of an agent spec file (checked: TaskSpecError naming the field if invalid)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TaskSpecError(str(path), f"cannot read the agent spec: {exc}") from exc
+    return _parse(text, str(path)).model_dump()
+
+
+def parse_spec(table: dict[str, Any], where: str) -> AgentSpec:
+    try:
+        return AgentSpec.model_validate(table)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()
+        )
+        raise TaskSpecError(where, f"not a valid agent spec: {problems}") from exc

@@ -1,0 +1,247 @@
+"""Content negotiation for delivered groups: the JSON form by default, compact forms on request.
+
+The store keeps each trajectory as JSON text; the default answer forwards it untouched. A
+trainer that asks for a compact form gets the same objects in less space and less parse time:
+
+- ``application/json; arrays=packed`` (also on ``application/x-ndjson`` and
+  ``text/event-stream``): the per-turn token arrays (``prompt_token_ids``,
+  ``prompt_suffix_ids``, ``completion_token_ids``) are base64 strings of little-endian int32,
+  ``logprobs`` of little-endian float32.
+- ``application/x-ndjson``: one line per group (its metadata, the trajectories' heads: id,
+  episode and reward), then one line per trajectory, so a reader can skip bodies it never opens.
+- ``application/vnd.apache.arrow.stream``: an Arrow IPC stream, one row per trajectory with
+  the token arrays as list columns and the rest of the trajectory as a JSON ``body`` column
+  (needs pyarrow, the ``parquet`` extra; 406 without it).
+
+Anything else in ``Accept`` is a 406. The answer is compressed by ``Accept-Encoding``: gzip,
+or zstd when the ``zstandard`` package is installed. docs/api.md names the media types.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import zlib
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envfarm.api.problems import ProblemError, problem
+from envfarm.models.jobs import RawGroup, RawGroupPage
+
+try:
+    import orjson
+
+    loads: Callable[[str | bytes], Any] = orjson.loads
+
+    def dumps(value: Any) -> bytes:
+        return orjson.dumps(value)
+
+except ImportError:  # pragma: no cover - the fallback when orjson is not installed
+    loads = json.loads
+
+    def dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+ARROW = "application/vnd.apache.arrow.stream"
+SSE = "text/event-stream"
+INT_ARRAYS = ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids")
+FLOAT_ARRAYS = ("logprobs",)
+ARRAY_FIELDS = INT_ARRAYS + FLOAT_ARRAYS
+HAVE_ARROW = importlib.util.find_spec("pyarrow") is not None
+HAVE_ZSTD = importlib.util.find_spec("zstandard") is not None
+
+
+@dataclass(frozen=True)
+class Encoding:
+    media_type: str
+    packed: bool = False
+
+    @property
+    def content_type(self) -> str:
+        return f"{self.media_type}; arrays=packed" if self.packed else self.media_type
+
+
+def negotiate(accept: str | None) -> Encoding:
+    """The first acceptable form in ``Accept`` (by q, then order); 406 when none is."""
+    if not accept or not accept.strip():
+        return Encoding(JSON)
+    offers: list[tuple[float, int, str, dict[str, str]]] = []
+    for position, part in enumerate(accept.split(",")):
+        kind, *raw_params = (piece.strip() for piece in part.split(";"))
+        params = dict(p.partition("=")[::2] for p in raw_params if "=" in p)
+        try:
+            q = float(params.pop("q", "1"))
+        except ValueError:
+            q = 0.0
+        if q > 0:
+            offers.append((-q, position, kind.lower(), params))
+    for _, _, kind, params in sorted(offers):
+        packed = params.get("arrays", "").lower() == "packed"
+        if kind in ("*/*", "application/*", JSON):
+            return Encoding(JSON, packed)
+        if kind in (NDJSON, SSE):
+            return Encoding(kind, packed)
+        if kind == ARROW:
+            if not HAVE_ARROW:
+                raise not_acceptable(f"{ARROW} needs pyarrow on the server (the parquet extra)")
+            return Encoding(ARROW)
+    raise not_acceptable(f"none of {accept!r} is offered")
+
+
+def not_acceptable(detail: str) -> ProblemError:
+    offered = f"{JSON}, {JSON}; arrays=packed, {NDJSON}, {SSE}" + (
+        f", {ARROW}" if HAVE_ARROW else ""
+    )
+    return ProblemError(problem(406, "not-acceptable", f"{detail}; offered: {offered}"))
+
+
+def pack_ints(values: list[int]) -> str:
+    return base64.b64encode(array("i", values).tobytes()).decode()
+
+
+def pack_floats(values: list[float]) -> str:
+    return base64.b64encode(array("f", values).tobytes()).decode()
+
+
+def packed_trajectory(text: str) -> dict[str, Any]:
+    """A stored trajectory with its token arrays packed."""
+    trajectory: dict[str, Any] = loads(text)
+    for turn in trajectory.get("turns") or ():
+        for name in INT_ARRAYS:
+            if turn.get(name) is not None:
+                turn[name] = pack_ints(turn[name])
+        for name in FLOAT_ARRAYS:
+            if turn.get(name) is not None:
+                turn[name] = pack_floats(turn[name])
+    return trajectory
+
+
+def group_json(group: RawGroup, packed: bool) -> bytes:
+    if not packed:
+        return group.json().encode()
+    head = group.meta.model_dump(mode="json")
+    head["trajectories"] = [packed_trajectory(text) for text in group.trajectories]
+    return dumps(head)
+
+
+def page_json(page: RawGroupPage, packed: bool) -> bytes:
+    if not packed:
+        return page.json()
+    groups = b",".join(group_json(group, True) for group in page.groups)
+    return b'{"groups":[' + groups + b'],"next_cursor":' + dumps(page.next_cursor) + b"}"
+
+
+def head_of(trajectory: dict[str, Any]) -> dict[str, Any]:
+    keys = ("trajectory_id", "episode_id", "attempt", "reward")
+    return {key: trajectory.get(key) for key in keys}
+
+
+def group_ndjson(group: RawGroup, packed: bool) -> bytes:
+    bodies = [packed_trajectory(t) if packed else loads(t) for t in group.trajectories]
+    head = group.meta.model_dump(mode="json")
+    head["heads"] = [head_of(body) for body in bodies]
+    lines = [dumps(head)]
+    lines += [dumps(b) for b in bodies] if packed else [t.encode() for t in group.trajectories]
+    return b"\n".join(lines) + b"\n"
+
+
+def page_ndjson(page: RawGroupPage, packed: bool) -> bytes:
+    return b"".join(group_ndjson(group, packed) for group in page.groups)
+
+
+def page_arrow(page: RawGroupPage) -> bytes:
+    import pyarrow as pa  # the parquet extra; negotiate() answered 406 without it
+
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in ("cursor", "group", "trajectory_id", "episode_id", "reward", "valid", "body")
+    }
+    arrays: dict[str, list[Any]] = {name: [] for name in ARRAY_FIELDS}
+    for group in page.groups:
+        meta = group.meta.model_dump_json()
+        for text in group.trajectories:
+            body: dict[str, Any] = loads(text)
+            reward = body.get("reward") or {}
+            for name in ARRAY_FIELDS:
+                arrays[name].append([turn.pop(name, None) for turn in body.get("turns") or ()])
+            columns["cursor"].append(group.cursor)
+            columns["group"].append(meta)
+            columns["trajectory_id"].append(body.get("trajectory_id"))
+            columns["episode_id"].append(body.get("episode_id"))
+            columns["reward"].append(reward.get("value"))
+            columns["valid"].append(bool(reward.get("valid")))
+            columns["body"].append(dumps(body).decode())
+    types = {
+        "cursor": pa.int64(),
+        "group": pa.string(),
+        "trajectory_id": pa.string(),
+        "episode_id": pa.string(),
+        "reward": pa.float64(),
+        "valid": pa.bool_(),
+        "body": pa.string(),
+    }
+    fields = [pa.field(name, kind) for name, kind in types.items()]
+    fields += [pa.field(name, pa.list_(pa.list_(pa.int32()))) for name in INT_ARRAYS]
+    fields += [pa.field(name, pa.list_(pa.list_(pa.float32()))) for name in FLOAT_ARRAYS]
+    schema = pa.schema(fields)
+    batch = pa.record_batch([*columns.values(), *arrays.values()], schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def encode_page(page: RawGroupPage, encoding: Encoding) -> bytes:
+    if encoding.media_type == ARROW:
+        return page_arrow(page)
+    if encoding.media_type == NDJSON:
+        return page_ndjson(page, encoding.packed)
+    return page_json(page, encoding.packed)
+
+
+class Compressor:
+    """Streaming compression chosen by ``Accept-Encoding`` (none when nothing matches)."""
+
+    def __init__(self, accept_encoding: str | None) -> None:
+        offered = {p.split(";")[0].strip().lower() for p in (accept_encoding or "").split(",")}
+        self.name: str | None = None
+        self._zstd: Any = None
+        self._gzip: Any = None
+        if "zstd" in offered and HAVE_ZSTD:
+            import zstandard
+
+            self.name = "zstd"
+            self._zstd = zstandard.ZstdCompressor(level=1).compressobj()
+        elif "gzip" in offered:
+            self.name = "gzip"
+            self._gzip = zlib.compressobj(1, zlib.DEFLATED, 31)
+
+    def chunk(self, data: bytes) -> bytes:
+        """Compressed ``data``, flushed so the reader can decode it at once (for streams)."""
+        if self._zstd is not None:
+            import zstandard
+
+            return bytes(
+                self._zstd.compress(data) + self._zstd.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            )
+        if self._gzip is not None:
+            return bytes(self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH))
+        return data
+
+    def end(self) -> bytes:
+        if self._zstd is not None:
+            return bytes(self._zstd.flush())
+        if self._gzip is not None:
+            return bytes(self._gzip.flush())
+        return b""
+
+    def whole(self, data: bytes) -> bytes:
+        if self.name is None:
+            return data
+        return self.chunk(data) + self.end()

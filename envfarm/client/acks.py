@@ -1,0 +1,86 @@
+"""Acknowledging in the background: one request per ``every`` groups or ``interval_s`` seconds.
+
+The consumer's loop marks a group finished when it asks for the next one (the group it was
+given last is never marked: the loop may have stopped inside it). An acknowledgement covers the
+newest finished cursor and everything before it, so the contract holds with fewer requests:
+no group is acknowledged before the consumer finished with it, and none is delivered again
+after its acknowledgement was answered. ``close()`` flushes: the client calls it when the loop
+ends (the job ended, the loop broke out, or an error escaped) and when the client closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+DEFAULT_EVERY = 64
+DEFAULT_INTERVAL_S = 0.25
+
+
+class BackgroundAcker:
+    def __init__(
+        self,
+        send: Callable[[int], Awaitable[None]],
+        *,
+        every: int = DEFAULT_EVERY,
+        interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> None:
+        self._send = send
+        self._every = max(1, every)
+        self._interval_s = interval_s
+        self._finished: int | None = None
+        self._acked: int | None = None
+        self._since_flush = 0
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def acked(self) -> int | None:
+        """The newest cursor whose acknowledgement the server answered."""
+        return self._acked
+
+    def finished(self, cursor: int) -> None:
+        """The consumer is done with the group of this cursor (and every earlier one)."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        self._finished = cursor
+        self._since_flush += 1
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._since_flush >= self._every:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception as exc:  # raised in the consumer's loop at its next group
+                self._error = exc
+
+    async def flush(self) -> None:
+        async with self._lock:
+            cursor = self._finished
+            if cursor is None or (self._acked is not None and cursor <= self._acked):
+                return
+            self._since_flush = 0
+            await self._send(cursor)
+            self._acked = cursor
+
+    async def close(self) -> None:
+        """Stop the timer and acknowledge whatever was finished."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error

@@ -1,0 +1,150 @@
+"""Delivered groups decoded lazily from the compact forms (docs/api.md, "Compact encodings").
+
+A ``LazyGroup`` carries its metadata; each ``LazyTrajectory`` knows its id, episode and reward
+from the group's heads (NDJSON) or its row (Arrow) and keeps the rest as bytes until asked: a
+trainer that reads only token ids and rewards never parses messages or tool output. Packed
+token arrays (base64 of little-endian int32/float32) are unpacked only when a turn's ids are
+read. This module is standalone: it imports nothing of envfarm beyond models.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from envfarm.models.jobs import GroupMeta
+
+try:
+    import orjson
+
+    loads: Callable[[str | bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - the fallback when orjson is not installed
+    loads = json.loads
+
+INT_ARRAYS = ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids")
+FLOAT_ARRAYS = ("logprobs",)
+LITTLE = sys.byteorder == "little"
+
+
+def unpack(value: Any, code: str) -> list[Any] | None:
+    """A packed array (base64 string) as a list; lists and None pass through."""
+    if not isinstance(value, str):
+        return value  # type: ignore[no-any-return]
+    data = array(code, base64.b64decode(value))
+    if not LITTLE:
+        data.byteswap()
+    return data.tolist()
+
+
+def unpacked_turns(trajectory: dict[str, Any]) -> dict[str, Any]:
+    for turn in trajectory.get("turns") or ():
+        for name in INT_ARRAYS:
+            turn[name] = unpack(turn.get(name), "i")
+        for name in FLOAT_ARRAYS:
+            turn[name] = unpack(turn.get(name), "f")
+    return trajectory
+
+
+@dataclass
+class LazyTrajectory:
+    """One trajectory: ``trajectory_id``, ``episode_id``, ``reward`` at no parse cost;
+    ``token_arrays(name)`` per turn; ``to_dict()`` the whole object (token arrays as lists)."""
+
+    head: dict[str, Any]
+    _raw: bytes | None = None
+    _columns: dict[str, Any] | None = None
+    """Arrow only: each token column's value for this row (converted when read)."""
+    _parsed: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def trajectory_id(self) -> str:
+        return str(self.head["trajectory_id"])
+
+    @property
+    def episode_id(self) -> str:
+        return str(self.head["episode_id"])
+
+    @property
+    def reward(self) -> dict[str, Any]:
+        return self.head.get("reward") or {}
+
+    def token_arrays(self, name: str) -> list[list[Any] | None]:
+        """Each turn's ``prompt_token_ids``, ``completion_token_ids``, ``logprobs``, ..."""
+        if self._columns is not None and name in self._columns:
+            value = self._columns[name]
+            if not isinstance(value, list):
+                value = self._columns[name] = value.as_py()
+            return value  # type: ignore[no-any-return]
+        return [turn.get(name) for turn in self.to_dict().get("turns") or ()]
+
+    def to_dict(self) -> dict[str, Any]:
+        if self._parsed is None:
+            parsed = unpacked_turns(loads(self._raw or b"{}"))
+            for name in self._columns or {}:
+                per_turn = self.token_arrays(name)
+                for turn, values in zip(parsed.get("turns") or (), per_turn, strict=False):
+                    turn[name] = values
+            self._parsed = parsed
+        return self._parsed
+
+
+@dataclass
+class LazyGroup:
+    meta: GroupMeta
+    trajectories: list[LazyTrajectory]
+
+    @property
+    def cursor(self) -> int:
+        return self.meta.cursor
+
+
+def ndjson_groups(lines: Iterator[bytes]) -> Iterator[LazyGroup]:
+    """Groups from NDJSON lines: a group line with ``heads``, then one line per trajectory."""
+    for line in lines:
+        if not line.strip():
+            continue
+        head = loads(line)
+        heads = head.pop("heads")
+        trajectories = [LazyTrajectory(h, next(lines)) for h in heads]
+        yield LazyGroup(GroupMeta.model_validate(head), trajectories)
+
+
+def json_group(data: bytes | dict[str, Any]) -> LazyGroup:
+    """A group in the JSON form (packed or not), parsed at once."""
+    head = loads(data) if isinstance(data, bytes | str) else data
+    bodies = head.pop("trajectories")
+    trajectories = []
+    for body in bodies:
+        lazy = LazyTrajectory({k: body.get(k) for k in ("trajectory_id", "episode_id", "reward")})
+        lazy._parsed = unpacked_turns(body)
+        trajectories.append(lazy)
+    return LazyGroup(GroupMeta.model_validate(head), trajectories)
+
+
+def arrow_groups(data: bytes) -> list[LazyGroup]:
+    """Groups from an Arrow IPC stream (one row per trajectory); needs pyarrow."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(data).read_all()
+    names = [*INT_ARRAYS, *FLOAT_ARRAYS]
+    columns = {name: table.column(name) for name in names}
+    rows = table.select(["cursor", "group", "trajectory_id", "episode_id", "reward", "valid"])
+    bodies = table.column("body")
+    groups: list[LazyGroup] = []
+    for index, row in enumerate(rows.to_pylist()):
+        if not groups or groups[-1].cursor != row["cursor"]:
+            groups.append(LazyGroup(GroupMeta.model_validate_json(row["group"]), []))
+        head = {
+            "trajectory_id": row["trajectory_id"],
+            "episode_id": row["episode_id"],
+            "reward": {"value": row["reward"], "valid": row["valid"]},
+        }
+        own = {name: columns[name][index] for name in names}
+        raw = bodies[index].as_py().encode()
+        groups[-1].trajectories.append(LazyTrajectory(head, raw, own))
+    return groups

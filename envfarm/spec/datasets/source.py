@@ -1,0 +1,226 @@
+"""SWE-bench-style records as tasks: each record becomes an ordinary task directory.
+
+A record is materialised under the cache directory (``ENVFARM_DATASET_CACHE``, else the data
+directory's ``datasets/``), in a directory named by a hash of everything that goes into it, then
+loaded by ``load_task``: downstream (tamper checks, the clean room, groups, content hashes) sees
+a Harbor task like any other. The task:
+
+- ``[environment].docker_image`` is the instance image (the record's ``image_name``, else the
+  pattern of ``ENVFARM_DATASET_IMAGE``, default SWE-bench's harness naming), workdir /testbed;
+- ``instruction.md`` is the problem statement;
+- ``tests/`` holds the test patch and ``test.sh``, which restores the files the test patch
+  touches to ``base_commit``, applies it, runs the repository's test command on them and leaves
+  its output as a log report the FAIL_TO_PASS/PASS_TO_PASS lists are graded against;
+- ``solution/`` holds the gold patch, applied by ``solve.sh`` (the oracle).
+
+A patch that is not a unified diff is an error when the dataset is read; one that does not apply
+at ``base_commit`` is found in the container: ``test.sh`` (or ``solve.sh``) then stops with a
+message naming the dataset line and the instance, and the reward is invalid, never 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+from envfarm.errors import TaskSpecError
+from envfarm.paths import user_data_dir
+from envfarm.spec.datasets.commands import (
+    RepoCommand,
+    command_for,
+    command_labels,
+    load_table,
+    patch_files,
+)
+from envfarm.spec.datasets.records import (
+    DATASET_SUFFIXES,
+    LocatedRecord,
+    read_records,
+    split_selector,
+)
+
+IMAGE_ENV = "ENVFARM_DATASET_IMAGE"
+CACHE_ENV = "ENVFARM_DATASET_CACHE"
+DEFAULT_IMAGE = "swebench/sweb.eval.x86_64.{instance_key}:latest"
+WORKDIR = "/testbed"
+_GIT_ANY_OWNER = (
+    "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'",
+)
+"""The repository may belong to another user than the verifier's (git would refuse it)."""
+_TASK_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def is_dataset_path(path: Path) -> bool:
+    """A dataset file (``.json``, ``.jsonl``, ``.parquet``, or ``x.parquet:split``)."""
+    file, _ = split_selector(str(path))
+    return file.suffix in DATASET_SUFFIXES and (file.is_file() or not file.is_dir())
+
+
+def instance_image(instance_id: str, pattern: str | None = None) -> str:
+    """The image of an instance: ``{instance_id}`` and ``{instance_key}`` (SWE-bench's: ``__``
+    as ``_1776_``, lower case) in the pattern are replaced."""
+    key = instance_id.replace("__", "_1776_").lower()
+    template = pattern or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+    return template.replace("{instance_key}", key).replace("{instance_id}", instance_id)
+
+
+def _cache_root() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    return Path(explicit) if explicit else user_data_dir() / "datasets"
+
+
+def _toml_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(_toml_string(i) for i in items) + "]"
+
+
+def _task_toml(located: LocatedRecord, image: str, parser: str, dataset: str) -> str:
+    record = located.record
+    fail_to_pass = list(dict.fromkeys(record.FAIL_TO_PASS))
+    pass_to_pass = [t for t in dict.fromkeys(record.PASS_TO_PASS) if t not in fail_to_pass]
+    lines = [
+        "[task]",
+        f"name = {_toml_string(_TASK_NAME_UNSAFE.sub('_', record.instance_id))}",
+        "",
+        "[metadata]",
+        f"dataset = {_toml_string(dataset)}",
+        f"source_line = {_toml_string(located.where)}",
+        f"instance_id = {_toml_string(record.instance_id)}",
+        f"repo = {_toml_string(record.repo)}",
+        f"base_commit = {_toml_string(record.base_commit)}",
+    ]
+    if record.version is not None:
+        lines.append(f"version = {_toml_string(record.version)}")
+    lines += [
+        "",
+        "[environment]",
+        f"docker_image = {_toml_string(image)}",
+        f'workdir = "{WORKDIR}"',
+        "",
+        "[verifier]",
+        "timeout_sec = 1800",
+        f"fail_to_pass = {_toml_list(fail_to_pass)}",
+        f"pass_to_pass = {_toml_list(pass_to_pass)}",
+        f'reports = ["swebench.{parser}.log"]',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _test_script(located: LocatedRecord, command: RepoCommand) -> str:
+    record = located.record
+    files = patch_files(record.test_patch)
+    labels = " ".join(shlex.quote(label) for label in command_labels(files, command.labels))
+    where = f"{located.where}: instance {record.instance_id}"
+    stale = shlex.quote(f"envfarm: {where}: the test_patch does not apply at base_commit")
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            "# Generated by envfarm from a SWE-bench-style record.",
+            "set -u",
+            *_GIT_ANY_OWNER,
+            *command.setup,
+            f"cd {WORKDIR} || exit 3",
+            f"BASE={shlex.quote(record.base_commit)}",
+            f"for f in {' '.join(shlex.quote(f) for f in files)}; do",
+            '  if git cat-file -e "$BASE:$f" 2>/dev/null; then git checkout -q "$BASE" -- "$f"',
+            '  else rm -rf -- "$f"; fi',
+            "done",
+            "if ! git apply --check /tests/test.patch 2>/logs/verifier/test-patch.log; then",
+            f'  echo {stale} "$BASE"',
+            "  cat /logs/verifier/test-patch.log",
+            "  exit 3",
+            "fi",
+            "git apply /tests/test.patch || exit 3",
+            f"{command.test_cmd} {labels} > /logs/verifier/swebench.{command.log_parser}.log 2>&1",
+            "echo $? > /logs/verifier/test-exit-code.txt",
+            f"cat /logs/verifier/swebench.{command.log_parser}.log",
+            "",
+        ]
+    )
+
+
+def _solve_script(located: LocatedRecord) -> str:
+    where = f"{located.where}: instance {located.record.instance_id}"
+    message = f"envfarm: {where}: the gold patch does not apply at base_commit"
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            "# Generated by envfarm from a SWE-bench-style record: the gold patch.",
+            *_GIT_ANY_OWNER,
+            f"cd {WORKDIR} || exit 3",
+            f"git apply -v /solution/gold.patch || {{ echo {shlex.quote(message)} >&2; exit 3; }}",
+            "",
+        ]
+    )
+
+
+def _check_patches(located: LocatedRecord) -> None:
+    record = located.record
+    for field in ("patch", "test_patch"):
+        if not patch_files(getattr(record, field)):
+            raise TaskSpecError(
+                located.where,
+                f"instance {record.instance_id!r}: {field} is not a unified diff (no "
+                "'diff --git' or '+++ b/' header)",
+            )
+
+
+def materialise(located: LocatedRecord, command: RepoCommand, dataset: str) -> Path:
+    """The task directory of one record, written once under the cache directory."""
+    _check_patches(located)
+    record = located.record
+    image = record.image_name or instance_image(record.instance_id)
+    files = {
+        "task.toml": _task_toml(located, image, command.log_parser, dataset),
+        "instruction.md": record.problem_statement.rstrip() + "\n",
+        "tests/test.sh": _test_script(located, command),
+        "tests/test.patch": record.test_patch,
+        "solution/solve.sh": _solve_script(located),
+        "solution/gold.patch": record.patch,
+        "environment/.keep": "",
+    }
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    safe = _TASK_NAME_UNSAFE.sub("_", record.instance_id)
+    root = _cache_root() / f"{safe}-{digest}"
+    if not (root / "task.toml").is_file():
+        partial = root.with_name(f".{root.name}.{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        for relative, text in files.items():
+            path = partial / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            if relative.endswith(".sh"):
+                path.chmod(0o755)
+        try:
+            partial.rename(root)
+        except OSError:  # another process wrote the same directory first
+            shutil.rmtree(partial, ignore_errors=True)
+    return root
+
+
+def dataset_tasks(selector: str) -> tuple[list[Path], list[TaskSpecError]]:
+    """The task directories of a dataset's good records, and an error for each bad one."""
+    records, errors = read_records(selector)
+    try:
+        table = load_table()
+    except TaskSpecError as exc:
+        return [], [exc]
+    roots: list[Path] = []
+    for located in records:
+        try:
+            command = command_for(located.record, table, located.where)
+            roots.append(materialise(located, command, selector))
+        except TaskSpecError as exc:
+            errors.append(exc)
+        except OSError as exc:
+            errors.append(TaskSpecError(located.where, f"cannot write its task: {exc}"))
+    return roots, errors

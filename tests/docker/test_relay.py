@@ -1,0 +1,83 @@
+"""The helper's port relay: a loopback port in a no-network container reaching a host server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.forwarding import port_forwarding
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def echo_server() -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A host TCP server that answers every line with ``echo:`` and the line, upper-cased."""
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            seen.append(line)
+            writer.write(b"echo:" + line.upper())
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, limit=1 << 20)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield port, seen
+
+
+def _sandbox(image: str) -> DockerSandbox:
+    config = {"image": image, "run_id": "test-relay", "network": False}
+    return DockerSandbox(DockerSandboxConfig.model_validate(config))
+
+
+PROBE = """exec 3<>/dev/tcp/127.0.0.1/{port} || exit 9
+for i in $(seq {lines}); do
+  line="$(head -c {size} /dev/zero | tr '\\0' x) line $i"
+  printf '%s\\n' "$line" >&3
+  read -r got <&3
+  [ "$got" = "echo:${{line^^}}" ] || {{ echo "bad answer ${{got:0:80}}" >&2; exit 1; }}
+done
+echo ok"""
+
+
+async def test_connections_in_a_no_network_sandbox_reach_the_host(
+    base_image: str, echo_server: tuple[int, list[bytes]]
+) -> None:
+    port, seen = echo_server
+    async with _sandbox(base_image) as sandbox:
+        no_route = await sandbox.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port}")
+        assert no_route.exit_code != 0  # nothing listens in the container before the relay
+        forward = await port_forwarding(sandbox).forward_port("127.0.0.1", port)
+        assert forward.port > 0
+        small = await sandbox.exec(PROBE.format(port=forward.port, lines=5, size=10))
+        assert (small.exit_code, small.stdout.strip()) == (0, "ok"), small.stderr
+        # several connections at once, each larger than one relay chunk
+        probes = [
+            sandbox.exec(PROBE.format(port=forward.port, lines=3, size=200_000)) for _ in range(3)
+        ]
+        for result in await asyncio.gather(*probes):
+            assert (result.exit_code, result.stdout.strip()) == (0, "ok"), result.stderr
+        assert len(seen) == 5 + 9
+        await forward.aclose()
+        closed = await sandbox.exec(PROBE.format(port=forward.port, lines=1, size=1))
+        assert closed.exit_code != 0
+
+
+async def test_relay_refuses_a_non_loopback_address(base_image: str) -> None:
+    async with _sandbox(base_image) as sandbox:
+        assert sandbox.channel is not None
+        answer: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        sandbox.channel.open_listener(
+            {"op": "relay_listen", "host": "0.0.0.0", "port": 0},
+            lambda header, _: None if answer.done() else answer.set_result(header),
+        )
+        refused = await answer
+        assert refused["type"] == "error"
+        assert "loopback" in str(refused["message"])

@@ -1,0 +1,89 @@
+"""Compact encodings and compression over real HTTP: every form yields the same groups."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from envfarm.api import create_app
+from envfarm.api.server import ApiServer
+from envfarm.client import EnvfarmClient
+from tests.unit.api_double import MemoryService
+
+JOB = {"tasks": ["alpha"], "policy": {"base_url": "oracle"}, "group_size": 2}
+TURN = {"index": 0, "prompt_token_ids": [1, 2, 70000], "completion_token_ids": [5, -3],
+        "logprobs": [-0.5, -0.25], "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def served() -> AsyncIterator[tuple[MemoryService, EnvfarmClient, str]]:
+    service = MemoryService()
+    async with (
+        ApiServer(create_app(service, keepalive_s=0.2), graceful_s=1) as server,
+        EnvfarmClient(server.url, retry_for_s=30) as client,
+    ):
+        yield service, client, server.url
+
+
+async def job_with_tokens(service: MemoryService, client: EnvfarmClient, groups: int) -> str:
+    job_id = await client.submit(JOB)
+    for _ in range(groups):
+        group = service.add_group(job_id)
+        for trajectory in group.trajectories:
+            trajectory["turns"] = [dict(TURN)]
+    service.finish(job_id)
+    return job_id
+
+
+@pytest.mark.parametrize("encoding", ["json", "packed", "ndjson", "ndjson-packed", "arrow"])
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+async def test_every_form_yields_the_json_groups_and_acks_them_all(
+    served: tuple[MemoryService, EnvfarmClient, str], encoding: str, compression: str | None
+) -> None:
+    service, client, _ = served
+    job_id = await job_with_tokens(service, client, 3)
+    expected = [g async for g in client.groups(job_id, consumer="plain", ack=False)]
+    got = [g async for g in client.lazy_groups(job_id, encoding=encoding, compression=compression)]
+    assert [g.cursor for g in got] == [1, 2, 3]
+    for lazy, plain in zip(got, expected, strict=True):
+        assert [t.trajectory_id for t in lazy.trajectories] == [
+            t["trajectory_id"] for t in plain.trajectories
+        ]
+        first = lazy.trajectories[0]
+        assert first.reward["value"] == plain.trajectories[0]["reward"]["value"]
+        assert first.token_arrays("prompt_token_ids") == [[1, 2, 70000]]
+        assert first.token_arrays("completion_token_ids") == [[5, -3]]
+        assert first.token_arrays("logprobs") == [[-0.5, -0.25]]
+        assert first.to_dict()["turns"][0]["messages"] == TURN["messages"]
+    assert service.acked[(job_id, "default")] == 3
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+async def test_the_packed_stream_yields_every_group(
+    served: tuple[MemoryService, EnvfarmClient, str], compression: str | None
+) -> None:
+    service, client, _ = served
+    job_id = await job_with_tokens(service, client, 4)
+    got = [g async for g in client.lazy_stream(job_id, compression=compression)]
+    assert [g.cursor for g in got] == [1, 2, 3, 4]
+    assert got[0].trajectories[0].token_arrays("logprobs") == [[-0.5, -0.25]]
+    assert service.acked[(job_id, "default")] == 4
+
+
+async def test_an_unknown_accept_is_a_406_and_gzip_is_announced(
+    served: tuple[MemoryService, EnvfarmClient, str],
+) -> None:
+    service, client, url = served
+    job_id = await job_with_tokens(service, client, 1)
+    async with aiohttp.ClientSession() as http:
+        target = f"{url}/v1/jobs/{job_id}/groups"
+        async with http.get(target, headers={"Accept": "text/html"}) as answer:
+            assert answer.status == 406
+            assert (await answer.json())["type"] == "urn:envfarm:problem:not-acceptable"
+        async with http.get(target, headers={"Accept-Encoding": "gzip"}) as answer:
+            assert answer.headers["Content-Encoding"] == "gzip"
+            assert answer.headers["Content-Type"].startswith("application/json")
+            assert (await answer.json())["groups"][0]["cursor"] == 1
