@@ -32,17 +32,14 @@ import asyncio
 import atexit
 import contextlib
 import functools
-import io
 import os
 import socket
-import tarfile
 import time
 from pathlib import Path
 from typing import Any, NoReturn
 
 import docker
 import docker.errors
-import requests
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,6 +50,7 @@ from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.containers import kill_container, read_archived
 from envfarm.sandbox.docker.excess import memory_and_helper
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
@@ -223,7 +221,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
         logs: dict[str, bytes] = {}
         data = self._main_log
         if self._main is not None and self._container is not None:
-            data = await asyncio.to_thread(_read_archived, self._container, MAIN_LOG)
+            data = await asyncio.to_thread(read_archived, self._container, MAIN_LOG)
         if data is not None:
             logs["main.log"] = data
         for number, fork in enumerate(self._forks, 1):
@@ -438,7 +436,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
         if pending is not None and pending[0] != network:  # not the one asked for: removed later
             await asyncio.gather(pending[1], return_exceptions=True)
             pending = None
-        await asyncio.to_thread(_kill, self._container)
+        await asyncio.to_thread(kill_container, self._container)
         if pending is not None:
             return await pending[1]
         return await self._start_fork(network)
@@ -461,7 +459,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
         if self._container is None:
             return
         if self._main is not None:  # a fork's log outlives its container, for the artifacts
-            self._main_log = await asyncio.to_thread(_read_archived, self._container, MAIN_LOG)
+            self._main_log = await asyncio.to_thread(read_archived, self._container, MAIN_LOG)
         container, self._container = self._container, None
         if self._channel is not None:
             self._channel.close()
@@ -473,29 +471,3 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
             raise SandboxError(f"could not remove container {container.short_id}: {exc}") from exc
         finally:
             _live.pop(str(container.id), None)
-
-
-def _read_archived(container: Container, path: str) -> bytes | None:
-    """A file of a container, running or stopped, through the engine (None if it has none)."""
-    try:
-        stream, _ = container.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            member = next((m for m in archive if m.isfile()), None)
-            extracted = archive.extractfile(member) if member is not None else None
-            return extracted.read() if extracted is not None else None
-    except (docker.errors.DockerException, requests.RequestException, tarfile.TarError):
-        return None
-
-
-def _kill(container: Container) -> None:
-    """Stop every process of ``container`` now and wait until it has stopped."""
-    try:
-        container.kill()
-        container.wait(timeout=60)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if exc.status_code != 409:  # 409: it is not running any more
-            raise SandboxError(f"could not stop container {container.short_id}: {exc}") from exc
-    except requests.exceptions.RequestException as exc:
-        raise SandboxError(f"container {container.short_id} did not stop: {exc}") from exc
