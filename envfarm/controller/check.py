@@ -204,7 +204,7 @@ async def _build_all(
             except EnvfarmError as exc:
                 check.build = "failed"
                 target = check.infra if exc.infrastructure else check.problems
-                target.append(f"build: {_first_lines(str(exc))}")
+                target.append(f"build: {short_error(str(exc))}")
                 return
             finally:
                 counter.tick()
@@ -236,7 +236,7 @@ async def _inspect_all(
                     await inspect_image(backend, task, images[task.id], run_id=run_id)
                 )
             except EnvfarmError as exc:
-                check.infra.append(f"image inspection: {_first_lines(str(exc))}")
+                check.infra.append(f"image inspection: {short_error(str(exc))}")
             finally:
                 counter.tick()
 
@@ -278,6 +278,9 @@ async def _episodes(
     return result.trajectories
 
 
-def _first_lines(text: str, count: int = 12) -> str:
+def short_error(text: str, head: int = 2, tail: int = 10) -> str:
+    """The first lines of an error (what failed) and its last (a build's error comes last)."""
     lines = text.strip().splitlines()
-    return "\n".join(lines[:count]) + ("\n..." if len(lines) > count else "")
+    if len(lines) <= head + tail:
+        return "\n".join(lines)
+    return "\n".join([*lines[:head], "...", *lines[-tail:]])
