@@ -29,6 +29,7 @@ from envfarm.models.jobs import (
     JobRequest,
     JudgeRequest,
     Sampling,
+    without_keys,
 )
 from envfarm.models.samples import samples_report
 from envfarm.models.trajectory import Trajectory
@@ -424,7 +425,7 @@ async def _run_job(
             job = Job(
                 tasks,
                 runner,
-                request,
+                without_keys(request),  # the run's store never holds a key
                 JobEvents(
                     on_image=image_done,
                     on_episode=progress.episode_done,

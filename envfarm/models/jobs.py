@@ -219,6 +219,18 @@ class TaskInfo(Wire):
     services: list[str] = Field(default_factory=list)
 
 
+def without_keys(request: JobRequest) -> JobRequest:
+    """The request with every API key removed: what a run that holds its keys in memory stores."""
+    policy = request.policy.model_copy(
+        update={
+            "api_key": None,
+            "endpoints": [e.model_copy(update={"api_key": None}) for e in request.policy.endpoints],
+        }
+    )
+    judge = request.judge.model_copy(update={"api_key": None}) if request.judge else None
+    return request.model_copy(update={"policy": policy, "judge": judge})
+
+
 def redacted(request: JobRequest) -> dict[str, Any]:
     """The request as JSON with every API key removed."""
     data = request.model_dump(mode="json", exclude_none=True)

@@ -25,8 +25,10 @@ def sandboxes() -> list[str]:
 
 
 def wait_for_sandboxes(count: int) -> list[str]:
+    """Wait, with a budget, until ``count`` sandboxes exist: the pool refills, and finished
+    episodes' containers (and their verifiers') are torn down after their results."""
     deadline = time.monotonic() + 120
-    while len(found := sandboxes()) < count and time.monotonic() < deadline:
+    while len(found := sandboxes()) != count and time.monotonic() < deadline:
         time.sleep(0.5)
     return found
 
