@@ -34,10 +34,11 @@ class AgentInstall(BaseModel):
     no python3); ``none``: the agent brings its own (a static binary, say)."""
     pip: list[str] = Field(default_factory=list)
     npm: list[str] = Field(default_factory=list)
-    """npm packages, installed on envfarm's base image and copied in; they must run without
-    node (a package that ships a native binary, as Codex CLI does)."""
+    """npm packages, installed into ``{agent_dir}/node_modules`` on envfarm's own Node image
+    and copied in; the task's image has no Node to offer, so they must run without it (a
+    package that ships a native binary, as Codex CLI does)."""
     script: str = ""
-    """More shell run as root after the packages are installed."""
+    """More shell run as root after the packages are installed (``{agent_dir}`` filled in)."""
 
 
 class AgentRun(BaseModel):
@@ -62,7 +63,12 @@ class AgentSpec(BaseModel):
     run: AgentRun
 
     def layer(self) -> AgentLayer:
-        return AgentLayer(name=self.name, version=self.version, script=install_script(self))
+        return AgentLayer(
+            name=self.name,
+            version=self.version,
+            script=install_script(self),
+            npm=list(self.install.npm),
+        )
 
     def fill(self, text: str, *, instruction: str, base_url: str, model: str, workdir: str) -> str:
         values = {
@@ -101,8 +107,10 @@ def install_script(spec: AgentSpec) -> str:
                 f"--disable-pip-version-check {packages}"
             )
     if spec.install.script:
-        lines.append(spec.install.script)
-    lines.append(f"chmod -R a+rX {AGENT_DIR}")
+        lines.append(spec.install.script.replace("{agent_dir}", AGENT_DIR))
+    lines.append(  # only what needs it: a chmod copies each file it touches into the layer
+        f"find {AGENT_DIR} \\( ! -perm -a+r -o -type d ! -perm -a+x \\) -exec chmod a+rX {{}} +"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -3,8 +3,10 @@
 The agent is installed by ``AgentLayer.script`` (run as root at build time, with the build's
 network) under ``AGENT_DIR`` as an image layer of its own, built FROM the task's image and
 cached under a key of the image and the script, so a second job with the same agent version
-reuses it. The directory is envfarm's, not the task's: grading excludes it from tamper
-snapshots and the clean-room carry.
+reuses it. Its ``npm`` packages, if any, are installed once per package list on envfarm's own
+Node image and copied in before the script runs: the task's image needs no Node, so such a
+package must run without it (Codex CLI's native binary does). The directory is envfarm's, not
+the task's: grading excludes it from tamper snapshots and the clean-room carry.
 """
 
 from __future__ import annotations
@@ -29,9 +31,14 @@ class AgentLayer(BaseModel):
     version: str
     script: str
     """A POSIX shell script; exiting ``MISSING_RUNTIME_EXIT`` means the image cannot run it."""
+    npm: list[str] = []
+    """npm package specs installed into ``AGENT_DIR/node_modules`` before ``script`` runs."""
 
     def key(self, image: PreparedImage) -> str:
-        text = f"{image.image_id or image.tag}\n{self.name}\n{self.version}\n{self.script}"
+        text = (
+            f"{image.image_id or image.tag}\n{self.name}\n{self.version}\n{self.script}"
+            + "".join(f"\nnpm {package}" for package in self.npm)
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
