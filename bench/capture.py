@@ -1,17 +1,26 @@
 """The capture endpoint's own overhead per model call, over the sandbox's helper stream.
 
 One keep-alive HTTP client (Python's http.client, a loop of N calls) makes the same
-chat-completions call three ways, all in this run against the same fake vLLM server:
+chat-completions call several ways, all in this run against the same fake vLLM server, the
+ways interleaved over ``--rounds`` rounds so that a change of the machine's load hits them all:
 
-* direct: from the host to the fake server (the baseline: the model server's own cost);
-* capture: from the host to the capture endpoint, which forwards through the policy client
+* direct: from the host to the fake server (the model server's own cost);
+* policy client: envfarm's policy client calling the fake server from this process, as the
+  built-in loop does (its request building and token parsing included);
+* capture: from the host to the capture endpoint, which forwards through that policy client
   and records the turn;
-* relayed: from inside a no-network sandbox to the capture endpoint through the port relay
-  over the helper channel, as an installed agent makes it.
+* helper ping: one ``ping`` request and its answer over the helper stream (the floor of any
+  round trip through it; not an HTTP call);
+* relay only: from inside a no-network sandbox straight to the fake server through the port
+  relay over the helper stream (the relay's own cost, no capture);
+* relayed: from inside a no-network sandbox to the capture endpoint through the port relay,
+  as an installed agent makes it.
 
-Overhead = a way's per-call latency minus direct's (p50 of each). Target: relayed under 2 ms
-above direct at p50. Usage: ``python bench/capture.py [--calls 300] [--task tasks/fix-lru-cache]``
-(the task's image must provide python3).
+The capture endpoint's own overhead is relayed minus policy client (what an installed agent's
+call costs beyond the built-in loop's); relayed minus direct is shown too. Target: under 2 ms
+at p50. "CPU/call here" is this process's CPU time per call (the fake server's included),
+which a loaded machine distorts less than latency. Usage: ``python bench/capture.py
+[--calls 300] [--rounds 2] [--task tasks/fix-lru-cache]`` (the task's image must have python3).
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ import json
 import shlex
 import statistics
 import sys
+import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from envfarm.agent.capture.server import CaptureServer
@@ -30,6 +41,9 @@ from envfarm.policy import PolicyServer
 from envfarm.policy.base import SamplingParams
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.profiles import CaptureOptions
+from envfarm.sandbox.base import Sandbox
+from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.forwarding import port_forwarding
 from envfarm.spec.task import load_task
@@ -61,11 +75,38 @@ async def host_client(port: int, calls: int, prefix: str = "/v1") -> list[float]
     return list(json.loads(stdout))
 
 
-async def main(calls: int, task_dir: Path) -> None:
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+async def policy_calls(client: OpenAIPolicy, calls: int) -> list[float]:
+    """The built-in loop's model call: the policy client in this process, no capture."""
+    messages = [{"role": "user", "content": "hi " * 200}]
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    out = []
+    for i in range(calls + 10):
+        start = time.perf_counter()
+        await client.complete(messages, tools, SamplingParams())
+        if i >= 10:
+            out.append(time.perf_counter() - start)
+    return out
+
+
+async def main(calls: int, task_dir: Path, rounds: int) -> None:
+    load = _load()
     backend = DockerBackend()
     task = load_task(task_dir)
     image = await backend.prepare(task)
-    fake = FakeVLLM(commands=["ls"] * (3 * calls + 40))
+    fake = FakeVLLM(commands=["ls"] * (6 * calls + 100) * rounds)
+    results: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
+
+    async def measure(way: str, run: Awaitable[list[float]]) -> None:
+        before = time.process_time()
+        values = await run
+        cpu[way] = cpu.get(way, 0.0) + (time.process_time() - before) / (calls + 10)
+        results.setdefault(way, []).extend(values)
+
     async with (
         PolicyServer(fake) as server,
         OpenAIPolicy(server.base_url, "m", capture=CaptureOptions(profile="vllm")) as client,
@@ -73,40 +114,66 @@ async def main(calls: int, task_dir: Path) -> None:
         session = CaptureSession(
             client, sampling=SamplingParams(), limits=CaptureLimits(max_turns=10**9)
         )
-        async with CaptureServer(session, model="policy") as capture:
-            results = {
-                "direct": await host_client(
-                    int(server.base_url.rsplit(":", 1)[1].split("/")[0]), calls
-                ),
-                "capture": await host_client(capture.port, calls),
+        async with (
+            CaptureServer(session, model="policy") as capture,
+            backend.create(task, image, run_id="bench-capture") as sandbox,
+        ):
+            assert isinstance(sandbox, ChannelPortForwarding)
+            channel = sandbox.channel
+            assert channel is not None
+            fake_port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+            forwards = {
+                "relay only": await port_forwarding(sandbox).forward_port("127.0.0.1", fake_port),
+                "relayed": await port_forwarding(sandbox).forward_port("127.0.0.1", capture.port),
             }
-            sandbox = backend.create(task, image, run_id="bench-capture")
-            async with sandbox:
-                forward = await port_forwarding(sandbox).forward_port("127.0.0.1", capture.port)
-                script = f"python3 -c {shlex.quote(CLIENT)} {forward.port} {calls} /v1"
-                result = await sandbox.exec(script, timeout=600)
-                assert result.exit_code == 0, result.stderr
-                results["relayed"] = list(json.loads(result.stdout))
+            for _ in range(rounds):  # the ways interleaved, so a change of load hits them all
+                await measure("direct", host_client(fake_port, calls))
+                await measure("policy client", policy_calls(client, calls))
+                await measure("capture", host_client(capture.port, calls))
+                await measure("helper ping", pings(channel, calls))
+                for way, forward in forwards.items():
+                    await measure(way, sandbox_client(sandbox, forward.port, calls))
+            for forward in forwards.values():
                 await forward.aclose()
     base = statistics.median(results["direct"]) * 1000
+    loop_call = statistics.median(results["policy client"]) * 1000
     print(
-        f"{calls} calls each, task image {image.tag}, "
-        f"load {Path('/proc/loadavg').read_text().split()[0]}"
+        f"{calls} calls x {rounds} rounds each, task image {image.tag}, load {load} at the "
+        f"start, {_load()} at the end"
     )
-    print("| way | p50 | p90 | p99 | overhead p50 over direct |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| way | p50 | p90 | p99 | p50 over direct | p50 over policy client | CPU/call here |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for way, values in results.items():
         p50 = statistics.median(values) * 1000
         q = statistics.quantiles(values, n=100)
         print(
             f"| {way} | {p50:.2f} ms | {q[89] * 1000:.2f} ms | {q[98] * 1000:.2f} ms "
-            f"| {p50 - base:+.2f} ms |"
+            f"| {p50 - base:+.2f} ms | {p50 - loop_call:+.2f} ms "
+            f"| {cpu[way] / rounds * 1000:.2f} ms |"
         )
+
+
+async def pings(channel: Channel, calls: int) -> list[float]:
+    out = []
+    for i in range(calls + 10):
+        start = time.perf_counter()
+        await channel.ping()
+        if i >= 10:
+            out.append(time.perf_counter() - start)
+    return out
+
+
+async def sandbox_client(sandbox: Sandbox, port: int, calls: int) -> list[float]:
+    script = f"python3 -c {shlex.quote(CLIENT)} {port} {calls} /v1"
+    result = await sandbox.exec(script, timeout=600)
+    assert result.exit_code == 0, result.stderr
+    return list(json.loads(result.stdout))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--task", type=Path, default=Path("tasks/fix-lru-cache"))
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.task))
+    asyncio.run(main(args.calls, args.task, args.rounds))

@@ -22,6 +22,7 @@ from envfarm.sandbox.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLa
 
 BUILTIN = "builtin"
 """The name of envfarm's own tool loop, the default."""
+VENV = f"{AGENT_DIR}/venv"
 API_KEY = "envfarm-capture"
 """The only key an agent ever holds: the capture endpoint accepts any."""
 
@@ -68,6 +69,7 @@ class AgentSpec(BaseModel):
             version=self.version,
             script=install_script(self),
             npm=list(self.install.npm),
+            shared_script=shared_script(self),
         )
 
     def fill(self, text: str, *, instruction: str, base_url: str, model: str, workdir: str) -> str:
@@ -84,28 +86,52 @@ class AgentSpec(BaseModel):
         return text
 
 
+def _python_lines(spec: AgentSpec) -> list[str]:
+    missing = (
+        f"echo 'envfarm: agent {spec.name} needs python3 (with venv), which this image "
+        f"lacks and cannot install (no apt-get)' >&2; exit {MISSING_RUNTIME_EXIT}"
+    )
+    return [
+        "if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' "
+        ">/dev/null 2>&1; then",
+        f"  command -v apt-get >/dev/null 2>&1 || {{ {missing}; }}",
+        "  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends python3 python3-venv >/dev/null",
+        "fi",
+    ]
+
+
+def _venv_lines(spec: AgentSpec, indent: str = "") -> list[str]:
+    lines = [f"rm -rf {VENV}", f"python3 -m venv {VENV}"]
+    if spec.install.pip:
+        packages = " ".join(shlex.quote(p) for p in spec.install.pip)
+        lines.append(
+            f"{VENV}/bin/pip install --no-cache-dir -q --disable-pip-version-check {packages}"
+        )
+    return [indent + line for line in lines]
+
+
+def shared_script(spec: AgentSpec) -> str:
+    """The install run once per base image (its ``AGENT_DIR`` copied into each task's layer):
+    the virtualenv and its pip packages; empty for an agent without them."""
+    if spec.install.runtime != "python3":
+        return ""
+    return "\n".join(["set -e", f"mkdir -p {AGENT_DIR}", *_python_lines(spec), *_venv_lines(spec)])
+
+
 def install_script(spec: AgentSpec) -> str:
+    """The install run in the task image's layer. A virtualenv copied from the base image's
+    shared install is kept when its interpreter is the image's own ``python3``; otherwise (the
+    task replaced Python, or nothing was copied) it is made again here."""
     lines = ["set -e", f"mkdir -p {AGENT_DIR}"]
     if spec.install.runtime == "python3":
-        missing = (
-            f"echo 'envfarm: agent {spec.name} needs python3 (with venv), which this image "
-            f"lacks and cannot install (no apt-get)' >&2; exit {MISSING_RUNTIME_EXIT}"
-        )
+        version = "-c 'import sys; print(sys.version)'"
         lines += [
-            "if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' "
-            ">/dev/null 2>&1; then",
-            f"  command -v apt-get >/dev/null 2>&1 || {{ {missing}; }}",
-            "  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-            "--no-install-recommends python3 python3-venv >/dev/null",
+            *_python_lines(spec),
+            f'if [ "$({VENV}/bin/python {version} 2>/dev/null)" != "$(python3 {version})" ]; then',
+            *_venv_lines(spec, "  "),
             "fi",
-            f"python3 -m venv {AGENT_DIR}/venv",
         ]
-        if spec.install.pip:
-            packages = " ".join(shlex.quote(p) for p in spec.install.pip)
-            lines.append(
-                f"{AGENT_DIR}/venv/bin/pip install --no-cache-dir -q "
-                f"--disable-pip-version-check {packages}"
-            )
     if spec.install.script:
         lines.append(spec.install.script.replace("{agent_dir}", AGENT_DIR))
     lines.append(  # only what needs it: a chmod copies each file it touches into the layer

@@ -5,6 +5,10 @@ network. It speaks OpenAI's ``/v1/chat/completions`` (streaming included), the R
 (``/v1/responses``, Codex CLI) and Anthropic's ``/v1/messages``; the last two are translated to
 chat completions (``translate``) and their answers back. ``/v1/models`` lists the one model.
 Any API key is accepted: the agent holds a placeholder, never a user's key.
+
+Every answer is one write (a streamed one too: its events are all known when the completion
+is, so they go out together), since each write is a frame over the helper stream and a wakeup
+on each side of it; orjson does the JSON work when it is installed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,18 @@ import uuid
 from typing import Any
 
 from aiohttp import web
+
+try:
+    import orjson
+
+    _loads: Any = orjson.loads
+    _dumps: Any = orjson.dumps
+except ImportError:  # pragma: no cover - the fallback when orjson is not installed
+    _loads = json.loads
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value).encode()
+
 
 from envfarm.agent.capture import translate
 from envfarm.agent.capture.session import CaptureRefusal, CaptureSession
@@ -45,7 +61,7 @@ class CaptureServer:
         await self._runner.cleanup()
 
     async def _models(self, _: web.Request) -> web.Response:
-        return web.json_response(
+        return _json(
             {
                 "object": "list",
                 "data": [{"id": self.model, "object": "model", "owned_by": "envfarm"}],
@@ -54,7 +70,7 @@ class CaptureServer:
 
     async def _body(self, request: web.Request) -> Any:
         try:
-            body = json.loads(await request.read())
+            body = _loads(await request.read())
         except ValueError:
             body = None
         self.session.record_raw(body if isinstance(body, dict) else {"unparsable": True})
@@ -65,11 +81,11 @@ class CaptureServer:
         try:
             completion = await self.session.complete(body)
         except CaptureRefusal as refusal:
-            return web.json_response(refusal.body(), status=refusal.status)
+            return _json(refusal.body(), status=refusal.status)
         answer = chat_response(completion, self.model)
         if body.get("stream"):
             return await _stream(request, translate.chat_chunks(answer, body), sse_event=False)
-        return web.json_response(answer)
+        return _json(answer)
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -77,11 +93,11 @@ class CaptureServer:
         try:
             completion = await self.session.complete(chat)
         except CaptureRefusal as refusal:
-            return web.json_response(refusal.body(), status=refusal.status)
+            return _json(refusal.body(), status=refusal.status)
         answer = translate.chat_to_response(chat_response(completion, self.model))
         if body.get("stream"):
             return await _stream(request, translate.response_events(answer), sse_event=True)
-        return web.json_response(answer)
+        return _json(answer)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -90,11 +106,11 @@ class CaptureServer:
             completion = await self.session.complete(chat)
         except CaptureRefusal as refusal:
             error = {"type": "error", "error": {"type": refusal.kind, "message": str(refusal)}}
-            return web.json_response(error, status=refusal.status)
+            return _json(error, status=refusal.status)
         answer = translate.chat_to_message(chat_response(completion, self.model))
         if body.get("stream"):
             return await _stream(request, translate.message_events(answer), sse_event=True)
-        return web.json_response(answer)
+        return _json(answer)
 
 
 def chat_response(completion: Completion, model: str) -> dict[str, Any]:
@@ -116,15 +132,21 @@ def chat_response(completion: Completion, model: str) -> dict[str, Any]:
     }
 
 
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_dumps(body), status=status, content_type="application/json")
+
+
 async def _stream(
     request: web.Request, events: list[dict[str, Any]], *, sse_event: bool
 ) -> web.StreamResponse:
+    parts = []
+    for event in events:
+        if sse_event:
+            parts.append(b"event: " + event["type"].encode() + b"\n")
+        parts += [b"data: ", _dumps(event), b"\n\n"]
+    if not sse_event:
+        parts.append(b"data: [DONE]\n\n")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    for event in events:
-        head = f"event: {event['type']}\n" if sse_event else ""
-        await response.write(f"{head}data: {json.dumps(event)}\n\n".encode())
-    if not sse_event:
-        await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
+    await response.write_eof(b"".join(parts))
     return response

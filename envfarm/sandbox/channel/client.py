@@ -56,6 +56,8 @@ from envfarm.sandbox.channel.protocol import STDOUT, FrameDecoder, StreamDemuxer
 from envfarm.sandbox.channel.streams import HelperStream, StreamTransport
 
 WRITE_CHUNK = 1 << 20
+COALESCE_MAX = 256 << 10
+"""A frame's payload up to this size is copied behind its header and written with it."""
 ANSWER_GRACE_S = 30.0
 DEFAULT_OUTPUT_CAP = 4 * 1024 * 1024
 _DIAGNOSTICS_KEPT = 4096
@@ -212,8 +214,11 @@ class Channel(asyncio.Protocol):
         if self._failure is not None:
             raise self._failure
         assert self._transport is not None
-        self._transport.write(frame_head(header, len(payload)))
-        if payload:
+        head = frame_head(header, len(payload))
+        if len(payload) <= COALESCE_MAX:  # one write: one send, one wakeup on the other side
+            self._transport.write(head + payload if payload else head)
+        else:
+            self._transport.write(head)
             self._transport.write(payload)
 
     async def _drain(self) -> None:
