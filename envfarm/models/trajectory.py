@@ -298,7 +298,8 @@ class AgentInfo(WireModel):
     output_tail: str | None = None
     """The end of an installed agent's own output."""
     requests: list[dict[str, Any]] = Field(default_factory=list)
-    """An installed agent's requests as it sent them (before any translation)."""
+    """An installed agent's requests as it sent them (before any translation), each kept as
+    its difference from the one before (``_prefix``, ``_same``; docs/agents.md)."""
 
 
 class ErrorInfo(WireModel):

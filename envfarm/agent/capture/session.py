@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.agent.capture.requests import compact_request
 from envfarm.agent.loop import turn_from_completion
 from envfarm.errors import PolicyError
 from envfarm.models.samples import PromptCompactor
@@ -67,7 +68,9 @@ class CaptureSession:
         self.messages: list[dict[str, Any]] = []
         """The last request's messages as the agent sent them, then the reply it got."""
         self.requests: list[dict[str, Any]] = []
-        """Every request body as received (the Responses and Messages APIs: before translation)."""
+        """Every request body as received (the Responses and Messages APIs: before translation),
+        each kept as its difference from the one before (``requests.compact_request``)."""
+        self._previous_raw: dict[str, Any] | None = None
         self.stopped = asyncio.Event()
         self.stop_cause: StopCause | None = None
         self.policy_failure: PolicyError | None = None
@@ -83,7 +86,8 @@ class CaptureSession:
         return "max_turns" if self.stop_cause == "max_tokens" else None
 
     def record_raw(self, body: dict[str, Any]) -> None:
-        self.requests.append(body)
+        self.requests.append(compact_request(body, self._previous_raw))
+        self._previous_raw = body
 
     async def complete(self, body: Any) -> Completion:
         """Forward one chat-completions request body; raise ``CaptureRefusal`` to refuse it."""
