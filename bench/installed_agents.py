@@ -66,6 +66,7 @@ async def run_agent(agent: str, task_dirs: list[Path], concurrency: int) -> None
                 agent,
                 "--concurrency",
                 str(concurrency),
+                "--allow-unjudged",  # a rubric task is graded by its tests alone here
                 "--out",
                 str(out),
                 cwd=REPO,
