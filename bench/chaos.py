@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from envfarm.sandbox.docker.backend import DockerBackend  # noqa: E402
 from envfarm.spec.task import load_task  # noqa: E402
 from envfarm.testing.chaos_policy import ChaosPolicyServer, ChaosResponder  # noqa: E402
 from envfarm.testing.chaos_worker import ANSWER, DOCKER_PREFIX  # noqa: E402
+from tests.integration.pg_cluster import PrivateCluster, free_port  # noqa: E402
 from tests.integration.serve_process import ChaosWorkerProcess, ServeProcess  # noqa: E402
 
 GROUP_SIZE = 2
@@ -62,55 +62,6 @@ mkdir -p /logs/verifier
   || echo 0 > /logs/verifier/reward.txt
 """
 LABEL_RUN, LABEL_KIND = "io.envfarm.run", "io.envfarm.kind"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class PrivateCluster:
-    """A PostgreSQL cluster of this run alone: its own data directory, socket and port."""
-
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, free_port()
-        self.data, self.sockets = root / "data", root / "sockets"
-
-    def _as_owner(self, *command: str) -> list[str]:
-        binary = shutil.which(command[0]) or command[0]
-        if os.geteuid() != 0:
-            return [binary, *command[1:]]
-        return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", binary,
-                *command[1:]]  # fmt: skip
-
-    def _run(self, *command: str) -> None:
-        # the server outlives pg_ctl: it must not hold our pipes open
-        subprocess.run(self._as_owner(*command), check=True, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
-
-    def start(self) -> PrivateCluster:
-        self.sockets.mkdir(parents=True)
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres", "postgres")
-            shutil.chown(self.sockets, "postgres", "postgres")
-        self._run("initdb", "-D", str(self.data), "-U", "envfarm", "--auth=trust", "-E", "UTF8")
-        options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "pg.log"), "-w",
-                  "-o", options, "start")  # fmt: skip
-        return self
-
-    def restart(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "pg.log"), "-m", "immediate",
-                  "-w", "restart")
-
-    def stop(self) -> None:
-        subprocess.run(self._as_owner("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"),
-                       capture_output=True, timeout=120)  # fmt: skip
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://envfarm@127.0.0.1:{self.port}/postgres"
 
 
 def write_tasks(root: Path, fake: int, docker: int) -> list[str]:
@@ -244,8 +195,9 @@ class Chaos:
         self.kills["postgresql"] += 1
 
     def remove_containers(self) -> None:
-        listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL_RUN}={self.job_id}"],
-                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        mine = f"label={LABEL_RUN}={self.job_id}"
+        listed = subprocess.run(["docker", "ps", "-aq", "--filter", mine], capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
         if listed.stdout.split():
             subprocess.run(["docker", "rm", "-f", *listed.stdout.split()], capture_output=True,
                            timeout=120)  # fmt: skip
@@ -308,6 +260,9 @@ def report(chaos: Chaos, trainer: Trainer, responder: ChaosResponder, rows: list
         "policy_requests": responder.requests,
         "trainer_sessions": trainer.sessions,
         "trainer_stream_errors": dict(trainer.stream_errors),
+        "tracebacks_logged": {
+            p.log.name: p.output().count("Traceback") for p in (chaos.server, *chaos.workers)
+        },
     }
 
 
@@ -325,8 +280,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     await policy.start()
     common = ("--db", cluster.url, "--tasks", str(tasks_dir), "--data-dir", str(data))
     server = ServeProcess(tmp, "--no-worker", *common, "--port", str(free_port()))
-    workers = [ChaosWorkerProcess(tmp, f"worker{i}", *common, "--concurrency", str(args.concurrency))
-               for i in range(2)]  # fmt: skip
+    concurrency = ("--concurrency", str(args.concurrency))
+    workers = [ChaosWorkerProcess(tmp, f"worker{i}", *common, *concurrency) for i in range(2)]
     chaos = Chaos(args, server, workers, cluster)
     try:
         await asyncio.to_thread(server.start)
@@ -347,7 +302,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         chaos.done.set()
         await asyncio.gather(*faults)
         rows = attempts(cluster.url, chaos.job_id)
-        return report(chaos, trainer, responder, rows, len(ids) * GROUP_SIZE, wall)
+        result = report(chaos, trainer, responder, rows, len(ids) * GROUP_SIZE, wall)
+        for process in (server, *workers):  # the first traceback of each log, to look into
+            text = process.log.read_text(errors="replace")
+            if "Traceback" in text:
+                start = text.index("Traceback")
+                print(f"--- {process.log.name}:\n{text[max(0, start - 400) : start + 4000]}")
+        return result
     finally:
         chaos.done.set()
         for process in (*workers, server):
@@ -375,14 +336,15 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{name:55} {value:>8}")
     print("fault kind                                              injected  reruns it caused")
     by_cause = result["rerun_by_cause"]
+    kills, faults = result["kills"], result["policy_faults"]
     kinds = [
-        ("server SIGKILL", result["kills"].get("server", 0), "-"),
-        ("worker SIGKILL", result["kills"].get("worker", 0), by_cause.get("worker kill (lease lost)", 0)),
-        ("sandbox container kill", result["kills"].get("container", 0), by_cause.get("container kill", 0)),
-        ("PostgreSQL restart", result["kills"].get("postgresql", 0), by_cause.get("postgresql restart", 0)),
-        *[(f"policy: {k}", v, "") for k, v in sorted(result["policy_faults"].items())],
-        ("policy faults, all kinds", sum(result["policy_faults"].values()), by_cause.get("policy fault", 0)),
-    ]  # fmt: skip
+        ("server SIGKILL", kills.get("server", 0), "-"),
+        ("worker SIGKILL", kills.get("worker", 0), by_cause.get("worker kill (lease lost)", 0)),
+        ("sandbox container kill", kills.get("container", 0), by_cause.get("container kill", 0)),
+        ("PostgreSQL restart", kills.get("postgresql", 0), by_cause.get("postgresql restart", 0)),
+        *[(f"policy: {k}", v, "") for k, v in sorted(faults.items())],
+        ("policy faults, all kinds", sum(faults.values()), by_cause.get("policy fault", 0)),
+    ]
     for name, injected, reruns in kinds:
         print(f"{name:55} {injected:>8}  {reruns}")
     other = {k: v for k, v in by_cause.items() if k.startswith("other")}

@@ -41,14 +41,26 @@ def tar_directory(src: Path) -> bytes:
 
 
 async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True) -> None:
-    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there)."""
-    staging = f"/tmp/.envfarm-upload-{uuid.uuid4().hex}.tar"
-    await sandbox.write_file(staging, tar_directory(src), mode=0o600)
+    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there).
+
+    The archive is staged inside ``dest`` itself, so an upload needs room only where it lands
+    (a tmpfs mounted there has it when the agent filled the disk); ``dest`` may be a mount
+    point, which is emptied rather than removed."""
     target = shlex.quote(dest)
-    clear = f"rm -rf {target} && " if replace else ""
+    clear = (
+        f"rm -rf {target} 2>/dev/null; mkdir -p {target} && "
+        f'[ -z "$(find {target} -mindepth 1 -print -quit)" ]'
+        if replace
+        else f"mkdir -p {target}"
+    )
+    prepared = await sandbox.exec(clear, timeout=300, user="root")
+    if prepared.exit_code != 0:
+        raise SandboxError(f"could not prepare {dest} for {src}: {prepared.stderr.strip()}")
+    staging = f"{dest.rstrip('/')}/.envfarm-upload-{uuid.uuid4().hex}.tar"
+    await sandbox.write_file(staging, tar_directory(src), mode=0o600)
     result = await sandbox.exec(
-        f"{clear}mkdir -p {target} && tar -xf {staging} -C {target} --no-same-owner"
-        f"; status=$?; rm -f {staging}; exit $status",
+        f"tar -xf {shlex.quote(staging)} -C {target} --no-same-owner"
+        f"; status=$?; rm -f {shlex.quote(staging)}; exit $status",
         timeout=300,
         user="root",
     )

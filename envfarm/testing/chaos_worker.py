@@ -98,7 +98,9 @@ def main() -> None:
     parser.add_argument("--lease-s", type=float, default=30.0)
     parser.add_argument("--exec-latency-s", type=float, default=0.2)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     asyncio.run(work(args))
 
 

@@ -22,8 +22,8 @@ mkdir -p /logs/verifier
 answer=$(cat /app/answer.txt 2>/dev/null)
 excess=$(cat /app/excess 2>/dev/null || echo missing)
 reward=$([ "$answer" = 42 ] && echo 1 || echo 0)
-echo "{\\"reward\\": $reward, \\"excess_refused\\": $([ "$excess" = refused ] && echo 1 || echo 0)}" \\
-  > /logs/verifier/reward.json
+refused=$([ "$excess" = refused ] && echo 1 || echo 0)
+echo "{\\"reward\\": $reward, \\"excess_refused\\": $refused}" > /logs/verifier/reward.json
 """
 # dash (sh) gives up at the first refused fork, where bash retries for half a minute; the
 # sleeps stay behind, holding every pid the container may have.
