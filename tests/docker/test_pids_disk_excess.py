@@ -1,6 +1,10 @@
 """The model's own excess is the model's outcome, for processes and disk as for memory
-(test_memory_excess.py): a solution that forks until ``pids.max`` refuses, or fills the
-container's disk quota, and leaves it so, is graded, under runc and under gVisor."""
+(test_memory_excess.py): a solution that forks until the limit refuses, or fills the
+container's disk quota, and leaves it so, is graded, under runc and under gVisor.
+
+Before: under runc the tamper snapshot could not fork and timed out; under gVisor the sandbox
+died whole (its runtime's host threads reached the container's pids limit); with a full disk
+the tests could not be uploaded (EDQUOT): each an infrastructure fault, retried and dropped."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.episode import PROCESSES_RECLAIMED, EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
@@ -81,7 +85,9 @@ async def test_forking_until_pids_max_refuses_is_the_agents_outcome(
     tmp_path: Path, runtime: str | None
 ) -> None:
     root = make_task(tmp_path / f"pids-excess-{runtime or 'runc'}", FORKS, "")
-    assert_graded(await run_oracle(root, runtime))
+    trajectory = await run_oracle(root, runtime)
+    assert_graded(trajectory)
+    assert PROCESSES_RECLAIMED in trajectory.reward.flags
 
 
 @pytest.mark.parametrize("runtime", [None, "runsc"], ids=["runc", "gvisor"])

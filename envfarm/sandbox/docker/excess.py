@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 GVISOR_HEADROOM_MB = 128
-GVISOR_HOST_THREADS_PER_PROCESS = 10
+GVISOR_HOST_THREADS_PER_PROCESS = 16
 GVISOR_MAX_PROCESSES = 512
 PIDS_RESERVE = 64
 """Processes grading needs free in a sandbox; below it the agent's leftovers are reclaimed."""
@@ -59,10 +59,10 @@ class Limits(NamedTuple):
 
 def limits_and_helper(helper_path: str, memory_mb: int, pids: int, *, gvisor: bool) -> Limits:
     """The container's memory and pids limits for a task's, and the helper's command line."""
-    helper = [helper_path, "--pids-limit", str(pids)]
     if gvisor:
-        helper += ["--memory-limit-mb", str(memory_mb), "--nproc-limit", str(pids)]
-        return Limits(
-            memory_mb + GVISOR_HEADROOM_MB, pids * GVISOR_HOST_THREADS_PER_PROCESS, helper
-        )
-    return Limits(memory_mb, pids, helper)
+        processes = min(pids, GVISOR_MAX_PROCESSES)
+        helper = [helper_path, "--pids-limit", str(processes), "--nproc-limit", str(processes),
+                  "--memory-limit-mb", str(memory_mb)]  # fmt: skip
+        host_pids = processes * GVISOR_HOST_THREADS_PER_PROCESS
+        return Limits(memory_mb + GVISOR_HEADROOM_MB, host_pids, helper)
+    return Limits(memory_mb, pids, [helper_path, "--pids-limit", str(pids)])
