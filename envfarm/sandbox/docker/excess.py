@@ -18,8 +18,8 @@ finished commands left running. Under gVisor (ptrace platform) every guest proce
 host several threads, and the sandbox dies outright when they reach the container's pids limit;
 so there each command's user may have the task's number of processes but at most
 ``GVISOR_MAX_PROCESSES`` (RLIMIT_NPROC, which gVisor counts per sandbox and enforces even for
-root without ``CAP_SYS_RESOURCE``: gVisor's kernel is a Go program, which aborts past 10,000
-threads, reached near a thousand processes), and the container gets
+root without ``CAP_SYS_RESOURCE``: at 1,024 the sandbox still died, presumably gVisor's kernel,
+a Go program, past Go's 10,000 threads), and the container gets
 ``GVISOR_HOST_THREADS_PER_PROCESS`` times that.
 
 Disk: an agent that fills its disk quota and leaves it full would leave no room for the tests
