@@ -49,7 +49,7 @@ async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = 
     target = shlex.quote(dest)
     clear = (
         f"rm -rf {target} 2>/dev/null; mkdir -p {target} && "
-        f'[ -z "$(find {target} -mindepth 1 -print -quit)" ]'
+        f'[ -z "$(find {target} -mindepth 1 2>/dev/null | head -n 1)" ]'
         if replace
         else f"mkdir -p {target}"
     )
