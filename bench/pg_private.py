@@ -10,6 +10,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -52,6 +53,8 @@ def private_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
                     "--auth=trust", "-E", "UTF8"], **run)  # type: ignore[call-overload]  # fmt: skip
     subprocess.run([*as_user, _bin("pg_ctl"), "-D", str(data), "-l", str(root / "log"),
                     "-o", flags, "-w", "start"], **run)  # type: ignore[call-overload]  # fmt: skip
+    # SIGTERM (a stopped benchmark) unwinds through the finally below and stops the cluster
+    previous = signal.signal(signal.SIGTERM, _raise_exit)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -65,3 +68,8 @@ def private_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
         subprocess.run([*as_user, _bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
