@@ -36,6 +36,7 @@ from pg_private import private_postgres
 
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.record_batch import RecordBatcher
+from envfarm.errors import StoreError
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 from envfarm.store.store import Store
@@ -62,6 +63,7 @@ async def work(url: str, name: str, concurrency: int, args: argparse.Namespace, 
     lost: list[str] = []
     first_lease: float | None = None
     last_record = 0.0
+    store_errors = 0
     running: set[asyncio.Task[None]] = set()
 
     async def episode(lease: object) -> None:
@@ -75,8 +77,14 @@ async def work(url: str, name: str, concurrency: int, args: argparse.Namespace, 
             reward=Reward(value=1.0, valid=True),
             provenance=Provenance(task_hash=lease.task_hash, envfarm_version="bench"),  # type: ignore[attr-defined]
         )  # fmt: skip
-        nonlocal last_record
-        recorded = await records.record(trajectory, final=True)
+        nonlocal last_record, store_errors
+        while True:  # as the Worker does: a store error is retried, the result is not lost
+            try:
+                recorded = await records.record(trajectory, final=True)
+                break
+            except StoreError:
+                store_errors += 1
+                await asyncio.sleep(0.5)
         last_record = time.time()
         (lost if recorded.status == "lost" else ran).append(lease.episode_id)  # type: ignore[attr-defined]
 
@@ -99,6 +107,7 @@ async def work(url: str, name: str, concurrency: int, args: argparse.Namespace, 
                 {
                     "lost_leases": len(lost),
                     "batches": records.batches,
+                    "store_errors": store_errors,
                     "first_lease": first_lease,
                     "last_record": last_record,
                 }
@@ -160,6 +169,7 @@ def run(url: str, workers: int, episodes: int, args: argparse.Namespace, tmp: Pa
         "episodes_per_s": round(len(counts) / wall, 1),
         "lost_leases": sum(e["lost_leases"] for e in extra),
         "record_batches": sum(e["batches"] for e in extra),
+        "store_errors_retried": sum(e["store_errors"] for e in extra),
         "job_status": view.status,
         "groups_delivered": view.last_cursor,
         "per_episode": {

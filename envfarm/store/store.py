@@ -235,6 +235,17 @@ class Store:
         its error and undoes nothing of the others."""
 
         def write(conn: Connection) -> list[rs.Recorded | EnvfarmError]:
+            if conn.dialect.name == "postgresql":
+                # Lock the batch's groups first, in one order every worker follows, and only
+                # then (completing a group) the job's row: two batches sharing groups cannot
+                # each hold a lock the other waits for.
+                ids = sorted({trajectory.group_id for trajectory, _ in results})
+                conn.execute(
+                    select(groups.c.id)
+                    .where(groups.c.id.in_(ids))
+                    .order_by(groups.c.id)
+                    .with_for_update()
+                ).all()
             answers: list[rs.Recorded | EnvfarmError] = []
             for trajectory, final in results:
                 try:
