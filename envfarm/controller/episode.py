@@ -31,6 +31,7 @@ from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.files import upload_dir
 from envfarm.sandbox.pool import WarmPools
+from envfarm.spec.mcp import mcp_section
 from envfarm.spec.task import Task
 
 Phase = Literal["build", "provision", "agent", "grading", "teardown"]
@@ -162,7 +163,8 @@ class EpisodeRunner:
                 await self._installed(request, sandbox, traj)
             else:
                 agent = self._agent(task, sandbox, request.seed, request.episode_id)
-                run = await agent.run(task.instruction)
+                servers = task.config.environment.mcp_servers
+                run = await agent.run(task.instruction + mcp_section(servers))
                 traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
                 traj.segments = run.segments
         if traj.error:

@@ -46,12 +46,14 @@ async def test_the_substitute_is_laid_out_like_the_official_image(
         "/usr/local/bin/pip",
     ]
     pip = _run(tag, "pip --version")
-    assert f"/usr/local/lib/python{minor}/" in pip and f"(python {minor})" in pip
+    assert f"/usr/local/lib/python{minor}/" in pip
+    assert f"(python {minor})" in pip
     version = _run(
         tag, 'echo "$PYTHON_VERSION"; python -c "import platform; print(platform.python_version())"'
     )
     declared, actual = version.split()
-    assert declared == actual and actual.startswith(minor + ".")
+    assert declared == actual
+    assert actual.startswith(minor + ".")
     assert (
         _run(tag, "ls /usr/lib/python3/dist-packages 2>/dev/null | grep -v __pycache__ || true")
         == ""
