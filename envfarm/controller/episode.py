@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Literal
 
 import envfarm
+from envfarm.agent.extra_tools import ExtraTools
 from envfarm.agent.loop import Agent, AgentLimits
+from envfarm.agent.mcp_tools import McpTools
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.policies import ResolvedPolicy
@@ -162,9 +164,10 @@ class EpisodeRunner:
             if self.agent_layers is not None:
                 await self._installed(request, sandbox, traj)
             else:
-                agent = self._agent(task, sandbox, request.seed, request.episode_id)
                 servers = task.config.environment.mcp_servers
-                run = await agent.run(task.instruction + mcp_section(servers))
+                async with McpTools(servers, sandbox) as mcp:
+                    agent = self._agent(task, sandbox, request.seed, request.episode_id, mcp)
+                    run = await agent.run(task.instruction + mcp_section(servers))
                 traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
                 traj.segments = run.segments
         if traj.error:
@@ -181,7 +184,14 @@ class EpisodeRunner:
                 traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
         traj.timings.phases = dict(grading.phases)
 
-    def _agent(self, task: Task, sandbox: Sandbox, seed: int | None, episode: str) -> Agent:
+    def _agent(
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        seed: int | None,
+        episode: str,
+        extra_tools: ExtraTools | None = None,
+    ) -> Agent:
         config = task.config
         env = dict(config.solution.env) if self.policy.needs_solution else {}
         return Agent(
@@ -200,6 +210,7 @@ class EpisodeRunner:
             sampling=self.sampling.model_copy(update={"seed": seed})
             if seed is not None
             else self.sampling,
+            extra_tools=extra_tools,
         )
 
     async def _installed(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:

@@ -155,3 +155,24 @@ def test_a_config_agent_gets_the_servers_as_json() -> None:
     assert json.loads(filled.removeprefix("x ").strip("'")) == [
         {"name": "fe", "transport": "streamable-http", "url": "http://mcp-server:8000/mcp"}
     ]
+
+
+def test_the_answer_head_is_the_last_one_curl_wrote() -> None:
+    from envfarm.agent.mcp_tools import _parse_head
+
+    raw = (
+        "HTTP/1.1 100 Continue\r\n\r\n"
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nmcp-session-id: abc\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    status, headers = _parse_head(raw)
+    assert status == 200
+    assert headers == [("content-type", "text/event-stream"), ("mcp-session-id", "abc")]
+
+
+def test_tool_names_fit_openais_pattern() -> None:
+    from envfarm.agent.mcp_tools import tool_name
+
+    assert tool_name("feature-engineering", "submit") == "mcp__feature-engineering__submit"
+    assert tool_name("a.b", "run tool") == "mcp__a_b__run_tool"
+    assert len(tool_name("s" * 50, "t" * 50)) == 64
