@@ -14,6 +14,7 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.errors import PolicyError, RequestRejected
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.samples import full_prompts
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy import CaptureOptions, EndpointSpec, PolicyServer, PoolSettings, Reply
 from envfarm.policy.base import SamplingParams
@@ -160,7 +161,9 @@ async def test_a_weight_swap_503_stays_a_pause_in_token_mode() -> None:
     assert status.consecutive_failures == 0
 
 
-async def episode(tmp_path: Path, engine: FakeEngine, max_tokens: int | None = None) -> Trajectory:
+async def episode(
+    tmp_path: Path, engine: FakeEngine, max_tokens: int | None = None, token_mode: bool = False
+) -> Trajectory:
     task = make_task(tmp_path / "t", None)
     backend = FakeBackend()
 
@@ -170,7 +173,7 @@ async def episode(tmp_path: Path, engine: FakeEngine, max_tokens: int | None = N
         return ok()
 
     backend.handler = handler
-    async with pool_on(engine) as pool:
+    async with pool_on(engine, token_mode=token_mode) as pool:
         runner = EpisodeRunner(
             backend=backend,
             policy=ResolvedPolicy(pool, "fake", "m", needs_solution=False),
@@ -196,6 +199,50 @@ async def test_a_request_rejected_twice_makes_the_episode_invalid_and_not_retrya
     assert not trajectory.reward.valid
     assert trajectory.reward.value is None
     assert "request_rejected" in (trajectory.reward.reason or "")
+
+
+@pytest.mark.parametrize("token_mode", [False, True])
+async def test_a_rejected_request_keeps_the_turns_sampled_before_it(
+    tmp_path: Path, token_mode: bool
+) -> None:
+    """Two turns, then the server rejects the third request twice: the stored trajectory keeps
+    both turns with their token data and the history up to the rejected request, unscored."""
+    bad = Reply(status=400, body={"error": {"code": 400, "message": "Invalid 'messages'"}})
+    steps: list[Step] = [
+        tool_call("bash", {"command": "ls"}),
+        completion("Now the tests.", tool_call("bash", {"command": "pytest -q"})),
+        bad,
+        bad,
+    ]
+    async with FakeEngine(steps) as engine:
+        trajectory = await episode(tmp_path, engine, token_mode=token_mode)
+    assert trajectory.error is not None
+    assert trajectory.error.type == "RequestRejected"
+    assert not trajectory.error.retryable
+    assert not trajectory.reward.valid
+    assert trajectory.reward.value is None
+    assert "request_rejected" in (trajectory.reward.reason or "")
+    assert len(engine.prompts) == 4  # two answers, the rejected request and its one resend
+    assert [t.index for t in trajectory.turns] == [0, 1]
+    for turn, prompt in zip(trajectory.turns, full_prompts(trajectory.turns), strict=True):
+        assert turn.faults == []
+        assert prompt is not None
+        assert turn.completion_token_ids is not None
+        assert turn.logprobs is not None
+        assert len(turn.completion_token_ids) == len(turn.logprobs)
+    assert list(full_prompts(trajectory.turns)) == engine.prompts[:2]
+    assert [[r.name for r in t.tool_results] for t in trajectory.turns] == [["bash"], ["bash"]]
+    assert [m["role"] for m in trajectory.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.stop_reason == "error"
+    assert trajectory.outcome.turns == 2
 
 
 async def test_a_truncated_call_and_a_context_limit_are_graded_episodes(tmp_path: Path) -> None:
