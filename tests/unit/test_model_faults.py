@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.errors import PolicyError, RequestRejected
 from envfarm.grading.script import TestScriptGrader
@@ -255,3 +256,77 @@ async def test_a_truncated_call_and_a_context_limit_are_graded_episodes(tmp_path
     assert trajectory.outcome.malformed_tool_calls == 1
     assert trajectory.reward.valid
     assert trajectory.reward.value == 1.0
+
+
+async def job_of_one(
+    tmp_path: Path, engine: FakeEngine, *, max_tokens: int | None = None, token_mode: bool = False
+) -> tuple[Trajectory, int]:
+    """One episode run as a job with two retries allowed: its trajectory, and how many
+    sandboxes (attempts) it took."""
+    task = make_task(tmp_path / "t", None)
+    backend = FakeBackend()
+
+    def handler(command: str) -> ExecResult:
+        if "/tests/test.sh" in command:
+            backend.created[-1].files["/logs/verifier/reward.txt"] = b"1\n"
+        return ok()
+
+    backend.handler = handler
+    async with pool_on(engine, token_mode=token_mode) as pool:
+        runner = EpisodeRunner(
+            backend=backend,
+            policy=ResolvedPolicy(pool, "fake", "m", needs_solution=False),
+            grader=TestScriptGrader(),
+            run_id="faults",
+            sampling=SamplingParams(max_tokens=max_tokens),
+        )
+        result = await Job([task], runner, request_for([task], runner, max_retries=2)).run()
+        assert pool.status()[0].state == "closed"
+        assert pool.status()[0].consecutive_failures == 0
+    [trajectory] = result.trajectories
+    return trajectory, len(backend.created)
+
+
+@pytest.mark.parametrize("token_mode", [False, True])
+async def test_in_a_job_a_truncated_call_is_graded_in_its_first_attempt(
+    tmp_path: Path, token_mode: bool
+) -> None:
+    steps: list[Step] = [LONG_WRITE, tool_call("submit", {})]
+    async with FakeEngine(steps) as engine:
+        trajectory, attempts = await job_of_one(
+            tmp_path, engine, max_tokens=100, token_mode=token_mode
+        )
+    assert attempts == 1
+    assert trajectory.attempt == 0
+    assert trajectory.error is None
+    assert trajectory.reward.valid
+    assert trajectory.reward.value == 1.0
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.malformed_tool_calls == 1
+    assert trajectory.turns[0].finish_reason == "length"
+    assert trajectory.outcome.stop_reason == "submitted"
+    assert len(engine.prompts) == 2  # no request was sent twice
+
+
+async def test_in_a_job_a_rejected_request_is_not_retried(tmp_path: Path) -> None:
+    bad = Reply(status=400, body={"error": {"code": 400, "message": "Invalid 'messages'"}})
+    steps: list[Step] = [tool_call("bash", {"command": "ls"}), bad, bad]
+    async with FakeEngine(steps) as engine:
+        trajectory, attempts = await job_of_one(tmp_path, engine)
+    assert attempts == 1
+    assert trajectory.attempt == 0
+    assert trajectory.error is not None
+    assert trajectory.error.type == "RequestRejected"
+    assert not trajectory.reward.valid
+    assert len(trajectory.turns) == 1
+
+
+async def test_in_a_job_a_context_limit_is_graded_in_its_first_attempt(tmp_path: Path) -> None:
+    steps: list[Step] = [tool_call("bash", {"command": "cat big"})] * 5
+    async with FakeEngine(steps, n_ctx=2100) as engine:
+        trajectory, attempts = await job_of_one(tmp_path, engine)
+    assert attempts == 1
+    assert trajectory.error is None
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.stop_reason == "context_length"
+    assert trajectory.reward.valid
