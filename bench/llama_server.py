@@ -295,6 +295,62 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
     return time.monotonic() - started
 
 
+def error_classes(server: str) -> dict[str, str]:
+    """How envfarm classes the real server's answers to what goes wrong: a history whose
+    tool-call arguments are cut-off JSON (llama.cpp: HTTP 500 from its JSON parser), a prompt
+    past the slot's context (HTTP 400), and a completion cut at ``max_tokens``."""
+    import asyncio
+
+    sys.path.insert(0, str(REPO))
+    from envfarm.agent.tools import tool_schemas
+    from envfarm.errors import ContextLengthExceeded, PolicyError, RequestRejected
+    from envfarm.policy import CaptureOptions, EndpointSpec
+    from envfarm.policy.base import SamplingParams
+    from envfarm.policy.pool import EndpointPool
+
+    cut_call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": '{"co'}}
+    cases: dict[str, list[dict[str, Any]]] = {
+        "history with cut-off tool-call arguments": [
+            {"role": "user", "content": "List the files."},
+            {"role": "assistant", "content": None, "tool_calls": [cut_call]},
+            {"role": "tool", "tool_call_id": "c", "content": "error: malformed arguments"},
+        ],
+        "prompt past the slot's context": [{"role": "user", "content": "word " * 6000}],
+        "completion cut at max_tokens": [
+            {"role": "user", "content": "Write a Python module with ten functions."}
+        ],
+    }
+
+    async def main() -> dict[str, str]:
+        pool = EndpointPool(
+            [EndpointSpec(url=f"{server}/v1")], "qwen", capture=CaptureOptions(profile="llamacpp")
+        )
+        found: dict[str, str] = {}
+        async with pool:
+            for name, messages in cases.items():
+                try:
+                    done = await pool.complete(
+                        messages, tool_schemas(), SamplingParams(max_tokens=8)
+                    )
+                    tokens = done.tokens
+                    ids = tokens.completion_token_ids if tokens else None
+                    outcome = (
+                        f"answered: finish {done.finish_reason}, {len(ids or [])} ids, "
+                        f"{done.attempts} attempt(s)"
+                    )
+                except (RequestRejected, ContextLengthExceeded, PolicyError) as exc:
+                    kind = "retryable" if exc.retryable else "not retried"
+                    outcome = f"{type(exc).__name__} ({kind}): {str(exc)[:120]}"
+                status = pool.status()[0]
+                found[name] = (
+                    f"{outcome}; endpoint {status.state}, "
+                    f"{status.consecutive_failures} failures counted"
+                )
+        return found
+
+    return asyncio.run(main())
+
+
 class Checks:
     """Each named check's passes and failures over all turns (or segments) of a mode."""
 
@@ -467,6 +523,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
+    parser.add_argument("--skip-error-classes", action="store_true")
     parser.add_argument(
         "--agent-timeout",
         type=int,
@@ -502,6 +559,8 @@ def main() -> None:
     try:
         props = http(f"{server}/props")
         print(f"server: {server} build {props.get('build_info')} model {props.get('model_path')}")
+        if not args.skip_error_classes:
+            print(json.dumps({"error classes": error_classes(server)}, indent=2))
         for mode in args.modes:
             out = scratch / f"run-{mode}"
             with LoadSampler() as load:
