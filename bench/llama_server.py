@@ -340,7 +340,9 @@ def error_classes(server: str) -> dict[str, str]:
                     )
                 except (RequestRejected, ContextLengthExceeded, PolicyError) as exc:
                     kind = "retryable" if exc.retryable else "not retried"
-                    outcome = f"{type(exc).__name__} ({kind}): {str(exc)[:120]}"
+                    status = getattr(exc, "status", None)
+                    said = str(exc).rsplit("HTTP", 1)[-1][:90]
+                    outcome = f"{type(exc).__name__} ({kind}, HTTP {status}): ...HTTP{said}"
                 status = pool.status()[0]
                 found[name] = (
                     f"{outcome}; endpoint {status.state}, "
