@@ -51,7 +51,7 @@ from envfarm.sandbox.docker.backend import DockerBackend  # noqa: E402
 from envfarm.spec.task import load_task  # noqa: E402
 from envfarm.testing.chaos_policy import ChaosPolicyServer, ChaosResponder  # noqa: E402
 from envfarm.testing.chaos_worker import ANSWER, DOCKER_PREFIX  # noqa: E402
-from tests.integration.pg_cluster import PrivateCluster, free_port  # noqa: E402
+from envfarm.testing.pg_cluster import PrivateCluster, free_port  # noqa: E402
 from tests.integration.serve_process import ChaosWorkerProcess, ServeProcess  # noqa: E402
 
 GROUP_SIZE = 2

@@ -12,7 +12,7 @@ heartbeats, admission and grading): that is what bench/loop.py measures in one p
 
 The store's cost per episode is read from PostgreSQL's own counters (``pg_stat_database``:
 commits, rows written, rows read, buffer accesses), before and after each run. Without
-``--db`` the benchmark creates a private cluster (bench/pg_private.py) and removes it after.
+``--db`` the benchmark creates a private cluster (envfarm/testing/pg_cluster.py) and removes it after.
 
 Baseline in the same run: 1 worker on ``--baseline`` episodes; then ``--workers`` workers on
 ``--episodes``. Usage: python bench/workers.py [--db postgresql+psycopg://...] [--episodes 40000]
@@ -32,7 +32,6 @@ from collections import Counter
 from pathlib import Path
 
 import psycopg
-from pg_private import private_postgres
 
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.record_batch import RecordBatcher
@@ -40,6 +39,7 @@ from envfarm.errors import StoreError
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 from envfarm.store.store import Store
+from envfarm.testing.pg_cluster import private_postgres
 
 GROUP_SIZE = 8
 
@@ -205,7 +205,7 @@ def main() -> None:
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"envfarm-bench-workers-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        url = args.db or stack.enter_context(private_postgres())
+        url = args.db or stack.enter_context(private_postgres({"max_connections": "200"}))
         one = run(url, 1, args.baseline, args, tmp)
         print(json.dumps(one), flush=True)
         many = run(url, args.workers, args.episodes, args, tmp)

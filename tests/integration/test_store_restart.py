@@ -4,7 +4,7 @@ response had begun, escaped as ``RuntimeError`` (a 500 logged with a traceback, 
 cut mid-chunk). Now the stream says ``: store unavailable`` and ends; the client reconnects
 from its last cursor.
 
-The cluster is the test's own (``pg_cluster.PrivateCluster``), stopped in immediate mode while
+The cluster is the test's own (``envfarm.testing.pg_cluster.PrivateCluster``), stopped in immediate mode while
 the stream is open, then started again.
 """
 
@@ -24,7 +24,7 @@ from envfarm.controller.groups import finalize_group
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.store.store import Store
-from tests.integration.pg_cluster import PrivateCluster, free_port
+from envfarm.testing.pg_cluster import PrivateCluster, free_port
 from tests.integration.serve_process import ServeProcess
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="session")]

@@ -6,11 +6,17 @@ Never the machine's cluster: that one is shared.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from envfarm.errors import EnvfarmError
 
 
 def free_port() -> int:
@@ -19,15 +25,25 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def postgres_binary(name: str) -> str:
+    """``name`` on PATH, else in Debian's versioned directory (newest first)."""
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
+    if found is None:
+        raise EnvfarmError(f"{name} not found: install PostgreSQL's server package")
+    return found
+
+
 class PrivateCluster:
     """A PostgreSQL cluster of this run alone: its own data directory, socket and port."""
 
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, free_port()
+    def __init__(self, root: Path, settings: dict[str, str] | None = None) -> None:
+        self.root, self.port, self.settings = root, free_port(), settings or {}
         self.data, self.sockets = root / "data", root / "sockets"
 
     def _as_owner(self, *command: str) -> list[str]:
-        binary = shutil.which(command[0]) or command[0]
+        binary = postgres_binary(command[0])
         if os.geteuid() != 0:
             return [binary, *command[1:]]
         return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", binary,
@@ -55,7 +71,8 @@ class PrivateCluster:
 
     def resume(self) -> None:
         """Start the server (again) on the same port."""
-        options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1"
+        extra = "".join(f" -c {key}={value}" for key, value in self.settings.items())
+        options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1{extra}"
         log = str(self.root / "pg.log")
         self._run("pg_ctl", "-D", str(self.data), "-l", log, "-w", "-o", options, "start")
 
@@ -75,3 +92,17 @@ class PrivateCluster:
     @property
     def url(self) -> str:
         return f"postgresql+psycopg://envfarm@127.0.0.1:{self.port}/postgres"
+
+
+@contextlib.contextmanager
+def private_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
+    """The URL of a fresh cluster's ``postgres`` database, stopped and removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="envfarm-pg-"))
+    os.chmod(root, 0o755)
+    cluster = PrivateCluster(root, settings)
+    try:
+        cluster.start()
+        yield cluster.url
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
