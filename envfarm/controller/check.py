@@ -178,6 +178,7 @@ def _static(task: Task, config: CheckConfig) -> TaskCheck:
         rubric_items=[item.name for item in rubrics],
         judge="-" if not rubrics else ("judged" if config.judge else "unchecked"),
         ran=config.run,
+        zero_on_flags=task.config.verifier.zero_on_flags,
     )
     check.add_findings(lint_task(task))
     if not config.run:

@@ -246,7 +246,9 @@ class EpisodeGrading:
             carried = carried_copies(self.mode, self.copies, workdir)
             bundle.verifier_input = verifier_input(self.mode, self.carry, carried)
         if self.output is not None:
-            bundle.reports = output_reports(self.output, expected_reports(self.task))
+            bundle.reports = output_reports(
+                self.output, expected_reports(self.task), self.task.config.verifier.reports
+            )
         started = time.monotonic()
         try:
             if inspection.workspace is not None:
