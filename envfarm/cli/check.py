@@ -12,7 +12,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from envfarm.cli.options import judge_options, offline_option, task_paths
+from envfarm.cli.options import judge_options, offline_option, task_paths, verifier_network_option
 from envfarm.cli.render import console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
@@ -57,6 +57,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
     help="Oracle runs per task; their rewards must all agree.",
 )
 @offline_option
+@verifier_network_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--compare-modes",
@@ -161,7 +162,7 @@ def _table(report: CheckReport) -> Table:
     for name in ("task", "lint", "build", "oracle", "nop", "flaky", "judge", "verdict"):
         table.add_column(name, justify="right" if name in ("oracle", "nop") else "left")
     for check in report.checks:
-        errors, warnings = check.lint_errors, sum(1 for f in check.findings) - check.lint_errors
+        errors, warnings = check.lint_errors, check.lint_warnings
         lint = f"{errors} error{'s' * (errors != 1)}" if errors else "ok"
         if warnings:
             lint += f" ({warnings} warning{'s' * (warnings != 1)})"
@@ -199,6 +200,7 @@ def _render(report: CheckReport) -> None:
             *(f"[red]problem[/] {escape(p)}" for p in check.problems),
             *(f"[yellow]infra[/]   {escape(p)}" for p in check.infra),
             *(f"[dim]warning {escape(w)}[/]" for w in check.warnings),
+            *(f"[cyan]info[/]    {escape(i)}" for i in check.info),
             *(f"[dim]{escape(n)}[/]" for n in check.notes),
         ]
         if lines:

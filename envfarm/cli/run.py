@@ -13,7 +13,7 @@ import click
 from rich.markup import escape
 
 from envfarm.agent.specs import resolve_agent
-from envfarm.cli.options import judge_options, offline_option
+from envfarm.cli.options import judge_options, offline_option, verifier_network_option
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
 from envfarm.controller.job import Job, JobEvents
@@ -78,6 +78,7 @@ tasks still run).
     "--policy http://b:8000/v1=2.",
 )
 @offline_option
+@verifier_network_option
 @click.option("--model", default=None, help="Model name sent to the endpoint.")
 @click.option(
     "--api-key",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envfarm.controller.explain import explain_oracle, image_findings
+from envfarm.controller.explain import explain_oracle, image_findings, network_cause
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.leaks import inspect_image
 from envfarm.controller.runners import open_runner
@@ -121,6 +121,7 @@ async def check_tasks(
         judged = config.judge is not None
         runs = [t for t in oracle if t.task_id == task.id]
         judge_oracle(check, runs, judged)
+        check.problems += network_cause(task, check, runs)
         judge_nop(check, [t for t in nop if t.task_id == task.id], judged)
         if config.artifacts_dir is not None:
             check.notes += explain_oracle(check, runs, config.artifacts_dir.parent)

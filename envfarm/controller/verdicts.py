@@ -44,6 +44,8 @@ class TaskCheck(BaseModel):
     problems: list[str] = Field(default_factory=list)
     infra: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    info: list[str] = Field(default_factory=list)
+    """How envfarm runs the task where that differs from Harbor (e.g. the network)."""
     notes: list[str] = Field(default_factory=list)
     """What explains a failed oracle: the verifier's last lines, where the artifacts are."""
     zero_on_flags: list[str] = Field(default_factory=lambda: ["report:*"])
@@ -53,11 +55,16 @@ class TaskCheck(BaseModel):
         self.findings += findings
         for finding in findings:
             text = f"{finding.rule}: {finding.message}"
-            (self.problems if finding.severity == "error" else self.warnings).append(text)
+            kept = {"error": self.problems, "warning": self.warnings, "info": self.info}
+            kept[finding.severity].append(text)
 
     @property
     def lint_errors(self) -> int:
         return sum(1 for f in self.findings if f.severity == "error")
+
+    @property
+    def lint_warnings(self) -> int:
+        return sum(1 for f in self.findings if f.severity == "warning")
 
     @property
     def verdict(self) -> Verdict:

@@ -54,9 +54,7 @@ def test_declared_and_conventional_reports_must_parse() -> None:
 
 
 def test_check_names_the_flag_that_zeroed_the_oracle() -> None:
-    scored = score(
-        output({"junit.xml": b"<testsuite", "reward.txt": b"1"}), VerifierConfig(), []
-    )
+    scored = score(output({"junit.xml": b"<testsuite", "reward.txt": b"1"}), VerifierConfig(), [])
     zeroed = finish_reward(scored, [], ["report:*"])
     trajectory = Trajectory(
         trajectory_id="t",
