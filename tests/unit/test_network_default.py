@@ -64,6 +64,7 @@ def test_the_kubernetes_verifier_pod_of_an_unset_task_gets_the_network_and_dns()
     assert pod["spec"]["dnsPolicy"] == "None"
     fork = fork_pod(pod, "env1", network=task.config.verifier_network())
     assert fork["metadata"]["labels"][LABEL_NETWORK] == "internet"
-    assert "dnsPolicy" not in fork["spec"] and "dnsConfig" not in fork["spec"]
+    assert "dnsPolicy" not in fork["spec"]
+    assert "dnsConfig" not in fork["spec"]
     offline = fork_pod(pod, "env1", network=False)
     assert offline["spec"]["dnsPolicy"] == "None"
