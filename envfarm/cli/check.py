@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -13,15 +14,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from envfarm.cli.options import judge_options, offline_option, task_paths, verifier_network_option
-from envfarm.cli.render import console
+from envfarm.cli.render import JobProgress, console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JudgeRequest
-from envfarm.sandbox.base import SandboxBackend
-from envfarm.spec.task import discover_tasks
+from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.spec.task import Task, discover_tasks
 
 CHECK_HELP = """Check that tasks are sound; exit 0 only when every one is.
 
@@ -116,16 +117,12 @@ def check(
         image_exists=_local_image_lookup() if no_run and tasks else None,
     )
     backend = None if no_run or not tasks else _docker_backend()
+    if kept is not None:
+        console.print(f"[dim]artifacts under {escape(str(kept.parent))}[/]")
     try:
-        with console.status("checking") as status:
-
-            def progress(stage: str, done: int, total: int) -> None:
-                status.update(f"checking: {stage} {done}/{total}")
-
+        with _progress(config, len(tasks)) as events:
             report = asyncio.run(
-                check_tasks(
-                    tasks, errors, backend, TestScriptGrader(), config, CheckEvents(progress)
-                )
+                check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
             )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]: sandboxes were removed")
@@ -135,6 +132,42 @@ def check(
         sys.exit(EXIT_INFRA if exc.infrastructure else EXIT_BAD_INPUT)
     _render(report)
     sys.exit(report.exit_code)
+
+
+@contextmanager
+def _progress(config: CheckConfig, tasks: int) -> Iterator[CheckEvents]:
+    """``envfarm run``'s progress (bars on a terminal, else lines only), a line per image and
+    episode, and one per task as soon as its verdict is known."""
+    if not config.run:
+        yield CheckEvents()
+        return
+    per_task = config.runs + 1 + int(config.compare_modes)
+    progress = JobProgress(
+        console, tasks, tasks * per_task, bars=console.is_terminal, every_event=True
+    )
+
+    def image(task: Task, image: PreparedImage | None, error: EnvfarmError | None) -> None:
+        progress.image_done(task, image, error)
+        if image is None:
+            progress.skip_episodes(per_task)
+
+    def stage(name: str, done: int, total: int) -> None:
+        if name == "image":
+            progress.progress.update(progress.images, note=f"inspecting {done}/{total}")
+
+    with progress:
+        yield CheckEvents(
+            on_progress=stage,
+            on_image=image,
+            on_episode=lambda name, trajectory: progress.episode_done(trajectory, name),
+            on_verdict=_say_verdict,
+        )
+
+
+def _say_verdict(check: TaskCheck) -> None:
+    reason = next(iter((check.problems or check.infra or [""])[0].splitlines()), "")
+    line = f"[{_STYLE[check.verdict]}]{check.verdict}[/] {escape(check.task_id)}"
+    console.print(f"{line}: {escape(reason)}" if reason else line)
 
 
 def _local_image_lookup() -> Callable[[str], bool]:
