@@ -5,12 +5,13 @@ and the workdir's listing for a clean-room verifier), ``after_agent`` (when the 
 stopped: the second snapshot, the command scan, collect hooks, declared artifacts, the workdir's
 changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
-teardown). ``grade`` runs the verifier where ``[verifier].environment_mode`` says: in the
-agent's sandbox (``shared``), or in a fresh one from ``VerifierPhases.fork_clean`` that receives
-the agent's outcome (``clean``, ``separate``: ``cleanroom.py``). Grading alone decides the
-verifier's container, mode and network: in shared mode the agent's sandbox switches to the
-verifier phase's network before anything of the verifier runs (``after_agent``); a fork starts
-with it. Any ``Grader`` is called the same way; its reward still gets the flags.
+teardown; a sidecar's declared artifacts are copied out then). ``grade`` runs the verifier
+where ``[verifier].environment_mode`` says: in the agent's sandbox (``shared``), or in a fresh
+one from ``VerifierPhases.fork_clean`` that receives the agent's outcome (``clean``,
+``separate``: ``cleanroom.py``). Grading alone decides the verifier's container, mode and
+network: in shared mode the agent's sandbox switches to the verifier phase's network before
+anything of the verifier runs (``after_agent``); a fork starts with it. Any ``Grader`` is
+called the same way; its reward still gets the flags.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from envfarm.grading.cleanroom import (
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.scope import CarryScope
+from envfarm.grading.service_artifacts import copy_from_services
 from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
 from envfarm.grading.verdict import (
@@ -236,7 +238,7 @@ class EpisodeGrading:
             inspection=inspection,
             changed_tar=self.changed_tar,
             hooks=self.hooks,
-            copies=self.copies,
+            copies=[*self.copies, *await copy_from_services(self.sandbox, self.task)],
             build_log=build_log,
         )
         if isinstance(self.sandbox, ProcessLogs):

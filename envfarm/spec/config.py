@@ -265,7 +265,14 @@ class ArtifactSpec(_Table):
     """Where it goes under the episode's ``collected/files/``; default: the source path."""
     exclude: list[str] = Field(default_factory=list)
     """Glob patterns (tar ``--exclude``) left out of a directory."""
-    service: Annotated[str | None, AfterValidator(_main_container_only)] = None
+    service: Annotated[str, Field(min_length=1)] | None = None
+    """A compose service to copy it from (``main`` or unset: the main container); a sidecar's
+    is copied at the end of the episode, for the record (the verifier does not receive it)."""
+
+    @property
+    def sidecar(self) -> str | None:
+        """The sidecar it comes from; None for the main container."""
+        return None if self.service in (None, "main") else self.service
 
 
 class VerifierConfig(_Table):

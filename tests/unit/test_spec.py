@@ -270,7 +270,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
     [
         ('[[steps]]\nname = "one"\n', "steps"),
         ('multi_step_reward_strategy = "mean"\n', "multi_step_reward_strategy"),
-        ('artifacts = [{source = "/app/out.json", service = "db"}]\n', "artifacts[0].service"),
         ("[verifier.environment]\ncpus = 2\n", "verifier.environment"),
         (
             '[[verifier.collect]]\ncommand = "pg_dump"\nservice = "db"\n',
