@@ -1,11 +1,12 @@
 """Harbor's ``artifacts`` with ``service``: a path copied out of a sidecar's container.
 
-They are copied at the end of the episode, after the verifier, for the record: they land under
-the episode's ``collected/`` like any artifact, but a clean-room verifier never receives
-them (it reaches the service itself, as the main container does). The engine's archive of the
-path (its last name as the top entry) is turned into the form of ``collect.copy_out``: a
-directory's contents with ``exclude`` applied as tar's unanchored ``--exclude`` does, or the
-file itself.
+As Harbor does, they are taken when the agent has stopped, with the main container's: kept under
+the episode's ``collected/``, and a ``clean`` or ``separate`` verifier receives them at their path
+in its own main container (after the workdir's changes, so they win there), which is how a
+Harbor task whose separate verifier grades what a service holds (``/app/submission`` of an MCP
+server) works. The engine's archive of the path (its last name as the top entry) is turned
+into the form of ``collect.copy_out``: a directory's contents with ``exclude`` applied as tar's
+unanchored ``--exclude`` does, or the file itself.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ async def copy_from_service(sandbox: Sandbox, spec: ArtifactSpec) -> CopiedPath:
     """Never raises: what could not be copied is a note."""
     assert spec.sidecar is not None
     destination = (spec.destination or spec.source).lstrip("/") or "root"
-    copied = CopiedPath(source=f"{spec.sidecar}:{spec.source}", destination=destination)
+    copied = CopiedPath(source=spec.source, destination=destination, service=spec.sidecar)
     if not isinstance(sandbox, ServiceFiles):
         copied.note = f"{type(sandbox).__name__} cannot copy files out of a service container"
         return copied

@@ -1,6 +1,6 @@
 """Artifacts of a sidecar (Harbor's ``artifacts`` with ``service``) on the real engine: copied
-out of the service's container at the end of the episode into the episode's artifacts, beside
-the main container's; a clean-room verifier does not receive them."""
+out of the service's container when the agent has stopped, kept with the episode's artifacts
+beside the main container's, and received by a clean or separate verifier at their paths."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from envfarm.controller.check import in_mode
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
@@ -19,8 +20,11 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "service-artifacts"
 
 
-async def test_a_sidecars_artifacts_are_kept_with_the_episode(tmp_path: Path) -> None:
-    task = load_task(FIXTURE)
+@pytest.mark.parametrize("mode", ["clean", "separate"])
+async def test_a_sidecars_artifacts_are_kept_and_reach_a_fresh_verifier(
+    tmp_path: Path, mode: str
+) -> None:
+    task = in_mode(load_task(FIXTURE), mode)
     backend = DockerBackend()
     image = await backend.prepare(task)
     async with open_policy(PolicySpec(target="oracle")) as policy:
@@ -36,6 +40,7 @@ async def test_a_sidecars_artifacts_are_kept_with_the_episode(tmp_path: Path) ->
         )
     assert trajectory.error is None, trajectory.error
     assert trajectory.reward.value == 1.0, trajectory.reward
+    assert trajectory.reward.components["saw_recorder_log"] == 1.0
     root = tmp_path / "artifacts" / "ep"
     files = root / "collected"
     assert json.loads((files / "srv/log/requests.ndjson").read_text()) == {
@@ -51,5 +56,5 @@ async def test_a_sidecars_artifacts_are_kept_with_the_episode(tmp_path: Path) ->
     notes = json.loads((root / "episode.json").read_text())["notes"]
     assert "artifact recorder:/srv/never-written: does not exist" in notes
     carried = json.loads((root / "verifier-input.json").read_text())
-    assert "/app/answer.txt" in json.dumps(carried)  # the clean room got the main artifact...
-    assert "srv/log" not in json.dumps(carried)  # ...and none of the sidecar's
+    assert carried["mode"] == mode
+    assert "/srv/log/requests.ndjson" in carried["artifacts"]
