@@ -15,6 +15,7 @@ from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec import load_task
+from envfarm.spec.config import EnvironmentMode
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "service-artifacts"
@@ -22,7 +23,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "service-
 
 @pytest.mark.parametrize("mode", ["clean", "separate"])
 async def test_a_sidecars_artifacts_are_kept_and_reach_a_fresh_verifier(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: EnvironmentMode
 ) -> None:
     task = in_mode(load_task(FIXTURE), mode)
     backend = DockerBackend()
