@@ -144,7 +144,8 @@ def _check_layout(
             solution / "solve.bat",
             f"Windows solutions (solve.bat) are {NOT_YET}; write solution/solve.sh",
         )
-    if config is not None:
+    compose_unread = compose is None and (env_dir / "docker-compose.yaml").is_file()
+    if config is not None and not compose_unread:  # an unreadable one has its own error
         issues += _artifact_services(root / TASK_FILE, config, compose)
     if (root / "trajectory.json").is_file():
         problem(

@@ -95,3 +95,12 @@ def test_excludes_match_as_tars_unanchored_patterns() -> None:
     assert _excluded("cache/x", ["cache"])
     assert _excluded("a/b/c", ["b/c"])
     assert not _excluded("a.ndjson", ["*.tmp", "cache"])
+
+
+def test_an_unreadable_compose_file_is_the_only_error(tmp_path: Path) -> None:
+    root = with_artifacts(tmp_path, 'artifacts = [{source = "/a", service = "recorder"}]')
+    (root / "environment" / "docker-compose.yaml").write_text("services: [main\n")
+    with pytest.raises(TaskSpecError) as caught:
+        load_task(root)
+    assert "docker-compose.yaml" in str(caught.value)
+    assert "artifacts[0].service" not in str(caught.value)
