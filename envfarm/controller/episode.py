@@ -32,7 +32,7 @@ from envfarm.grading.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
 from envfarm.models.trajectory import AgentOutcome, ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.policy.base import SamplingParams
-from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
 from envfarm.sandbox.files import upload_dir
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.mcp import mcp_section
@@ -178,12 +178,16 @@ class EpisodeRunner:
                 traj.segments = run.segments
         if traj.error:
             return
+        reclaimed = 0
         with _phase(traj, "grading"):
+            reclaimed = await reclaim_processes(sandbox)  # the agent's fork bomb is its own
             await grading.after_agent(traj.turns)
             evidence = await self.rubrics.evidence(sandbox, task, traj)
             traj.reward = await grading.grade()
             traj.reward = await self.rubrics.grade(traj.reward, task, traj, evidence)
         traj.reward = grading.finish(traj.reward)
+        if reclaimed:
+            traj.reward.flags.append(PROCESSES_RECLAIMED)
         if self.artifacts_dir is not None:
             root = self.artifacts_dir / request.episode_id
             if await grading.save(root, traj, request.image.build_log if request.image else None):
@@ -252,6 +256,10 @@ class EpisodeRunner:
             ),
         )
 
+
+PROCESSES_RECLAIMED = "excess:processes_reclaimed"
+"""The agent left the sandbox out of processes; what it left running was killed before
+grading (the reward is still the tests' verdict)."""
 
 _TIMING_FIELDS: dict[Phase, str] = {
     "build": "build_s",

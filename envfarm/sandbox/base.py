@@ -144,6 +144,21 @@ class ServiceFiles(ABC):
         is unknown or the engine fails."""
 
 
+class ProcessReclaim(ABC):
+    """The optional capability of a sandbox that can take back what the agent left running."""
+
+    @abstractmethod
+    async def reclaim_processes(self) -> int:
+        """When the sandbox is short of processes (an agent that forked until its limit
+        refused), kill what the agent's finished commands left running, so that grading can
+        start its own; the number killed (0: there was room). Called once, after the agent."""
+
+
+async def reclaim_processes(sandbox: Sandbox) -> int:
+    """``ProcessReclaim.reclaim_processes`` where the backend offers it; else 0."""
+    return await sandbox.reclaim_processes() if isinstance(sandbox, ProcessReclaim) else 0
+
+
 def verifier_phases(sandbox: Sandbox) -> VerifierPhases:
     """``sandbox`` as ``VerifierPhases``; SandboxError when its backend does not offer it."""
     if isinstance(sandbox, VerifierPhases):
