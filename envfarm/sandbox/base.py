@@ -132,6 +132,18 @@ class ProcessLogs(ABC):
         """File name -> output; never raises (a log that cannot be read is left out)."""
 
 
+class ServiceFiles(ABC):
+    """The optional capability of an environment with sidecars: a path copied out of one of
+    them (Harbor's ``artifacts`` with ``service``)."""
+
+    @abstractmethod
+    async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
+        """``path`` of ``service``'s container as the engine archives it (a tar whose top entry
+        is the path's last name); None when it does not exist. Reading stops after
+        ``max_bytes`` + 1 bytes (a longer result is too large). SandboxError when the service
+        is unknown or the engine fails."""
+
+
 class ProcessReclaim(ABC):
     """The optional capability of a sandbox that can take back what the agent left running."""
 
