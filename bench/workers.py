@@ -12,7 +12,8 @@ heartbeats, admission and grading): that is what bench/loop.py measures in one p
 
 The store's cost per episode is read from PostgreSQL's own counters (``pg_stat_database``:
 commits, rows written, rows read, buffer accesses), before and after each run. Without
-``--db`` the benchmark creates a private cluster (envfarm/testing/pg_cluster.py) and removes it after.
+``--db`` the benchmark creates a private cluster (envfarm/testing/pg_cluster.py) and
+removes it after.
 
 Baseline in the same run: 1 worker on ``--baseline`` episodes; then ``--workers`` workers on
 ``--episodes``. Usage: python bench/workers.py [--db postgresql+psycopg://...] [--episodes 40000]

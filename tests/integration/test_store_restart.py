@@ -4,8 +4,8 @@ response had begun, escaped as ``RuntimeError`` (a 500 logged with a traceback, 
 cut mid-chunk). Now the stream says ``: store unavailable`` and ends; the client reconnects
 from its last cursor.
 
-The cluster is the test's own (``envfarm.testing.pg_cluster.PrivateCluster``), stopped in immediate mode while
-the stream is open, then started again.
+The cluster is the test's own (``envfarm.testing.pg_cluster.PrivateCluster``), stopped in
+immediate mode while the stream is open, then started again.
 """
 
 from __future__ import annotations
