@@ -8,16 +8,24 @@ and every group was sent, one ``event: end`` carries the job's final view and th
 The stream itself never acknowledges: a consumer acks with ``POST .../ack`` as for long-polling.
 With ``Accept: text/event-stream; arrays=packed`` each ``data`` is the packed group JSON
 (envfarm.api.encodings); with ``Accept-Encoding`` the stream is compressed, flushed per event.
+
+A store that fails for a while (PostgreSQL restarting) cannot be answered with a problem once
+the stream has begun: the stream sends ``: store unavailable`` and ends cleanly, and the
+client reconnects from the last cursor it got (``Last-Event-ID``), as after a server restart.
+Any other failure still propagates.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 from envfarm.api.encodings import Compressor, group_json
 from envfarm.api.service import JobService
+from envfarm.errors import EnvfarmError
 from envfarm.models.jobs import TERMINAL_STATUSES
 
+log = logging.getLogger(__name__)
 SSE_MEDIA_TYPE = "text/event-stream"
 RETRY_MS = 2000
 
@@ -34,8 +42,14 @@ async def group_events(
     compressor: Compressor | None = None,
 ) -> AsyncIterator[bytes]:
     squeeze = compressor or Compressor(None)
-    async for text in _events(service, job_id, after, consumer, limit, keepalive_s, packed):
-        yield squeeze.chunk(text)
+    try:
+        async for text in _events(service, job_id, after, consumer, limit, keepalive_s, packed):
+            yield squeeze.chunk(text)
+    except EnvfarmError as exc:
+        if not exc.retryable:
+            raise
+        log.warning("group stream of job %s ended early: %s (the client reconnects)", job_id, exc)
+        yield squeeze.chunk(b": store unavailable\n\n")
     yield squeeze.end()
 
 

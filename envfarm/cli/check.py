@@ -5,23 +5,24 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from envfarm.cli.options import judge_options, offline_option, task_paths
-from envfarm.cli.render import console
+from envfarm.cli.options import judge_options, offline_option, task_paths, verifier_network_option
+from envfarm.cli.render import JobProgress, console
 from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JudgeRequest
-from envfarm.sandbox.base import SandboxBackend
-from envfarm.spec.task import discover_tasks
+from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.spec.task import Task, discover_tasks
 
 CHECK_HELP = """Check that tasks are sound; exit 0 only when every one is.
 
@@ -57,6 +58,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
     help="Oracle runs per task; their rewards must all agree.",
 )
 @offline_option
+@verifier_network_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--compare-modes",
@@ -115,16 +117,12 @@ def check(
         image_exists=_local_image_lookup() if no_run and tasks else None,
     )
     backend = None if no_run or not tasks else _docker_backend()
+    if kept is not None:
+        console.print(f"[dim]artifacts under {escape(str(kept.parent))}[/]")
     try:
-        with console.status("checking") as status:
-
-            def progress(stage: str, done: int, total: int) -> None:
-                status.update(f"checking: {stage} {done}/{total}")
-
+        with _progress(config, len(tasks)) as events:
             report = asyncio.run(
-                check_tasks(
-                    tasks, errors, backend, TestScriptGrader(), config, CheckEvents(progress)
-                )
+                check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
             )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]: sandboxes were removed")
@@ -134,6 +132,42 @@ def check(
         sys.exit(EXIT_INFRA if exc.infrastructure else EXIT_BAD_INPUT)
     _render(report)
     sys.exit(report.exit_code)
+
+
+@contextmanager
+def _progress(config: CheckConfig, tasks: int) -> Iterator[CheckEvents]:
+    """``envfarm run``'s progress (bars on a terminal, else lines only), a line per image and
+    episode, and one per task as soon as its verdict is known."""
+    if not config.run:
+        yield CheckEvents()
+        return
+    per_task = config.runs + 1 + int(config.compare_modes)
+    progress = JobProgress(
+        console, tasks, tasks * per_task, bars=console.is_terminal, every_event=True
+    )
+
+    def image(task: Task, image: PreparedImage | None, error: EnvfarmError | None) -> None:
+        progress.image_done(task, image, error)
+        if image is None:
+            progress.skip_episodes(per_task)
+
+    def stage(name: str, done: int, total: int) -> None:
+        if name == "image":
+            progress.progress.update(progress.images, note=f"inspecting {done}/{total}")
+
+    with progress:
+        yield CheckEvents(
+            on_progress=stage,
+            on_image=image,
+            on_episode=lambda name, trajectory: progress.episode_done(trajectory, name),
+            on_verdict=_say_verdict,
+        )
+
+
+def _say_verdict(check: TaskCheck) -> None:
+    reason = next(iter((check.problems or check.infra or [""])[0].splitlines()), "")
+    line = f"[{_STYLE[check.verdict]}]{check.verdict}[/] {escape(check.task_id)}"
+    console.print(f"{line}: {escape(reason)}" if reason else line)
 
 
 def _local_image_lookup() -> Callable[[str], bool]:
@@ -161,7 +195,7 @@ def _table(report: CheckReport) -> Table:
     for name in ("task", "lint", "build", "oracle", "nop", "flaky", "judge", "verdict"):
         table.add_column(name, justify="right" if name in ("oracle", "nop") else "left")
     for check in report.checks:
-        errors, warnings = check.lint_errors, sum(1 for f in check.findings) - check.lint_errors
+        errors, warnings = check.lint_errors, check.lint_warnings
         lint = f"{errors} error{'s' * (errors != 1)}" if errors else "ok"
         if warnings:
             lint += f" ({warnings} warning{'s' * (warnings != 1)})"
@@ -199,6 +233,7 @@ def _render(report: CheckReport) -> None:
             *(f"[red]problem[/] {escape(p)}" for p in check.problems),
             *(f"[yellow]infra[/]   {escape(p)}" for p in check.infra),
             *(f"[dim]warning {escape(w)}[/]" for w in check.warnings),
+            *(f"[cyan]info[/]    {escape(i)}" for i in check.info),
             *(f"[dim]{escape(n)}[/]" for n in check.notes),
         ]
         if lines:

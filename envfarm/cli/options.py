@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
+
+from envfarm.errors import TaskSpecError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,4 +49,33 @@ offline_option = click.option(
     callback=_go_offline,
     help="Pull no base image: a base is a local image or an offline substitute "
     "(also ENVFARM_OFFLINE=1; docs/images.md).",
+)
+
+
+def _verifier_network(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from envfarm.spec.network import (
+        VerifierNetworkDefault,
+        set_verifier_network_default,
+        verifier_network_default,
+    )
+
+    if value is not None:
+        set_verifier_network_default(cast("VerifierNetworkDefault", value))
+        return
+    try:
+        verifier_network_default()  # a bad ENVFARM_VERIFIER_NETWORK is refused before anything
+    except TaskSpecError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+
+
+verifier_network_option = click.option(
+    "--verifier-network",
+    type=click.Choice(["task-default", "none"]),
+    default=None,
+    expose_value=False,
+    callback=_verifier_network,
+    help="The verifier's network when a task sets no network field: task-default (the "
+    "default) gives a clean-room verifier Harbor's public network, none keeps it offline "
+    "(also ENVFARM_VERIFIER_NETWORK; the agent never gets a network it did not ask for; "
+    "docs/task-format.md).",
 )

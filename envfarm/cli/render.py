@@ -31,10 +31,23 @@ console = Console(stderr=True, soft_wrap=True)
 
 
 class JobProgress:
-    """Two bars: images prepared and episodes finished, with a line per notable event."""
+    """Two bars: images prepared and episodes finished, with a line per notable event.
 
-    def __init__(self, console: Console, tasks: int, episodes: int) -> None:
+    ``bars`` False (standard error is not a terminal): no bars, only the lines. ``every_event``:
+    a line for every image and episode too (``envfarm check``: a killed or hung check's log
+    then says how far it got)."""
+
+    def __init__(
+        self,
+        console: Console,
+        tasks: int,
+        episodes: int,
+        *,
+        bars: bool = True,
+        every_event: bool = False,
+    ) -> None:
         self.console = console
+        self.every_event = every_event
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("[bold]{task.description:<9}"),
@@ -44,6 +57,7 @@ class JobProgress:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            disable=not bars,
         )
         self.images: TaskID = self.progress.add_task("images", total=tasks, note="")
         self.episodes: TaskID = self.progress.add_task("episodes", total=episodes, note="")
@@ -65,12 +79,16 @@ class JobProgress:
         elif image is not None:
             how = "cached" if image.cached else f"built in {image.build_s:.1f}s"
             self.progress.update(self.images, note=f"{task.id}: {how}")
+            if self.every_event:
+                self.console.print(f"[dim]image[/] {escape(task.id)}: {how}")
             for warning in image.warnings:
                 self.console.print(f"[yellow]warning[/] ({escape(task.id)}): {escape(warning)}")
 
-    def episode_done(self, trajectory: Trajectory) -> None:
+    def episode_done(self, trajectory: Trajectory, stage: str = "episode") -> None:
         self.progress.advance(self.episodes)
         reward = trajectory.reward
+        if self.every_event:
+            self.console.print(f"[dim]{escape(stage)}[/] {escape(_episode_line(trajectory))}")
         if reward.valid and reward.value is not None:
             self.rewards.append(reward.value)
         elif trajectory.error is not None:
@@ -84,6 +102,19 @@ class JobProgress:
 
     def skip_episodes(self, count: int) -> None:
         self.progress.advance(self.episodes, count)
+
+
+def _episode_line(trajectory: Trajectory) -> str:
+    reward = trajectory.reward
+    shown = (
+        f"reward {reward.value:.3g}"
+        if reward.valid and reward.value is not None
+        else ("no valid reward")
+    )
+    line = f"{trajectory.task_id} {trajectory.episode_id}: {shown}"
+    if reward.flags:
+        line += f" (flagged {', '.join(reward.flags)})"
+    return line + (f"; artifacts {trajectory.artifacts}" if trajectory.artifacts else "")
 
 
 def _fmt(value: float | None) -> str:

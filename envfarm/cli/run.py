@@ -13,9 +13,10 @@ import click
 from rich.markup import escape
 
 from envfarm.agent.specs import resolve_agent
-from envfarm.cli.options import judge_options, offline_option
+from envfarm.cli.options import judge_options, offline_option, verifier_network_option
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
+from envfarm.cli.triage import triage_mcp_tasks, triage_rubric_tasks
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.policies import policy_fields
 from envfarm.controller.runners import open_runner, policy_spec
@@ -78,6 +79,7 @@ tasks still run).
     "--policy http://b:8000/v1=2.",
 )
 @offline_option
+@verifier_network_option
 @click.option("--model", default=None, help="Model name sent to the endpoint.")
 @click.option(
     "--api-key",
@@ -299,7 +301,9 @@ def run(
         console.print(f"[red]error:[/] {escape(str(exc))}")
         sys.exit(EXIT_BAD_INPUT)
     allow_unjudged = allow_unjudged or spec.builtin
-    tasks = _triage_rubric_tasks(tasks, judge_request, allow_unjudged, bad_inputs)
+    if installed is not None:
+        tasks = triage_mcp_tasks(tasks, installed, bad_inputs)
+    tasks = triage_rubric_tasks(tasks, judge_request, allow_unjudged, bad_inputs)
     if spec.builtin:
         console.print(
             f"[cyan]notice:[/] the built-in [bold]{spec.target}[/] policy is driving the agent: "
@@ -350,36 +354,6 @@ def run(
         f"trajectories: {out / 'trajectories.jsonl'}\nsummary:      {out / 'summary.json'}"
     )
     sys.exit(summary.exit_code)
-
-
-def _triage_rubric_tasks(
-    tasks: list[Task],
-    judge: JudgeRequest | None,
-    allow_unjudged: bool,
-    bad_inputs: dict[str, str],
-) -> list[Task]:
-    """Without a judge, rubric tasks run by their tests alone when allowed, else are refused."""
-    unjudged = [task for task in tasks if task.config.verifier.rubrics] if judge is None else []
-    if not unjudged:
-        return tasks
-    names = ", ".join(task.id for task in unjudged)
-    if allow_unjudged:
-        console.print(
-            f"[cyan]notice:[/] no --judge: the rubric items of {names} are not judged; these "
-            "tasks are graded by their tests alone and flagged rubric:unjudged."
-        )
-        return tasks
-    for task in unjudged:
-        bad_inputs[task.id] = (
-            "the task has rubric items and no --judge was given: pass --judge URL, or "
-            "--allow-unjudged to grade it by its tests alone"
-        )
-        console.print(f"[yellow]not run:[/] {escape(task.id)}: {escape(bad_inputs[task.id])}")
-    runnable = [task for task in tasks if not task.config.verifier.rubrics]
-    if not runnable:
-        console.print("[red]no runnable task found[/]")
-        sys.exit(EXIT_BAD_INPUT)
-    return runnable
 
 
 def _docker_backend(runtime: str | None = None) -> SandboxBackend:

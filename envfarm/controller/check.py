@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envfarm.controller.explain import explain_oracle, image_findings
+from envfarm.controller.explain import explain_oracle, image_findings, network_cause
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.leaks import inspect_image
 from envfarm.controller.runners import open_runner
@@ -65,9 +65,16 @@ class CheckConfig:
 
 @dataclass
 class CheckEvents:
-    """Progress callbacks for a shell: ``on_progress(stage, done, total)``."""
+    """Progress callbacks for a shell: ``on_progress(stage, done, total)``; each image when it is
+    ready or failed; each episode when it ends (its stage: ``oracle``, ``nop``, ``clean``,
+    ``shared``); each task's check as soon as its verdict is known (once per task)."""
 
     on_progress: Callable[[str, int, int], None] = lambda stage, done, total: None
+    on_image: Callable[[Task, PreparedImage | None, EnvfarmError | None], None] = (
+        lambda task, image, error: None
+    )
+    on_episode: Callable[[str, Trajectory], None] = lambda stage, trajectory: None
+    on_verdict: Callable[[TaskCheck], None] = lambda check: None
 
 
 @dataclass
@@ -92,6 +99,36 @@ class _Counter:
         self.done += 1
         self.events.on_progress(self.stage, self.done, self.total)
 
+    def episode(self, trajectory: Trajectory) -> None:
+        self.events.on_episode(self.stage, trajectory)
+        self.tick()
+
+
+@dataclass
+class _Judge:
+    """Reads each built task's episodes into its verdict, once, as soon as they are all in."""
+
+    checks: dict[str, TaskCheck]
+    config: CheckConfig
+    events: CheckEvents
+    oracle: list[Trajectory] = field(default_factory=list)
+    judged: set[str] = field(default_factory=set)
+
+    def nop_done(self, task: Task, nop: list[Trajectory]) -> None:
+        if task.id in self.judged:
+            return
+        self.judged.add(task.id)
+        check = self.checks[task.id]
+        judged = self.config.judge is not None
+        runs = [t for t in self.oracle if t.task_id == task.id]
+        judge_oracle(check, runs, judged)
+        check.problems += network_cause(task, check, runs)
+        judge_nop(check, nop, judged)
+        if self.config.artifacts_dir is not None:
+            check.notes += explain_oracle(check, runs, self.config.artifacts_dir.parent)
+        if not self.config.compare_modes:
+            self.events.on_verdict(check)
+
 
 async def check_tasks(
     tasks: Sequence[Task],
@@ -107,6 +144,8 @@ async def check_tasks(
     checks = {task.id: _static(task, config) for task in tasks}
     report.checks = list(checks.values())
     if not config.run or not tasks:
+        for check in report.checks:
+            events.on_verdict(check)
         return report
     if backend is None:
         raise ValueError("check_tasks needs a backend to build and run tasks")
@@ -114,18 +153,25 @@ async def check_tasks(
     images = await _build_all(tasks, backend, config, checks, events)
     built = [task for task in tasks if task.id in images]
     await _inspect_all(built, images, backend, config, checks, events, run_id)
-    oracle = await _episodes("oracle", built, backend, grader, config, events, run_id)
-    nop = await _episodes("nop", built, backend, grader, config, events, run_id)
-    for task in built:
-        check = checks[task.id]
-        judged = config.judge is not None
-        runs = [t for t in oracle if t.task_id == task.id]
-        judge_oracle(check, runs, judged)
-        judge_nop(check, [t for t in nop if t.task_id == task.id], judged)
-        if config.artifacts_dir is not None:
-            check.notes += explain_oracle(check, runs, config.artifacts_dir.parent)
+    judge = _Judge(checks, config, events)
+    judge.oracle = await _episodes("oracle", built, backend, grader, config, events, run_id)
+    by_id = {task.id: task for task in built}
+    nop = await _episodes(
+        "nop",
+        built,
+        backend,
+        grader,
+        config,
+        events,
+        run_id,
+        on_final=lambda t: judge.nop_done(by_id[t.task_id], [t]),
+    )
+    for task in built:  # a task whose nop never ended (its image refused by the job)
+        judge.nop_done(task, [t for t in nop if t.task_id == task.id])
     if config.compare_modes:
         await _compare_modes(built, checks, backend, grader, config, events, run_id)
+        for task in built:
+            events.on_verdict(checks[task.id])
     return report
 
 
@@ -178,6 +224,7 @@ def _static(task: Task, config: CheckConfig) -> TaskCheck:
         rubric_items=[item.name for item in rubrics],
         judge="-" if not rubrics else ("judged" if config.judge else "unchecked"),
         ran=config.run,
+        zero_on_flags=task.config.verifier.zero_on_flags,
     )
     check.add_findings(lint_task(task))
     if not config.run:
@@ -205,9 +252,12 @@ async def _build_all(
                 check.build = "failed"
                 target = check.infra if exc.infrastructure else check.problems
                 target.append(f"build: {short_error(str(exc))}")
+                events.on_image(task, None, exc)
+                events.on_verdict(check)
                 return
             finally:
                 counter.tick()
+        events.on_image(task, image, None)
         images[task.id] = image
         check.build = "cached" if image.cached else f"{image.build_s:.0f}s"
         check.warnings += [f"build: {warning}" for warning in image.warnings]
@@ -254,11 +304,17 @@ async def _episodes(
     *,
     runs: int | None = None,
     stage: str | None = None,
+    on_final: Callable[[Trajectory], None] = lambda trajectory: None,
 ) -> list[Trajectory]:
     if not tasks:
         return []
     runs = runs or (config.runs if policy == "oracle" else 1)
     counter = _Counter(events, stage or policy, len(tasks) * runs)
+
+    def ended(trajectory: Trajectory) -> None:
+        counter.episode(trajectory)
+        on_final(trajectory)
+
     request = JobRequest(
         tasks=[task.id for task in tasks],
         policy=JobPolicy(base_url=policy),
@@ -273,7 +329,7 @@ async def _episodes(
         worker = WorkerConfig(
             concurrency=config.concurrency, build_concurrency=config.build_concurrency
         )
-        job = Job(tasks, runner, request, JobEvents(on_episode=counter.tick), worker=worker)
+        job = Job(tasks, runner, request, JobEvents(on_episode=ended), worker=worker)
         result = await job.run()
     return result.trajectories
 

@@ -2,7 +2,9 @@
 
 An oracle that misses the maximum is shown with the last lines of the verifier's output
 (``verifier/test-stdout.txt`` of the episode's artifacts) and the artifacts' directory, so the
-author sees why without rerunning anything. ``image_findings`` turns the offline resolution of a
+author sees why without rerunning anything; when the verifier had no network and ``test.sh``
+downloads at grading time, that is named as the likely cause (``network_cause``).
+``image_findings`` turns the offline resolution of a
 task's base images (``sandbox.baseimages``) into lint findings for ``--no-run``.
 """
 
@@ -15,6 +17,9 @@ from envfarm.grading.verdict import STDOUT_FILE
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.baseimages import BaseResolution
 from envfarm.spec.findings import Finding, error, warning
+from envfarm.spec.lint import grading_download
+from envfarm.spec.network import VERIFIER_NETWORK_ENV
+from envfarm.spec.task import Task
 
 TAIL_LINES = 20
 
@@ -45,6 +50,25 @@ def explain_oracle(check: TaskCheck, runs: list[Trajectory], out_dir: Path) -> l
     shown = lines[-TAIL_LINES:]
     cut = f"last {len(shown)} of {len(lines)} lines" if len(lines) > len(shown) else "all"
     return [*notes, f"verifier output ({cut}):", *(f"  | {line}" for line in shown)]
+
+
+def network_cause(task: Task, check: TaskCheck, runs: list[Trajectory]) -> list[str]:
+    """The likely cause of a missed oracle whose verifier had no network but downloads."""
+    if not any(_missed(check, t) for t in runs) or task.config.verifier_network():
+        return []
+    download = grading_download(task)
+    if download is None:
+        return []
+    if task.config.verifier_network_set() is False:
+        why = "the task sets no-network"
+    elif task.config.verifier.environment_mode == "shared":
+        why = "a shared verifier runs in the agent's container, which has none"
+    else:
+        why = f"{VERIFIER_NETWORK_ENV}=none / --verifier-network none"
+    return [
+        f"likely cause: the verifier had no network ({why}) and {download} downloads at "
+        'grading time; set [verifier] network_mode = "public" or install it in the image'
+    ]
 
 
 def image_findings(resolutions: list[BaseResolution]) -> list[Finding]:

@@ -6,6 +6,7 @@ are advice. The rules are pure functions of the trajectories, so they are tested
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,18 +44,27 @@ class TaskCheck(BaseModel):
     problems: list[str] = Field(default_factory=list)
     infra: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    info: list[str] = Field(default_factory=list)
+    """How envfarm runs the task where that differs from Harbor (e.g. the network)."""
     notes: list[str] = Field(default_factory=list)
     """What explains a failed oracle: the verifier's last lines, where the artifacts are."""
+    zero_on_flags: list[str] = Field(default_factory=lambda: ["report:*"])
+    """The task's ``[verifier].zero_on_flags``: names the flags that zeroed an oracle's reward."""
 
     def add_findings(self, findings: list[Finding]) -> None:
         self.findings += findings
         for finding in findings:
             text = f"{finding.rule}: {finding.message}"
-            (self.problems if finding.severity == "error" else self.warnings).append(text)
+            kept = {"error": self.problems, "warning": self.warnings, "info": self.info}
+            kept[finding.severity].append(text)
 
     @property
     def lint_errors(self) -> int:
         return sum(1 for f in self.findings if f.severity == "error")
+
+    @property
+    def lint_warnings(self) -> int:
+        return sum(1 for f in self.findings if f.severity == "warning")
 
     @property
     def verdict(self) -> Verdict:
@@ -96,6 +106,19 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _zeroed_note(check: TaskCheck, trajectory: Trajectory) -> str:
+    """``; zeroed by report:unparsable (was 1): <detail>`` for a reward the flag policy zeroed."""
+    reward = trajectory.reward
+    before = reward.components.get("reward_before_flags")
+    if before is None:
+        return ""
+    patterns = check.zero_on_flags
+    hits = [f for f in reward.flags if any(fnmatchcase(f, p) for p in patterns)] or reward.flags
+    details = [d for flag in hits for d in reward.flag_details.get(flag, [])][:2]
+    shown = f": {'; '.join(details)}" if details else ""
+    return f"; zeroed by {', '.join(hits)} (was {_fmt(before)}){shown}"
+
+
 def judge_oracle(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None:
     """Every oracle run must reach the maximum, and all runs must agree."""
     rubric_judged = judged and bool(check.rubric_items)
@@ -130,7 +153,8 @@ def judge_oracle(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None
         )
         return
     best = scores[0]
-    note = "" if best >= check.max_reward - EPSILON else _solve_note(runs[0])
+    missed = best < check.max_reward - EPSILON
+    note = _zeroed_note(check, runs[0]) + _solve_note(runs[0]) if missed else ""
     what = "the oracle's test reward" if rubric_judged else "the oracle"
     if best < check.max_reward - EPSILON:
         check.problems.append(

@@ -101,22 +101,23 @@ def _extract(data: bytes, target: Path, notes: list[str], source: str) -> None:
 
 
 def _write_copy(copy: CopiedPath, collected: Path, notes: list[str]) -> None:
+    shown = f"{copy.service}:{copy.source}" if copy.service else copy.source
     destination = _safe_relative(copy.destination)
     if destination is None:
-        notes.append(f"artifact {copy.source}: bad destination {copy.destination!r}")
+        notes.append(f"artifact {shown}: bad destination {copy.destination!r}")
         return
     if copy.archive is None:
-        notes.append(f"artifact {copy.source}: {copy.note or 'not copied'}")
+        notes.append(f"artifact {shown}: {copy.note or 'not copied'}")
         return
     target = collected / destination
     if copy.is_dir:
-        _extract(copy.archive, target, notes, copy.source)
+        _extract(copy.archive, target, notes, shown)
         return
     with tarfile.open(fileobj=io.BytesIO(copy.archive)) as archive:
         member = next((m for m in archive if m.isfile()), None)
         extracted = archive.extractfile(member) if member is not None else None
         if extracted is None:
-            notes.append(f"artifact {copy.source}: not a regular file")
+            notes.append(f"artifact {shown}: not a regular file")
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(extracted.read())

@@ -4,7 +4,8 @@ Both run after the agent has stopped and before the verifier starts (so ``tests/
 read what the hooks wrote). ``/logs/artifacts`` is emptied first: only what the hooks write
 there counts, nothing the agent left. A hook's failure or timeout is recorded, not an error:
 a database the agent dropped is the outcome, and the verifier decides what it is worth.
-Declared artifact paths are copied out as tar archives, each capped in size.
+Declared artifact paths are copied out as tar archives, each capped in size: the main
+container's here, a sidecar's (``service``) by ``service_artifacts.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class CopiedPath(BaseModel):
 
     source: str
     destination: str
+    service: str | None = None
+    """The sidecar it was copied from (None: the main container)."""
     note: str | None = None
     is_dir: bool = False
     archive: bytes | None = None
@@ -112,7 +115,7 @@ async def collect(
     hooks = await run_collect_hooks(sandbox, task) if task.config.verifier.collect else []
     copies: list[CopiedPath] = []
     if keep:
-        specs = list(task.config.artifacts)
+        specs = [spec for spec in task.config.artifacts if spec.sidecar is None]
         if task.config.verifier.collect:
             specs.append(ArtifactSpec(source=ARTIFACTS_DIR, destination="logs-artifacts"))
         copies = [await copy_out(sandbox, spec) for spec in specs]

@@ -5,7 +5,9 @@ A test process can be made to exit 0 early (``sys.exit(0)`` from a planted ``con
 witnesses the verifier left behind that must agree:
 
 - an expected report (declared in ``[verifier].reports`` or named in ``tests/test.sh``) exists
-  (``report:missing``), parses (``report:unparsable``) and holds tests (``report:empty``);
+  (``report:missing``), a declared or conventional one parses (``report:unparsable``; a file
+  only named in ``test.sh`` that does not parse is not a report: ``verdict.output_reports``),
+  and each holds tests (``report:empty``);
 - a report holds as many tests as it claims, and as many as pytest said it collected
   (``report:incomplete``); a pytest session that started in the output printed its summary;
 - pytest's printed summary agrees with the report (``report:summary_mismatch``);
@@ -68,7 +70,8 @@ def check_reports(
     stdout: str,
     exit_code: int | None,
 ) -> list[tuple[str, str]]:
-    """``(flag, detail)`` for every disagreement found; empty when all witnesses agree."""
+    """``(flag, detail)`` for every disagreement found; empty when all witnesses agree.
+    ``expected``: the reports that must be among ``reports`` (``report:missing``)."""
     found: list[tuple[str, str]] = []
     names = {report.name for report in reports}
     found += [(MISSING, f"{name} was not written") for name in expected if name not in names]

@@ -5,12 +5,13 @@ and the workdir's listing for a clean-room verifier), ``after_agent`` (when the 
 stopped: the second snapshot, the command scan, collect hooks, declared artifacts, the workdir's
 changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
-teardown). ``grade`` runs the verifier where ``[verifier].environment_mode`` says: in the
-agent's sandbox (``shared``), or in a fresh one from ``VerifierPhases.fork_clean`` that receives
-the agent's outcome (``clean``, ``separate``: ``cleanroom.py``). Grading alone decides the
-verifier's container, mode and network: in shared mode the agent's sandbox switches to the
-verifier phase's network before anything of the verifier runs (``after_agent``); a fork starts
-with it. Any ``Grader`` is called the same way; its reward still gets the flags.
+teardown). ``grade`` runs the verifier
+where ``[verifier].environment_mode`` says: in the agent's sandbox (``shared``), or in a fresh
+one from ``VerifierPhases.fork_clean`` that receives the agent's outcome (``clean``,
+``separate``: ``cleanroom.py``). Grading alone decides the verifier's container, mode and
+network: in shared mode the agent's sandbox switches to the verifier phase's network before
+anything of the verifier runs (``after_agent``); a fork starts with it. Any ``Grader`` is
+called the same way; its reward still gets the flags.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from envfarm.grading.cleanroom import (
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.scope import CarryScope
+from envfarm.grading.service_artifacts import copy_from_services, service_specs
 from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
 from envfarm.grading.verdict import (
@@ -76,6 +78,8 @@ class EpisodeGrading:
     command_flags: list[tuple[str, str]] = field(default_factory=list)
     hooks: list[HookResult] = field(default_factory=list)
     copies: list[CopiedPath] = field(default_factory=list)
+    service_copies: list[CopiedPath] = field(default_factory=list)
+    """Declared artifacts of sidecars (``service``), carried after the workdir's changes."""
     changed_tar: bytes | None = None
     output: VerifierOutput | None = None
     scored: Reward | None = None
@@ -147,6 +151,9 @@ class EpisodeGrading:
             after, changes = await asyncio.gather(self._snapshot_after(), self._read_changes())
             with self._timed("collect"):
                 self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
+        if keep and service_specs(self.task):
+            with self._timed("collect"):
+                self.service_copies = await copy_from_services(self.sandbox, self.task)
         if self.listing is not None and changes is not None:
             with self._timed("carry_plan"):
                 self.carry = await asyncio.to_thread(
@@ -193,9 +200,12 @@ class EpisodeGrading:
         with self._timed("apply"):
             if self.carry is not None:
                 await apply_workspace(verifier, self.carry)
-            workdir = self.carry.workdir if self.carry else None
-            await apply_copies(verifier, carried_copies(self.mode, self.copies, workdir))
+            await apply_copies(verifier, self._carried())
         return await self._grade_in(verifier)
+
+    def _carried(self) -> list[CopiedPath]:
+        workdir = self.carry.workdir if self.carry else None
+        return [*carried_copies(self.mode, self.copies, workdir), *self.service_copies]
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
         with self._timed("verifier"):
@@ -236,17 +246,17 @@ class EpisodeGrading:
             inspection=inspection,
             changed_tar=self.changed_tar,
             hooks=self.hooks,
-            copies=self.copies,
+            copies=[*self.copies, *self.service_copies],
             build_log=build_log,
         )
         if isinstance(self.sandbox, ProcessLogs):
             bundle.process_logs = await self.sandbox.process_logs()
         if self.mode != "shared":
-            workdir = self.carry.workdir if self.carry else None
-            carried = carried_copies(self.mode, self.copies, workdir)
-            bundle.verifier_input = verifier_input(self.mode, self.carry, carried)
+            bundle.verifier_input = verifier_input(self.mode, self.carry, self._carried())
         if self.output is not None:
-            bundle.reports = output_reports(self.output, expected_reports(self.task))
+            bundle.reports = output_reports(
+                self.output, expected_reports(self.task), self.task.config.verifier.reports
+            )
         started = time.monotonic()
         try:
             if inspection.workspace is not None:

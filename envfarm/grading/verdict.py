@@ -133,14 +133,24 @@ def _reward_file(output: VerifierOutput) -> Reward | None:
     return None
 
 
-def output_reports(output: VerifierOutput, expected: list[str]) -> list[ParsedReport]:
-    """The expected and conventional reports among the verifier's files, parsed."""
+def output_reports(
+    output: VerifierOutput, expected: list[str], declared: list[str]
+) -> list[ParsedReport]:
+    """The expected and conventional reports among the verifier's files, parsed.
+
+    A declared (``[verifier].reports``) or conventional report that cannot be read is returned
+    with its problem (``report:unparsable``). A file known only because ``test.sh`` names it is
+    a report only if it parses as one: a task's own JSON summary in ``/logs/verifier`` (``{"reward":
+    1.0, "results": [...]}``) is not taken for a broken CTRF report."""
+    strict = {*declared, *CONVENTIONAL_REPORTS}
     names = [*expected, *(n for n in CONVENTIONAL_REPORTS if n not in expected)]
     reports = []
     for name in names:
         if name in output.files:
-            reports.append(parse_report(name, output.files[name]))
-        elif name in output.omitted:
+            report = parse_report(name, output.files[name])
+            if report.problem is None or name in strict:
+                reports.append(report)
+        elif name in output.omitted and name in strict:
             reports.append(ParsedReport(name, "unknown", problem=output.omitted[name]))
     return reports
 
@@ -149,10 +159,12 @@ def score(output: VerifierOutput, config: VerifierConfig, expected: list[str]) -
     """The reward of one verifier run (before tamper flags and the flag policy)."""
     if output.timed_out:
         raise GradingError(f"the verifier timed out after {output.timeout_sec:g}s{output.tail()}")
-    reports = output_reports(output, expected)
+    reports = output_reports(output, expected, config.reports)
     tests: list[ReportedTest] = [t for report in reports for t in report.tests][:MAX_TESTS]
     exit_code = read_exit_code(output.files.get(EXIT_CODE_FILE))
-    found = check_reports(reports, expected, output.stdout, exit_code)
+    present = {*output.files, *output.omitted}
+    absent = [name for name in expected if name not in present]
+    found = check_reports(reports, absent, output.stdout, exit_code)
     if config.fail_to_pass or config.pass_to_pass:
         reward = _score_lists(output, config, tests, found, reports)
     else:

@@ -132,6 +132,33 @@ class ProcessLogs(ABC):
         """File name -> output; never raises (a log that cannot be read is left out)."""
 
 
+class ServiceFiles(ABC):
+    """The optional capability of an environment with sidecars: a path copied out of one of
+    them (Harbor's ``artifacts`` with ``service``)."""
+
+    @abstractmethod
+    async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
+        """``path`` of ``service``'s container as the engine archives it (a tar whose top entry
+        is the path's last name); None when it does not exist. Reading stops after
+        ``max_bytes`` + 1 bytes (a longer result is too large). SandboxError when the service
+        is unknown or the engine fails."""
+
+
+class ProcessReclaim(ABC):
+    """The optional capability of a sandbox that can take back what the agent left running."""
+
+    @abstractmethod
+    async def reclaim_processes(self) -> int:
+        """When the sandbox is short of processes (an agent that forked until its limit
+        refused), kill what the agent's finished commands left running, so that grading can
+        start its own; the number killed (0: there was room). Called once, after the agent."""
+
+
+async def reclaim_processes(sandbox: Sandbox) -> int:
+    """``ProcessReclaim.reclaim_processes`` where the backend offers it; else 0."""
+    return await sandbox.reclaim_processes() if isinstance(sandbox, ProcessReclaim) else 0
+
+
 def verifier_phases(sandbox: Sandbox) -> VerifierPhases:
     """``sandbox`` as ``VerifierPhases``; SandboxError when its backend does not offer it."""
     if isinstance(sandbox, VerifierPhases):

@@ -31,24 +31,62 @@ def add_as_root(
 
 
 def tar_directory(src: Path) -> bytes:
+    """``src`` as a tar archive. Archives are kept per directory and reused while no entry's
+    name, size, mode or modification time changed: a job uploads the same tests directory to
+    each of its thousands of episodes, and building the archive is most of that upload's cost."""
+    paths = [
+        path
+        for path in sorted(src.rglob("*"))
+        if not _IGNORED.intersection(path.relative_to(src).parts)
+    ]
+    signature = tuple(_entry(path) for path in paths)
+    cached = _ARCHIVES.get(src)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path in sorted(src.rglob("*")):
-            if _IGNORED.intersection(path.relative_to(src).parts):
-                continue
+        for path in paths:
             add_as_root(archive, path, str(path.relative_to(src)))
-    return buffer.getvalue()
+    data = buffer.getvalue()
+    if len(data) > ARCHIVE_KEPT_MAX_BYTES:
+        return data
+    if len(_ARCHIVES) >= ARCHIVES_KEPT:
+        _ARCHIVES.pop(next(iter(_ARCHIVES)))
+    _ARCHIVES[src] = (signature, data)
+    return data
+
+
+ARCHIVES_KEPT = 256
+ARCHIVE_KEPT_MAX_BYTES = 8 * 1024 * 1024
+_ARCHIVES: dict[Path, tuple[tuple[tuple[str, int, int, int], ...], bytes]] = {}
+
+
+def _entry(path: Path) -> tuple[str, int, int, int]:
+    stat = path.lstat()
+    return (str(path), stat.st_size, stat.st_mode, stat.st_mtime_ns)
 
 
 async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True) -> None:
-    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there)."""
-    staging = f"/tmp/.envfarm-upload-{uuid.uuid4().hex}.tar"
-    await sandbox.write_file(staging, tar_directory(src), mode=0o600)
+    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there).
+
+    The archive is staged inside ``dest`` itself, so an upload needs room only where it lands
+    (a tmpfs mounted there has it when the agent filled the disk); ``dest`` may be a mount
+    point, which is emptied rather than removed."""
     target = shlex.quote(dest)
-    clear = f"rm -rf {target} && " if replace else ""
+    clear = (
+        f"rm -rf {target} 2>/dev/null; mkdir -p {target} && "
+        f'[ -z "$(find {target} -mindepth 1 2>/dev/null | head -n 1)" ]'
+        if replace
+        else f"mkdir -p {target}"
+    )
+    prepared = await sandbox.exec(clear, timeout=300, user="root")
+    if prepared.exit_code != 0:
+        raise SandboxError(f"could not prepare {dest} for {src}: {prepared.stderr.strip()}")
+    staging = f"{dest.rstrip('/')}/.envfarm-upload-{uuid.uuid4().hex}.tar"
+    await sandbox.write_file(staging, tar_directory(src), mode=0o600)
     result = await sandbox.exec(
-        f"{clear}mkdir -p {target} && tar -xf {staging} -C {target} --no-same-owner"
-        f"; status=$?; rm -f {staging}; exit $status",
+        f"tar -xf {shlex.quote(staging)} -C {target} --no-same-owner"
+        f"; status=$?; rm -f {shlex.quote(staging)}; exit $status",
         timeout=300,
         user="root",
     )

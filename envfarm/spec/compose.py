@@ -152,6 +152,8 @@ class ServiceBuild(_Strict):
     context: str = "."
     dockerfile: str = "Dockerfile"
     args: EnvMap = Field(default_factory=dict)
+    target: str | None = None
+    """The stage of a multi-stage Dockerfile to build (``docker build --target``)."""
 
 
 def _refuse_completed(value: Any) -> Any:
@@ -256,6 +258,7 @@ class ComposeService(_Strict):
     build_dockerfile: str | None = None
     """Relative to environment/."""
     build_args: dict[str, str] = Field(default_factory=dict)
+    build_target: str | None = None
     environment: dict[str, str] = Field(default_factory=dict)
     command: list[str] | None = None
     entrypoint: list[str] | None = None

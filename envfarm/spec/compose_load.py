@@ -301,6 +301,7 @@ class _Loader:
                     "build_context": context,
                     "build_dockerfile": dockerfile,
                     "build_args": build.args,
+                    "build_target": build.target,
                 }
             image = None  # with build:, image: only names the result; envfarm tags by hash
         elif image is None and name != MAIN_SERVICE:

@@ -9,13 +9,14 @@ Harbor's parser does: it applies Harbor's backwards compatibility (root ``versio
 string (a warning when it is not one envfarm knows), then validates.
 
 Refused is only a Harbor feature envfarm cannot honour yet whose absence would change what the
-task means (multi-step tasks, a verifier image of its own, allowlisted networks, GPUs, MCP
-servers...): "not supported by envfarm yet", naming the field and why, instead of running a
+task means (multi-step tasks, a verifier image of its own, allowlisted networks, GPUs,
+skills...): "not supported by envfarm yet", naming the field and why, instead of running a
 different task than its author wrote. Such keys with an empty value are harmless and dropped.
 
-Network access is the one deliberate difference in meaning: Harbor's default is ``public``,
-envfarm's is no network, so ``agent_network``/``verifier_network`` are False unless the task
-asks for ``public``.
+Network access is the one deliberate difference in meaning: Harbor's default is ``public``;
+envfarm's agent phase has no network unless the task asks for ``public``. The verifier's phase of
+a task that sets no network field gets Harbor's ``public`` only in a fresh container, and only
+while the run's setting allows it (``spec.network``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from pydantic import (
     Field,
     model_validator,
 )
+
+from envfarm.spec.mcp import McpServer, merge_by_name
+from envfarm.spec.network import VerifierNetworkDefault, verifier_network_default
 
 SUPPORTED_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 NOT_YET = "not supported by envfarm yet"
@@ -262,7 +266,14 @@ class ArtifactSpec(_Table):
     """Where it goes under the episode's ``collected/files/``; default: the source path."""
     exclude: list[str] = Field(default_factory=list)
     """Glob patterns (tar ``--exclude``) left out of a directory."""
-    service: Annotated[str | None, AfterValidator(_main_container_only)] = None
+    service: Annotated[str, Field(min_length=1)] | None = None
+    """A compose service to copy it from (``main`` or unset: the main container); a sidecar's
+    is copied at the end of the episode, for the record (the verifier does not receive it)."""
+
+    @property
+    def sidecar(self) -> str | None:
+        """The sidecar it comes from; None for the main container."""
+        return None if self.service in (None, "main") else self.service
 
 
 class VerifierConfig(_Table):
@@ -324,6 +335,10 @@ class EnvironmentConfig(_Table):
     network_mode: NetworkMode = None
     allowed_hosts: AllowedHosts = Field(default_factory=list)
     healthcheck: HealthcheckConfig | None = None
+    mcp_servers: Annotated[list[McpServer], AfterValidator(merge_by_name)] = Field(
+        default_factory=list
+    )
+    """``[[environment.mcp_servers]]``: MCP servers offered to the agent (``spec.mcp``)."""
     runtime: Literal["gvisor"] | None = None
     """envfarm extension: ``"gvisor"`` runs the task's sandboxes under gVisor whatever the
     run's runtime (docs/sandbox.md); unset, the run decides (``envfarm run --runtime``)."""
@@ -366,10 +381,25 @@ class TaskConfig(_Table):
         mode = self.agent.network_mode or self.environment.network_mode
         return mode == "public"
 
-    def verifier_network(self) -> bool:
-        """May tests/test.sh reach the network? Unset everywhere means no (Harbor: yes)."""
+    def verifier_network_set(self) -> bool | None:
+        """The task's own answer for the verifier's phase; None when no network field is set."""
         mode = self.verifier.network_mode or self.environment.network_mode
-        return mode == "public"
+        return None if mode is None else mode == "public"
+
+    def verifier_network(self, default: VerifierNetworkDefault | None = None) -> bool:
+        """May tests/test.sh reach the network? The task's own answer, else Harbor's ``public``
+        when the verifier runs in a fresh container and the run's setting (``default``, else
+        ``ENVFARM_VERIFIER_NETWORK``) is ``task-default``; else no."""
+        chosen = self.verifier_network_set()
+        if chosen is not None:
+            return chosen
+        if self.verifier.environment_mode == "shared":
+            return False
+        return (default or verifier_network_default()) == "task-default"
+
+    def verifier_network_implied(self, default: VerifierNetworkDefault | None = None) -> bool:
+        """True when the verifier gets the network only from Harbor's default."""
+        return self.verifier_network_set() is None and self.verifier_network(default)
 
 
 def parse_task_config(data: dict[str, Any], path: str) -> TaskConfig:

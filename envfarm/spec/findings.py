@@ -1,4 +1,5 @@
-"""One thing ``envfarm check`` found about a task: an error (unsound) or a warning (advice)."""
+"""One thing ``envfarm check`` found about a task: an error (unsound), a warning (advice) or an
+info (how envfarm will run it, where that differs from Harbor)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "info"]
 
 
 class Finding(BaseModel):
@@ -23,3 +24,7 @@ def error(rule: str, message: str) -> Finding:
 
 def warning(rule: str, message: str) -> Finding:
     return Finding(severity="warning", rule=rule, message=message)
+
+
+def info(rule: str, message: str) -> Finding:
+    return Finding(severity="info", rule=rule, message=message)

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from envfarm.spec.errors_fmt import issue_text
-from envfarm.spec.findings import Finding, Severity, error, warning
+from envfarm.spec.findings import Finding, Severity, error, info, warning
 from envfarm.spec.lint_leaks import (
     MIN_COMPARED_BYTES,
     dockerfile_copy_sources,
@@ -38,6 +38,7 @@ from envfarm.spec.lint_leaks import (
     lint_build_context,
     lint_dockerfile_copies,
 )
+from envfarm.spec.network import VERIFIER_NETWORK_ENV
 from envfarm.spec.task import Task
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Finding",
     "Severity",
     "dockerfile_copy_sources",
+    "grading_download",
     "hidden_file_hashes",
     "hidden_paths",
     "is_test_code",
@@ -56,8 +58,8 @@ __all__ = [
 DEFAULT_MAX_REWARD = 1.0
 _SHELLS = frozenset({"bash", "sh", "dash"})
 _DOWNLOADS = re.compile(
-    r"^\s*[^#\n]*\b(pip3? install|uv (?:pip )?(?:install|sync|add)|apt(?:-get)? install|"
-    r"npm (?:install|ci)|curl\s|wget\s|git clone)",
+    r"^\s*[^#\n]*\b(pip3? (?:install|download)|uv (?:pip )?(?:install|sync|add)|"
+    r"apt(?:-get)? install|npm (?:install|ci)|curl\s|wget\s|git clone)",
     re.MULTILINE,
 )
 
@@ -183,11 +185,12 @@ def lint_max_reward(task: Task) -> list[Finding]:
 
 def lint_network(task: Task) -> list[Finding]:
     found: list[Finding] = []
+    config = task.config
     phases = [
         name
         for name, public in (
-            ("agent", task.config.agent_network()),
-            ("verifier", task.config.verifier_network()),
+            ("agent", config.agent_network()),
+            ("verifier", config.verifier_network_set() is True),
         )
         if public
     ]
@@ -199,29 +202,60 @@ def lint_network(task: Task) -> list[Finding]:
                 "are less isolated and the outcome may depend on the internet",
             )
         )
+    if config.verifier_network_implied():
+        found.append(
+            info(
+                "network",
+                "no network field is set: the agent has no network (envfarm's default) and "
+                "the verifier, in a fresh container, has public network access (Harbor's "
+                f"default); {VERIFIER_NETWORK_ENV}=none or --verifier-network none keeps it "
+                "offline",
+            )
+        )
+    elif config.verifier_network_set() is None:
+        why = (
+            "it runs in the agent's container (shared mode)"
+            if config.verifier.environment_mode == "shared"
+            else f"{VERIFIER_NETWORK_ENV}=none"
+        )
+        found.append(
+            info(
+                "network",
+                f"no network field is set: neither the agent nor the verifier has a network "
+                f"(Harbor gives both public); the verifier stays offline because {why}: set "
+                '[verifier] network_mode = "public" if the tests need it',
+            )
+        )
+    download = grading_download(task)
+    if download is not None:
+        consequence = (
+            "grading then depends on the network"
+            if config.verifier_network()
+            else "grading has no network, so this will fail"
+        )
+        found.append(
+            warning(
+                "network",
+                f"{download} downloads at grading time: {consequence}; install test "
+                "dependencies in the image",
+            )
+        )
+    return found
+
+
+def grading_download(task: Task) -> str | None:
+    """``test.sh line 3 (`pip install pytest`)`` for the first command of a test script that
+    downloads at grading time; None when none does."""
     for script in _test_scripts(task):
         try:
             text = script.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
         match = _DOWNLOADS.search(text)
-        if match is None:
-            continue
-        line = text.count("\n", 0, match.start()) + 1
-        consequence = (
-            "grading then depends on the network"
-            if task.config.verifier_network()
-            else "grading has no network, so this will fail"
-        )
-        found.append(
-            warning(
-                "network",
-                f"{script.name} line {line} downloads at grading time "
-                f"(`{match.group(1).strip()}`): {consequence}; install test dependencies in "
-                "the image",
-            )
-        )
-    return found
+        if match is not None:
+            line = text.count("\n", 0, match.start()) + 1
+            return f"{script.name} line {line} (`{match.group(1).strip()}`)"
+    return None
 
 
 def _test_scripts(task: Task) -> Iterator[Path]:

@@ -144,11 +144,36 @@ def _check_layout(
             solution / "solve.bat",
             f"Windows solutions (solve.bat) are {NOT_YET}; write solution/solve.sh",
         )
+    compose_unread = compose is None and (env_dir / "docker-compose.yaml").is_file()
+    if config is not None and not compose_unread:  # an unreadable one has its own error
+        issues += _artifact_services(root / TASK_FILE, config, compose)
     if (root / "trajectory.json").is_file():
         problem(
             root / "trajectory.json",
             f"seeding the agent with a prior trajectory is {NOT_YET}; remove trajectory.json",
         )
+    return issues
+
+
+def _artifact_services(toml: Path, config: TaskConfig, compose: ComposeSpec | None) -> list[Issue]:
+    """Every ``artifacts[].service`` must be a service of the compose file."""
+    issues = []
+    known = sorted(compose.sidecars) if compose is not None else []
+    for index, spec in enumerate(config.artifacts):
+        if spec.sidecar is None or spec.sidecar in known:
+            continue
+        where = f"artifacts[{index}].service"
+        if compose is None:
+            message = (
+                f"{spec.sidecar!r} names a service, but the task has no "
+                "environment/docker-compose.yaml (leave service out for the main container)"
+            )
+        else:
+            message = (
+                f"{spec.sidecar!r} is not a service of environment/docker-compose.yaml; "
+                f"its services: {', '.join(['main', *known])}"
+            )
+        issues.append(Issue(str(toml), where, message))
     return issues
 
 

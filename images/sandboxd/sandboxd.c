@@ -24,6 +24,7 @@
  *   write_file  {path, mode, mkdir, user?, eof}     -> done {size}   (payload: first bytes;
  *   write_data  {eof}                                  more in write_data frames until eof)
  *   cancel      {}                                  -> nothing: kills the exec, drops the transfer
+ *   reclaim_processes {min_free?}                   -> done {tasks, limit, killed}
  *   any                                             -> error {errno, message, path?} instead
  *
  * Requests are served concurrently: execs run side by side, reads send one chunk per turn of
@@ -60,6 +61,10 @@
  * killer takes a command before the helper, and with `--memory-limit-mb N` each exec's address
  * space is capped at N MiB (RLIMIT_AS): under gVisor, where a sandbox over its cgroup limit is
  * killed whole, a process that asks for more gets ENOMEM instead and the helper lives on.
+ * Processes likewise: with `--nproc-limit N` (gVisor, whose sandbox dies when its host threads
+ * reach the container's pids limit) each exec's user may have N processes (RLIMIT_NPROC), and
+ * `reclaim_processes` kills what finished commands left running once the container is within
+ * `min_free` of `--pids-limit`, so the verifier can still start.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -620,6 +625,7 @@ typedef struct job {
     size_t sent[2], cap;
     int truncated[2];
     int exited, status, timed_out;
+    int supervised; /* started with `log`: the image's entrypoint, never reclaimed */
     double started, deadline; /* deadline 0: none */
     struct job *next;
 } job;
@@ -639,6 +645,7 @@ static void add_drain(int fd) {
 typedef struct {
     pid_t pid, ppid, pgid, sid;
     int marked;
+    long threads;
 } proc_info;
 
 static int read_proc_stat(pid_t pid, proc_info *out) {
@@ -652,9 +659,13 @@ static int read_proc_stat(pid_t pid, proc_info *out) {
     text[n] = 0;
     char *close_paren = strrchr(text, ')'); /* the command name may contain anything */
     int ppid, pgid, sid;
-    if (!close_paren || sscanf(close_paren + 1, " %*c %d %d %d", &ppid, &pgid, &sid) != 3)
-        return -1;
-    *out = (proc_info){pid, ppid, pgid, sid, 0};
+    long threads = 1;
+    int got = close_paren ? sscanf(close_paren + 1,
+                                   " %*c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d"
+                                   " %*d %*d %ld", &ppid, &pgid, &sid, &threads)
+                          : 0;
+    if (got < 3) return -1;
+    *out = (proc_info){pid, ppid, pgid, sid, 0, threads > 0 ? threads : 1};
     return 0;
 }
 
@@ -664,13 +675,15 @@ static int contains(const pid_t *pids, size_t n, pid_t pid) {
     return 0;
 }
 
-/* Kill the process group and session of `root` and every descendant of it. Everything found
- * is stopped first and the scan repeated until it finds nothing new, so no process can fork
- * away or be re-parented to init (its parent dying) between the scan and the kill. */
-static void kill_tree(pid_t root) {
+/* Kill the process groups and sessions of `roots` and every descendant of them (and each
+ * root itself when `with_roots`). Everything found is stopped first and the scan repeated until
+ * it finds nothing new, so no process can fork away or be re-parented to init (its parent
+ * dying) between the scan and the kill. Returns how many processes were killed. */
+static size_t kill_trees(const pid_t *roots, size_t nroots, int with_roots) {
     pid_t *doomed = NULL;
     size_t ndoomed = 0, cap = 0;
-    kill(-root, SIGSTOP);
+    if (with_roots)
+        for (size_t r = 0; r < nroots; r++) kill(-roots[r], SIGSTOP);
     for (int pass = 0, found = 1; found && pass < 16; pass++) {
         DIR *dir = opendir("/proc");
         if (!dir) break;
@@ -685,7 +698,9 @@ static void kill_tree(pid_t root) {
         }
         closedir(dir);
         for (size_t i = 0; i < n; i++)
-            ps[i].marked = ps[i].pid == root || ps[i].pgid == root || ps[i].sid == root ||
+            ps[i].marked = contains(roots, nroots, ps[i].pgid) ||
+                           contains(roots, nroots, ps[i].sid) ||
+                           (with_roots && contains(roots, nroots, ps[i].pid)) ||
                            contains(doomed, ndoomed, ps[i].pid);
         for (int changed = 1; changed;) {
             changed = 0;
@@ -706,9 +721,45 @@ static void kill_tree(pid_t root) {
         }
         free(ps);
     }
-    kill(-root, SIGKILL);
+    if (with_roots)
+        for (size_t r = 0; r < nroots; r++) kill(-roots[r], SIGKILL);
     for (size_t i = 0; i < ndoomed; i++) kill(doomed[i], SIGKILL);
     free(doomed);
+    return ndoomed;
+}
+
+static void kill_tree(pid_t root) { kill_trees(&root, 1, 1); }
+
+/* The sessions of finished commands (each exec is a session of its own): what a command left
+ * running in the background lives in one of them, or descends from a process that did. */
+static pid_t *finished_sessions;
+static size_t nfinished_sessions, finished_sessions_cap;
+
+static void remember_session(pid_t sid) {
+    if (contains(finished_sessions, nfinished_sessions, sid)) return;
+    if (nfinished_sessions == finished_sessions_cap) {
+        finished_sessions_cap = finished_sessions_cap ? finished_sessions_cap * 2 : 64;
+        finished_sessions = xrealloc(finished_sessions, finished_sessions_cap * sizeof(pid_t));
+    }
+    finished_sessions[nfinished_sessions++] = sid;
+}
+
+static long pids_limit; /* the container's process limit (--pids-limit); 0: unknown */
+
+/* Tasks (threads) of every process visible here: what pids.max counts. */
+static long count_tasks(void) {
+    DIR *dir = opendir("/proc");
+    if (!dir) return -1;
+    long tasks = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        unsigned long pid;
+        proc_info info;
+        if (!parse_id(e->d_name, &pid) && read_proc_stat((pid_t)pid, &info) == 0)
+            tasks += info.threads;
+    }
+    closedir(dir);
+    return tasks;
 }
 
 /* Signals the helper catches or ignores; an exec gets them back at their defaults. */
@@ -723,6 +774,7 @@ static void child_fail(int code, const char *fmt, const char *arg) {
 }
 
 static unsigned long long exec_memory_limit; /* bytes of address space per exec; 0: none */
+static unsigned long long exec_nproc_limit;  /* processes of the exec's user (--nproc-limit) */
 
 /* Makes the command, not the helper, the one to die when memory runs out. */
 static void limit_exec_memory(void) {
@@ -734,6 +786,10 @@ static void limit_exec_memory(void) {
     if (exec_memory_limit) {
         struct rlimit limit = {exec_memory_limit, exec_memory_limit};
         setrlimit(RLIMIT_AS, &limit);
+    }
+    if (exec_nproc_limit) {
+        struct rlimit limit = {exec_nproc_limit, exec_nproc_limit};
+        setrlimit(RLIMIT_NPROC, &limit);
     }
 }
 
@@ -849,6 +905,8 @@ static void start_job(long long id, const jv *req) {
     memset(j, 0, sizeof *j);
     j->id = id;
     j->pid = pid;
+    const char *log = jstr(req, "log");
+    j->supervised = log && *log;
     j->fd[0] = out[0];
     j->fd[1] = err[0];
     set_nonblocking(out[0]);
@@ -1115,6 +1173,31 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 
 #include "relay.c"
 
+/* What finished commands left running, killed when the container is short of processes
+ * (fewer than `min_free` below --pids-limit), so that grading can start its own: the agent's
+ * excess ends as its outcome, not as a sandbox that can no longer run anything. Waits up to
+ * two seconds for the killed to be reaped (by init). */
+static void reclaim_processes(long long id, const jv *req) {
+    long min_free = (long)jnum(req, "min_free", 64);
+    long tasks = count_tasks();
+    size_t killed = 0;
+    if (pids_limit && tasks >= 0 && tasks + min_free > pids_limit) {
+        pid_t *roots = xmalloc((nfinished_sessions + 1) * sizeof *roots);
+        size_t n = 0;
+        for (size_t i = 0; i < nfinished_sessions; i++) {
+            int live = 0;
+            for (job *j = jobs; j; j = j->next) live |= j->pid == finished_sessions[i];
+            if (!live) roots[n++] = finished_sessions[i];
+        }
+        killed = kill_trees(roots, n, 0);
+        free(roots);
+        for (int i = 0; i < 100 && count_tasks() + min_free > pids_limit; i++) usleep(20000);
+    }
+    buf b = head(id, "done");
+    bprintf(&b, ",\"tasks\":%ld,\"limit\":%ld,\"killed\":%zu", tasks, pids_limit, killed);
+    send_frame(&b, NULL, 0);
+}
+
 static void cancel(long long id) {
     relay_cancel(id);
     for (job *j = jobs; j; j = j->next)
@@ -1147,6 +1230,8 @@ static void dispatch(const char *text, size_t text_len, const char *payload, siz
         send_frame(&b, NULL, 0);
     } else if (!strcmp(op, "exec")) {
         start_job(id, &req);
+    } else if (!strcmp(op, "reclaim_processes")) {
+        reclaim_processes(id, &req);
     } else if (!strcmp(op, "read_file")) {
         open_read(id, &req);
     } else if (!strcmp(op, "write_file")) {
@@ -1219,8 +1304,12 @@ int main(int argc, char **argv) {
         printf("envfarm-sandboxd protocol %d\n", PROTOCOL_VERSION);
         return 0;
     }
-    if (argc > 2 && !strcmp(argv[1], "--memory-limit-mb"))
-        exec_memory_limit = strtoull(argv[2], NULL, 10) << 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        unsigned long long value = strtoull(argv[i + 1], NULL, 10);
+        if (!strcmp(argv[i], "--memory-limit-mb")) exec_memory_limit = value << 20;
+        if (!strcmp(argv[i], "--nproc-limit")) exec_nproc_limit = value;
+        if (!strcmp(argv[i], "--pids-limit")) pids_limit = (long)value;
+    }
     umask(022);
     saved_ngroups = getgroups(MAX_GROUPS, saved_groups);
     if (saved_ngroups < 0) saved_ngroups = 0;
@@ -1323,6 +1412,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             finish_job(j);
+            if (!j->supervised) remember_session(j->pid);
             *p = j->next;
             free(j);
         }

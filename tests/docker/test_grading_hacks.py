@@ -171,7 +171,11 @@ async def test_hidden_paths_are_invisible_to_the_agent_and_reading_them_is_flagg
         [bash("cat /tests/test.sh; ls /solution; ls /logs/verifier; true")],
     )
     [result] = [r for turn in trajectory.turns for r in turn.tool_results if r.name == "bash"]
-    assert result.output.count("No such file or directory") == 3
+    assert "cat: /tests/test.sh: No such file or directory" in result.output
+    assert "cannot access '/solution'" in result.output
+    # /logs/verifier is absent or, where the disk is limited, an empty tmpfs (as Harbor's mount)
+    assert result.output.count("No such file or directory") in (2, 3)
+    assert "reward" not in result.output
     assert "pytest" not in result.output
     assert trajectory.reward.valid
     assert trajectory.reward.flags == ["read:hidden_path"]

@@ -79,3 +79,14 @@ async def test_a_configuration_the_engine_refuses_is_not_retryable(base_image: s
             pass
     assert caught.value.retryable is False
     assert caught.value.infrastructure is False
+
+
+async def test_a_json_summary_of_the_tasks_own_is_not_a_broken_report(tmp_path: Path) -> None:
+    fixture = FIXTURE.parent / "tasks" / "own-json-summary"
+    config = CheckConfig(runs=1, artifacts_dir=tmp_path / "artifacts")
+    task = load_task(fixture)
+    report = await check_tasks([task], [], DockerBackend(), TestScriptGrader(), config)
+    (check,) = report.checks
+    assert (check.oracle_rewards, check.nop_reward) == ([1.0], 0.0), check.problems
+    assert check.verdict == "sound", check.problems
+    assert not any("report:" in w for w in check.warnings), check.warnings

@@ -219,3 +219,24 @@ async def test_a_build_past_its_timeout_fails(tmp_path: Path, created_tags: list
     root = _task(tmp_path, "FROM debian:bookworm-slim\nRUN echo started; sleep 120\n")
     with pytest.raises(ImageError, match="did not finish within 3 s"):
         await _build(root, f"slow-{RUN_ID}", created_tags, timeout=3)
+
+
+async def test_a_compose_build_target_builds_that_stage(
+    tmp_path: Path, created_tags: list[str]
+) -> None:
+    stages = (
+        "FROM debian:bookworm-slim AS tools\nRUN echo tools > /stage\n"
+        "FROM tools AS last\nRUN echo last > /stage\n"
+    )
+    root = _task(tmp_path, stages)
+    built = await build_task_image(
+        root,
+        root / "environment" / "Dockerfile",
+        root / "environment",
+        f"target-{RUN_ID}",
+        uuid.uuid4().hex,
+        timeout=600.0,
+        target="tools",
+    )
+    created_tags.append(built.tag)
+    assert _run(built.tag, "cat", "/stage") == "tools\n"

@@ -237,3 +237,32 @@ def test_compare_modes_reports_an_outcome_the_clean_room_cannot_carry(tmp_path: 
         "verifier modes disagree: the oracle's reward is clean 0, shared 1" in line
         for line in found.get("check-e2e/daemon", [])
     ), proc.stderr[-3000:]
+
+
+def test_check_says_how_far_it_got_as_it_goes(tmp_path: Path) -> None:
+    """Not a terminal: no bars, a line per image and episode, and each task's verdict as soon as
+    it is known (before the table), so a killed or hung check's log shows where it was."""
+    harbor_task(tmp_path / "tasks" / "sound")
+    harbor_task(
+        tmp_path / "tasks" / "unbuildable",
+        **{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN exit 3\n"},
+    )
+    artifacts = tmp_path / "kept"
+    proc = envfarm("check", str(tmp_path / "tasks"), "--runs", "1", "--artifacts", str(artifacts))
+    assert proc.returncode == 1, proc.stderr[-5000:]  # a failed build is the machine's fault
+    lines = proc.stderr.splitlines()
+    image = next(n for n, line in enumerate(lines) if line.startswith("image check-e2e/sound: "))
+    assert lines.index(f"artifacts under {artifacts}") < image
+    table = next(n for n, line in enumerate(lines) if "envfarm check" in line)
+    assert lines.index("sound check-e2e/sound") < table
+    unbuildable = [n for n, line in enumerate(lines) if line.startswith("error check-e2e/unb")]
+    assert unbuildable, proc.stderr[-3000:]
+    assert unbuildable[0] < table
+    assert "build: " in lines[unbuildable[0]]
+    episodes = [line for line in lines if line.startswith(("oracle check-e2e/", "nop check-e2e/"))]
+    assert len(episodes) == 2, episodes
+    assert all("; artifacts artifacts/" in line for line in episodes), episodes
+    assert any(
+        line.startswith("oracle check-e2e/sound ") and "reward 1" in line for line in episodes
+    )
+    assert not re.search(r"\b(images|episodes) +\S*━", proc.stderr)  # no bars off a terminal

@@ -158,7 +158,9 @@ def test_main_may_build_from_its_own_context(tmp_path: Path) -> None:
           dockerfile: main.Dockerfile
           args: [PYTHON=3.11]
       side:
-        build: ./side
+        build:
+          context: ./side
+          target: tools
     """
     files = {
         "environment/app/main.Dockerfile": "FROM python:3.11-slim\n",
@@ -172,6 +174,7 @@ def test_main_may_build_from_its_own_context(tmp_path: Path) -> None:
     assert main.image is None
     assert task.dockerfile == task.root / "environment" / "app" / "main.Dockerfile"
     assert (side.build_context, side.build_dockerfile) == ("side", "side/Dockerfile")
+    assert (main.build_target, side.build_target) == (None, "tools")
 
 
 def test_a_named_main_image_needs_no_dockerfile(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from envfarm.spec.lint import (
     Finding,
     dockerfile_copy_sources,
@@ -48,8 +50,13 @@ def rules(findings: list[Finding], severity: str) -> list[str]:
     return [f.rule for f in findings if f.severity == severity]
 
 
+def advice(task: Task) -> list[Finding]:
+    """The errors and warnings (not the info findings, e.g. on the network default)."""
+    return [f for f in lint_task(task) if f.severity != "info"]
+
+
 def test_a_clean_task_has_no_findings(tmp_path: Path) -> None:
-    assert lint_task(make_task(tmp_path / "t")) == []
+    assert advice(make_task(tmp_path / "t")) == []
 
 
 def test_test_script_shebang_must_be_a_shell(tmp_path: Path) -> None:
@@ -91,7 +98,7 @@ def test_missing_solution_is_an_error(tmp_path: Path) -> None:
 
 def test_hidden_test_code_in_the_build_context_is_an_error(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t", files={"environment/vendor/test_answer.py": TEST_CODE})
-    [finding] = lint_task(task)
+    [finding] = advice(task)
     assert (finding.severity, finding.rule) == ("error", "tests-in-image")
     assert "environment/vendor/test_answer.py" in finding.message
     assert "tests/test_answer.py" in finding.message
@@ -99,7 +106,7 @@ def test_hidden_test_code_in_the_build_context_is_an_error(tmp_path: Path) -> No
 
 def test_the_solve_script_in_the_build_context_is_an_error(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t", files={"environment/setup.sh": SOLVE})
-    [finding] = lint_task(task)
+    [finding] = advice(task)
     assert (finding.severity, finding.rule) == ("error", "tests-in-image")
     assert "solution/solve.sh" in finding.message
 
@@ -176,20 +183,52 @@ def test_public_network_and_downloads_at_grading_are_warnings(tmp_path: Path) ->
     assert "public network access (agent and verifier)" in findings[0].message
     assert "line 2" in findings[1].message
     assert "depends on the network" in findings[1].message
-    offline = make_task(
-        tmp_path / "u", files={"tests/test.sh": "#!/bin/bash\ncurl -sO http://x/y\n"}
+    shared = make_task(
+        tmp_path / "u",
+        toml='[verifier]\nenvironment_mode = "shared"\n',
+        files={"tests/test.sh": "#!/bin/bash\ncurl -sO http://x/y\n"},
     )
-    [finding] = lint_task(offline)
+    [finding] = advice(shared)
     assert "grading has no network, so this will fail" in finding.message
+
+
+def test_the_verifiers_network_default_is_stated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def network(task: Task) -> list[Finding]:
+        return [f for f in lint_task(task) if f.rule == "network"]
+
+    downloads = {"tests/test.sh": "#!/bin/bash\npip install pytest==8.2.2\n"}
+    default = make_task(tmp_path / "default", files=downloads)
+    stated, download = network(default)
+    assert stated.severity == "info"
+    assert "the verifier, in a fresh container, has public network access" in stated.message
+    assert (download.severity, download.message.split(":")[0]) == (
+        "warning",
+        "test.sh line 2 (`pip install`) downloads at grading time",
+    )
+    assert "grading then depends on the network" in download.message
+
+    shared = make_task(tmp_path / "shared", toml='[verifier]\nenvironment_mode = "shared"\n')
+    [stated] = network(shared)
+    assert "because it runs in the agent's container (shared mode)" in stated.message
+
+    monkeypatch.setenv("ENVFARM_VERIFIER_NETWORK", "none")
+    stated, download = network(make_task(tmp_path / "strict", files=downloads))
+    assert "because ENVFARM_VERIFIER_NETWORK=none" in stated.message
+    assert "grading has no network, so this will fail" in download.message
+
+    asked = make_task(tmp_path / "asked", toml='[verifier]\nnetwork_mode = "no-network"\n')
+    assert network(asked) == []
 
 
 def test_max_reward_comes_from_metadata(tmp_path: Path) -> None:
     assert max_reward(make_task(tmp_path / "a")) == 1.0
     task = make_task(tmp_path / "b", toml="[metadata]\nmax_reward = 10\n")
     assert max_reward(task) == 10.0
-    assert lint_task(task) == []
+    assert advice(task) == []
     bad = make_task(tmp_path / "c", toml='[metadata]\nmax_reward = "ten"\n')
-    [finding] = lint_task(bad)
+    [finding] = advice(bad)
     assert (finding.severity, finding.rule) == ("error", "max-reward")
     assert "'ten'" in finding.message
 

@@ -169,9 +169,8 @@ def test_prebuilt_image_makes_the_dockerfile_optional(tmp_path: Path) -> None:
     assert task.config.environment.docker_image == "acme/app:1"
 
 
-def test_network_is_off_unless_the_task_asks() -> None:
+def test_the_agent_has_no_network_unless_the_task_asks() -> None:
     assert parse("").agent_network() is False
-    assert parse("").verifier_network() is False
     public_env = parse('[environment]\nnetwork_mode = "public"\n')
     assert public_env.agent_network() is True
     assert public_env.verifier_network() is True
@@ -180,13 +179,36 @@ def test_network_is_off_unless_the_task_asks() -> None:
     )
     assert verifier_only.agent_network() is True
     assert verifier_only.verifier_network() is False
+    assert verifier_only.verifier_network_set() is False
+
+
+def test_an_unset_verifier_network_is_harbors_public_only_in_a_fresh_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unset = parse("")
+    assert unset.verifier_network_set() is None
+    assert unset.verifier_network() is True  # clean, the default mode
+    assert unset.verifier_network_implied() is True
+    assert parse('[verifier]\nenvironment_mode = "separate"\n').verifier_network() is True
+    shared = parse('[verifier]\nenvironment_mode = "shared"\n')
+    assert (shared.verifier_network(), shared.verifier_network_implied()) == (False, False)
+    assert unset.verifier_network("none") is False
+    monkeypatch.setenv("ENVFARM_VERIFIER_NETWORK", "none")
+    assert (unset.verifier_network(), unset.verifier_network_implied()) == (False, False)
+    assert parse('[verifier]\nnetwork_mode = "public"\n').verifier_network() is True
+    assert parse("[environment]\nallow_internet = true\n").verifier_network() is True
+    monkeypatch.setenv("ENVFARM_VERIFIER_NETWORK", "sometimes")
+    with pytest.raises(TaskSpecError, match="ENVFARM_VERIFIER_NETWORK: expected one of"):
+        unset.verifier_network()
 
 
 def test_each_phase_resolves_its_own_network_mode() -> None:
     config = parse('[agent]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n')
     assert (config.agent_network(), config.verifier_network()) == (False, True)
-    config = parse('[agent]\nnetwork_mode = "public"\n')
+    config = parse('[agent]\nnetwork_mode = "public"\n[verifier]\nenvironment_mode = "shared"\n')
     assert (config.agent_network(), config.verifier_network()) == (True, False)
+    config = parse('[agent]\nnetwork_mode = "public"\n')
+    assert (config.agent_network(), config.verifier_network()) == (True, True)
 
 
 def test_runtime_gvisor_is_the_only_runtime_a_task_names() -> None:
@@ -248,7 +270,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
     [
         ('[[steps]]\nname = "one"\n', "steps"),
         ('multi_step_reward_strategy = "mean"\n', "multi_step_reward_strategy"),
-        ('artifacts = [{source = "/app/out.json", service = "db"}]\n', "artifacts[0].service"),
         ("[verifier.environment]\ncpus = 2\n", "verifier.environment"),
         (
             '[[verifier.collect]]\ncommand = "pg_dump"\nservice = "db"\n',
@@ -262,7 +283,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
         ("[environment]\ngpus = 1\n", "environment.gpus"),
         ('[environment]\ngpu_types = ["H100"]\n', "environment.gpu_types"),
         ('[environment.tpu]\ntype = "v5e"\n', "environment.tpu"),
-        ('[[environment.mcp_servers]]\nname = "x"\n', "environment.mcp_servers"),
         ('[environment]\nskills_dir = "/skills"\n', "environment.skills_dir"),
     ],
 )

@@ -279,6 +279,14 @@ class Channel(asyncio.Protocol):
             raise answer_error(answer, None)
         return answer
 
+    async def reclaim_processes(self, min_free: int) -> int:
+        """Have the helper kill what finished commands left running when fewer than
+        ``min_free`` processes are left under its limit; how many it killed."""
+        answer, _ = await self._request({"op": "reclaim_processes", "min_free": min_free})
+        if answer.get("type") != "done":
+            raise answer_error(answer, None)
+        return int(answer.get("killed") or 0)
+
     async def exec(
         self,
         command: str | Sequence[str],

@@ -62,10 +62,12 @@ class DockerBackend(SandboxBackend, AgentImages):
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         env = task.config.environment
         cpus, memory_mb, _ = clamp_limits(env.cpus, env.memory_mb, engine_capacity())
+        shared = task.config.verifier.environment_mode == "shared"
         config = DockerSandboxConfig(
             image=image.image_id or image.tag,
             network=task.config.agent_network(),
-            verifier_network=task.config.verifier_network(),
+            # only a shared verifier changes this container's network; a fork gets its own
+            verifier_network=task.config.verifier_network() if shared else None,
             cpus=cpus,
             memory_mb=memory_mb,
             storage_mb=env.storage_mb,

@@ -1,5 +1,5 @@
 """Blocking engine calls on one container that the sandbox runs in a thread: reading a file
-from it (running or stopped) and stopping it now."""
+or a path's archive from it (running or stopped) and stopping it now."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import requests
 from docker.models.containers import Container
 
 from envfarm.errors import SandboxError
+from envfarm.sandbox.docker.client import docker_client
 
 
 def read_archived(container: Container, path: str) -> bytes | None:
@@ -23,6 +24,25 @@ def read_archived(container: Container, path: str) -> bytes | None:
             return extracted.read() if extracted is not None else None
     except (docker.errors.DockerException, requests.RequestException, tarfile.TarError):
         return None
+
+
+def read_path_archive(container_id: str, path: str, max_bytes: int) -> bytes | None:
+    """``path`` of a container as the engine archives it, read up to ``max_bytes`` + 1 bytes;
+    None when the container has no such path."""
+    try:
+        stream, _ = docker_client().api.get_archive(container_id, path)
+        kept = bytearray()
+        for chunk in stream:
+            kept += chunk
+            if len(kept) > max_bytes:
+                break
+        return bytes(kept)
+    except docker.errors.NotFound:
+        return None
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise SandboxError(
+            f"could not copy {path} out of container {container_id[:12]}: {exc}"
+        ) from exc
 
 
 def kill_container(container: Container) -> None:

@@ -55,6 +55,8 @@ class BuildSpec(BaseModel):
     labels: dict[str, str]
     buildargs: dict[str, str]
     timeout: float
+    target: str | None = None
+    """The stage to build, of a multi-stage Dockerfile."""
 
 
 def threadsafe_log(on_log: LogFn | None) -> LogFn:
@@ -122,6 +124,7 @@ def _build_blocking(spec: BuildSpec, log: LogFn, cancelled: threading.Event) -> 
             tag=spec.tag,
             labels=spec.labels,
             buildargs=spec.buildargs,
+            target=spec.target,
             rm=True,
             forcerm=True,
             pull=False,

@@ -13,7 +13,9 @@ the internal network alone. ``start`` returns once every healthcheck has passed 
 compose healthchecks and the main container's ``[environment.healthcheck]``), or raises
 ``SandboxStartError`` naming the service, after removing everything it created.
 ``fork_clean`` (a clean-room verifier) kills the main container and starts a fresh one in its
-place: same network alias, volumes and bind files, same sidecars.
+place: same network alias, volumes and bind files, same sidecars. ``service_archive`` copies a
+path out of a sidecar through the engine's archive API (a task's ``artifacts`` with
+``service``).
 
 Teardown removes the main container, the sidecars (with their anonymous volumes), the network
 and the episode's volumes. Everything carries envfarm's labels with the owner's host and pid
@@ -35,7 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from envfarm.errors import SandboxError
+from envfarm.sandbox.base import ServiceFiles
 from envfarm.sandbox.docker import services as sidecars
+from envfarm.sandbox.docker.containers import read_path_archive
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import (
@@ -91,7 +95,7 @@ def _remove_live_environments() -> None:
 atexit.register(_remove_live_environments)
 
 
-class DockerEnvironment(DockerSandbox):
+class DockerEnvironment(DockerSandbox, ServiceFiles):
     """The main container of a task with sidecars and/or a healthcheck."""
 
     def __init__(
@@ -274,6 +278,13 @@ class DockerEnvironment(DockerSandbox):
             return None  # a dead main container makes exec raise SandboxGone
 
         await wait_healthy(MAIN_SERVICE, policy, probe, running)
+
+    async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
+        container_id = self.sidecar_ids.get(service)
+        if container_id is None:
+            known = ", ".join(sorted(self.sidecar_ids)) or "none"
+            raise SandboxError(f"no running service {service!r} (started: {known})")
+        return await _blocking(read_path_archive, container_id, path, max_bytes)
 
     async def _teardown(self) -> None:
         errors: list[SandboxError] = []

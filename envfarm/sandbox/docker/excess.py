@@ -10,15 +10,59 @@ more for gVisor's own kernel: a command that asks for too much gets ENOMEM and t
 graded. Several commands each under the cap but together over it still end the sandbox; a
 runtime that reserves far more address space than it uses (the JVM, V8) may not start under a
 small ``memory_mb``. docs/security.md states both.
+
+Processes the same way. An agent that forks until ``pids.max`` refuses leaves the sandbox
+unable to start the verifier; so the helper knows the limit (``--pids-limit``) and, when grading
+asks (``reclaim_processes``) and fewer than ``PIDS_RESERVE`` are free, kills what the agent's
+finished commands left running. Under gVisor (ptrace platform) every guest process costs the
+host several threads, and the sandbox dies outright when they reach the container's pids limit;
+so there each command's user may have the task's number of processes but at most
+``GVISOR_MAX_PROCESSES`` (RLIMIT_NPROC, which gVisor counts per sandbox and enforces even for
+root without ``CAP_SYS_RESOURCE``: at 1,024 the sandbox still died, presumably gVisor's kernel,
+a Go program, past Go's 10,000 threads), and the container gets
+``GVISOR_HOST_THREADS_PER_PROCESS`` times that.
+
+Disk: an agent that fills its disk quota and leaves it full would leave no room for the tests
+and the verifier's reward (an upload failing with EDQUOT, an infrastructure fault). Harbor
+mounts the verifier's logs from the host, outside the container's disk; envfarm mounts
+``VERIFIER_TMPFS`` (the tests' and the verifier logs' directories, empty until grading; their
+contents count as the container's memory) in every container whose disk is limited, so the
+tests are uploaded and graded whatever the agent did to its disk: they may fail for want of
+room, which is the agent's outcome.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 GVISOR_HEADROOM_MB = 128
+GVISOR_HOST_THREADS_PER_PROCESS = 16
+GVISOR_MAX_PROCESSES = 512
+PIDS_RESERVE = 64
+"""Processes grading needs free in a sandbox; below it the agent's leftovers are reclaimed."""
 
 
-def memory_and_helper(helper_path: str, memory_mb: int, *, gvisor: bool) -> tuple[int, list[str]]:
-    """The container's memory limit in MiB and the helper's command line."""
+VERIFIER_TMPFS = {
+    "/tests": "rw,exec,nosuid,nodev,size=512m,mode=0755",
+    "/logs/verifier": "rw,exec,nosuid,nodev,size=256m,mode=0755",
+}
+
+
+class Limits(NamedTuple):
+    memory_mb: int
+    """The container's memory limit."""
+    pids: int
+    """The container's pids limit."""
+    helper: list[str]
+    """The helper's command line."""
+
+
+def limits_and_helper(helper_path: str, memory_mb: int, pids: int, *, gvisor: bool) -> Limits:
+    """The container's memory and pids limits for a task's, and the helper's command line."""
     if gvisor:
-        return memory_mb + GVISOR_HEADROOM_MB, [helper_path, "--memory-limit-mb", str(memory_mb)]
-    return memory_mb, [helper_path]
+        processes = min(pids, GVISOR_MAX_PROCESSES)
+        helper = [helper_path, "--pids-limit", str(processes), "--nproc-limit", str(processes),
+                  "--memory-limit-mb", str(memory_mb)]  # fmt: skip
+        host_pids = processes * GVISOR_HOST_THREADS_PER_PROCESS
+        return Limits(memory_mb + GVISOR_HEADROOM_MB, host_pids, helper)
+    return Limits(memory_mb, pids, [helper_path, "--pids-limit", str(pids)])

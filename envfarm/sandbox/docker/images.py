@@ -288,9 +288,11 @@ async def build_task_image(
     timeout: float,
     on_log: LogFn | None = None,
     buildargs: dict[str, str] | None = None,
+    target: str | None = None,
 ) -> BuiltImage:
     """Build a task's environment image (``tag_hint`` is the task id; a compose service's image
-    uses ``<task id>-<service>``). ``buildargs`` come from the compose file (``build.args``)."""
+    uses ``<task id>-<service>``). ``buildargs`` and ``target`` (a stage) come from the compose
+    file's ``build:``."""
     try:
         text = await asyncio.to_thread(dockerfile.read_text)
     except OSError as exc:
@@ -326,6 +328,7 @@ async def build_task_image(
                 labels=_labels("task", **{LABEL_TASK: tag_hint, LABEL_BASES: identity}),
                 buildargs={**host.proxy_env, **(buildargs or {})},
                 timeout=timeout,
+                target=target,
             )
             image_id = await run_build(spec, on_log)
         return BuiltImage(

@@ -116,7 +116,9 @@ def check_task(task: Task, name: str | None) -> None:
     if not chosen.gvisor:
         return
     config = task.config
-    modes = (("agent", config.agent_network()), ("verifier", config.verifier_network()))
+    # what the task asks for; Harbor's default network for an unset verifier is not a need
+    verifier = config.verifier_network_set() is True
+    modes = (("agent", config.agent_network()), ("verifier", verifier))
     phases = [phase for phase, public in modes if public]
     sidecars = sorted(task.compose.sidecars) if task.compose is not None else []
     where = f"task {task.id}: runtime {name!r} (gVisor)"

@@ -45,13 +45,13 @@ from docker.types import LogConfig, Mount
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
-from envfarm.sandbox.base import ExecResult, ProcessLogs, Sandbox, VerifierPhases
+from envfarm.sandbox.base import ExecResult, ProcessLogs, ProcessReclaim, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.containers import kill_container, read_archived
-from envfarm.sandbox.docker.excess import memory_and_helper
+from envfarm.sandbox.docker.excess import PIDS_RESERVE, VERIFIER_TMPFS, limits_and_helper
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
 from envfarm.sandbox.docker.networks import (
@@ -137,7 +137,7 @@ def _remove_live_containers() -> None:
 atexit.register(_remove_live_containers)
 
 
-class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding):
+class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, ChannelPortForwarding):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None
@@ -254,10 +254,12 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
         kwargs["mounts"] = self._helper_mounts
         probe = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
         kwargs.update(storage_options(cfg.storage_mb, cfg.image, probe))
-        memory_mb, helper = memory_and_helper(HELPER_PATH, cfg.memory_mb, gvisor=self._gvisor)
+        if "storage_opt" in kwargs and cfg.channel:  # room for grading on a full disk
+            kwargs["tmpfs"] = VERIFIER_TMPFS
+        limits = limits_and_helper(HELPER_PATH, cfg.memory_mb, cfg.pids_limit, gvisor=self._gvisor)
         container = docker_client().containers.create(
             cfg.image,
-            command=helper if cfg.channel else ["sleep", "infinity"],
+            command=limits.helper if cfg.channel else ["sleep", "infinity"],
             entrypoint=[],
             init=True,
             hostname="sandbox",
@@ -272,10 +274,10 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
             cap_drop=["ALL"],
             cap_add=cfg.cap_add,
             security_opt=["no-new-privileges"],
-            mem_limit=f"{memory_mb}m",
-            memswap_limit=f"{memory_mb}m",
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
             nano_cpus=int(cfg.cpus * 1e9),
-            pids_limit=cfg.pids_limit,
+            pids_limit=limits.pids,
             labels={
                 LABEL_MANAGED: "true",
                 LABEL_KIND: "sandbox",
@@ -406,6 +408,14 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
             return
         try:
             await self._channel.write_file(path, data, mode=mode, user=user)
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
+
+    async def reclaim_processes(self) -> int:
+        if self._channel is None:
+            return 0
+        try:
+            return await self._channel.reclaim_processes(PIDS_RESERVE)
         except SandboxGone as exc:
             await self._explain_gone(exc)
 

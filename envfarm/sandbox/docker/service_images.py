@@ -70,6 +70,7 @@ async def _main_image(task: Task, on_log: LogFn | None) -> BuiltImage:
         timeout=env.build_timeout_sec,
         on_log=on_log,
         buildargs=main.build_args if main is not None else None,
+        target=main.build_target if main is not None else None,
     )
 
 
@@ -86,6 +87,7 @@ async def _sidecar_image(task: Task, service: ComposeService, on_log: LogFn | No
             timeout=timeout,
             on_log=on_log,
             buildargs=service.build_args,
+            target=service.build_target,
         )
     assert service.image is not None  # the spec guarantees image or build for a sidecar
     where = f"{task.compose.path}: services.{service.name}.image"

@@ -53,4 +53,7 @@ def fork_pod(pod: KubeObject, name: str, *, network: bool) -> KubeObject:
     metadata["labels"] = {**metadata.get("labels", {}), LABEL_NETWORK: label}
     metadata["labels"][LABEL_VERIFIER_OF] = label_value(name)
     fork.pop("status", None)
+    if network:  # the agent's pod may resolve names nowhere (podspec); this one may
+        fork["spec"].pop("dnsPolicy", None)
+        fork["spec"].pop("dnsConfig", None)
     return fork

@@ -292,7 +292,7 @@ def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[
         ],
         "volumes": [{"name": HELPER_VOLUME, "emptyDir": {}}, *pod_volumes(task)],
     }
-    if not (task.config.agent_network() or task.config.verifier_network()):
+    if not (task.config.agent_network() or task.config.verifier_network_set()):
         spec["dnsPolicy"] = "None"
         spec["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": [], "options": []}
     optional = {
