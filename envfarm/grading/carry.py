@@ -48,6 +48,8 @@ export LC_ALL=C
 W="${{EF_WORKDIR:-$PWD}}"
 [ -n "$EF_FIXED" ] || W="$(cd "$W" 2>/dev/null && pwd -P || printf '%s' "$W")"
 printf 'now %s\n' "$(date +%s.%N 2>/dev/null)"
+read -r up _ < /proc/uptime 2>/dev/null; read -r st < /proc/1/stat 2>/dev/null; st="${{st##*) }}"
+set -- $st; printf 'clock %s %s\n' "$up" "${{20}}"
 printf 'workdir %s\n' "$W"
 [ "$(find / -maxdepth 0 -printf ok 2>/dev/null)" = ok ] || {{ echo "missing GNU find"; exit 0; }}
 while read -r _ _ _ _ m _; do printf 'mount %s\n' "$m"; done < /proc/self/mountinfo
@@ -79,6 +81,8 @@ class Listing:
     now: float
     entries: dict[str, tuple[str, float]] = field(default_factory=dict)
     mounts: list[str] = field(default_factory=list)
+    started: float | None = None
+    """When the container started, on its clock (None: unknown)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,25 @@ def _unescape_mount(text: str) -> str:
     return text
 
 
+def _started(now: float, clock: str) -> float | None:
+    """The start of the container's first process, from ``/proc/uptime`` and its
+    ``/proc/1/stat`` start time (clock ticks of 1/100 s, Linux's USER_HZ)."""
+    try:
+        uptime, ticks = clock.split()
+        return now - float(uptime) + int(ticks) / 100
+    except ValueError:
+        return None
+
+
+async def container_clock(sandbox: Sandbox) -> float:
+    """The container's clock now (``date`` as root)."""
+    result = await sandbox.exec("date +%s.%N", user="root", timeout=60)
+    try:
+        return float(result.stdout.strip())
+    except ValueError:
+        raise GradingError("clean-room grading needs GNU date in the image") from None
+
+
 @dataclass
 class _Listed:
     listing: Listing
@@ -165,6 +188,7 @@ async def _list(
         listing.now = float(fields.get("now", ""))
     except ValueError:
         raise GradingError("clean-room grading needs GNU date in the image") from None
+    listing.started = _started(listing.now, fields.get("clock", ""))
     code, _, size = fields.get("listed", "").partition(" ")
     if code not in ("0", "1"):
         raise GradingError(f"could not list the container's files: {result.stderr[-500:]}")

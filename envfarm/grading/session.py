@@ -20,7 +20,7 @@ import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envfarm.errors import GradingError
@@ -30,6 +30,7 @@ from envfarm.grading.carry import (
     Changes,
     Listing,
     WorkspaceCarry,
+    container_clock,
     list_workspace,
     read_changes,
     settle_carry,
@@ -42,6 +43,13 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
+from envfarm.grading.pristine import (
+    Pristine,
+    PristineCache,
+    default_cache,
+    image_entries,
+    pristine_key,
+)
 from envfarm.grading.scope import CarryScope
 from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
@@ -82,6 +90,10 @@ class EpisodeGrading:
     notes: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds spent in each part of grading (``Timings.phases``)."""
+    image_id: str | None = None
+    """The id of the sandbox's image: with it, what the container looks like before the agent
+    is taken once per image and task (``pristine.py``)."""
+    pristine: PristineCache | None = field(default_factory=default_cache)
 
     @contextmanager
     def _timed(self, name: str) -> Iterator[None]:
@@ -100,8 +112,53 @@ class EpisodeGrading:
         return self.task.config.verifier_network()
 
     async def before_agent(self) -> None:
-        """The first snapshot and the clean room's listing, side by side."""
-        await asyncio.gather(self._snapshot_before(), self._list_before())
+        """The first snapshot and the clean room's listing, side by side; or, when an earlier
+        episode of this image and task took them (``pristine.py``), its, with this
+        container's clock."""
+        cache = self.pristine if self.image_id else None
+        key = self._pristine_key()
+        found = await cache.lookup(key) if cache is not None else None
+        if found is not None:
+            with self._timed("pristine"):
+                self._reuse(found, await container_clock(self.sandbox))
+            return
+        taken: Pristine | None = None
+        try:
+            await asyncio.gather(self._snapshot_before(), self._list_before())
+            taken = self._taken()
+        finally:
+            if cache is not None:
+                cache.settle(key, taken)
+
+    def _pristine_key(self) -> str:
+        workdir = self.task.config.environment.workdir
+        return pristine_key(
+            self.image_id or "",
+            self.task.content_hash,
+            workdir,
+            listing=self.mode == "clean",
+            snapshot=self.inspect,
+            baseline=self.inspect and self.keep_artifacts,
+            solution=self.allow_solution,
+        )
+
+    def _taken(self) -> Pristine | None:
+        listing = image_entries(self.listing) if self.listing is not None else None
+        if self.listing is not None and listing is None:
+            return None
+        return Pristine(listing, self.before, self.baseline)
+
+    def _reuse(self, found: Pristine, now: float) -> None:
+        if found.snapshot is not None:
+            self.before = found.snapshot.model_copy(update={"now": now})
+            if self.before.missing_tools:
+                missing = ", ".join(self.before.missing_tools)
+                self.notes.append(f"snapshot tools missing: {missing}")
+        self.baseline = found.baseline
+        if self.inspect and self.keep_artifacts and self.baseline is None:
+            self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+        if found.listing is not None:
+            self.listing = replace(found.listing, now=now)
 
     async def _snapshot_before(self) -> None:
         if not self.inspect:
@@ -193,9 +250,13 @@ class EpisodeGrading:
         with self._timed("apply"):
             if self.carry is not None:
                 await apply_workspace(verifier, self.carry)
-            workdir = self.carry.workdir if self.carry else None
-            await apply_copies(verifier, carried_copies(self.mode, self.copies, workdir))
+            await apply_copies(verifier, self._carried_copies())
         return await self._grade_in(verifier)
+
+    def _carried_copies(self) -> list[CopiedPath]:
+        workdir = self.carry.workdir if self.carry else None
+        shared = verifier_phases(self.sandbox).shared_paths()
+        return carried_copies(self.mode, self.copies, workdir, shared)
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
         with self._timed("verifier"):
@@ -242,9 +303,7 @@ class EpisodeGrading:
         if isinstance(self.sandbox, ProcessLogs):
             bundle.process_logs = await self.sandbox.process_logs()
         if self.mode != "shared":
-            workdir = self.carry.workdir if self.carry else None
-            carried = carried_copies(self.mode, self.copies, workdir)
-            bundle.verifier_input = verifier_input(self.mode, self.carry, carried)
+            bundle.verifier_input = verifier_input(self.mode, self.carry, self._carried_copies())
         if self.output is not None:
             bundle.reports = output_reports(self.output, expected_reports(self.task))
         started = time.monotonic()

@@ -416,6 +416,10 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
             return
         self._next_fork = (network, asyncio.ensure_future(self._start_fork(network)))
 
+    def shared_paths(self) -> list[str]:
+        """The ``volume:/path[:mode]`` volumes: a fork mounts the same ones."""
+        return [spec.split(":")[1] for spec in self.config.volumes if spec.count(":") >= 1]
+
     async def _start_fork(self, network: bool) -> DockerSandbox:
         config = self.config.model_copy(update={"network": network, "verifier_network": None})
         clean = DockerSandbox(config)
