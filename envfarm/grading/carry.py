@@ -122,8 +122,8 @@ def _parse_entries(data: bytes) -> dict[str, tuple[str, float]]:
         try:
             kind, ctime, raw = record.split(b" ", 2)
             path = raw.decode("utf-8", "surrogateescape")
-            parts = path.split("/")
-            if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            framed = f"/{path}/"  # an empty, "." or ".." part shows as "//", "/./", "/../"
+            if "//" in framed or "/./" in framed or "/../" in framed:
                 continue
             entries[path] = (kind.decode("ascii"), float(ctime))
         except ValueError:  # an empty record, or a line a replaced find made up
