@@ -40,12 +40,17 @@ def tar_directory(src: Path) -> bytes:
     return buffer.getvalue()
 
 
-async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True) -> None:
-    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there)."""
+async def upload_dir(
+    sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True, first: str = ""
+) -> None:
+    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there);
+    ``first``: a shell command run before, in the same exec (its exit status is ignored)."""
     staging = f"/tmp/.envfarm-upload-{uuid.uuid4().hex}.tar"
     await sandbox.write_file(staging, tar_directory(src), mode=0o600)
     target = shlex.quote(dest)
     clear = f"rm -rf {target} && " if replace else ""
+    if first:
+        clear = f"{{ {first}; }}; {clear}"
     result = await sandbox.exec(
         f"{clear}mkdir -p {target} && tar -xf {staging} -C {target} --no-same-owner"
         f"; status=$?; rm -f {staging}; exit $status",
