@@ -110,7 +110,7 @@ class VerifierPhases(ABC):
         the agent stops, or with ``early`` before the agent starts; the default does nothing).
         Nothing of it is handed out before ``fork_clean`` has stopped this sandbox's
         processes. A backend ignores an ``early`` hint when the agent could reach the fork
-        (a network alias it shares with this sandbox)."""
+        over a network."""
         return
 
     def shared_paths(self) -> list[str]:
