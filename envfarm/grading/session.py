@@ -2,8 +2,7 @@
 
 The episode runner calls, in order: ``before_agent`` (after provisioning: the first snapshot,
 and the file system's listing for a clean-room verifier, or both as an earlier episode of the
-image and task took them, ``pristine.py``; a clean-room verifier's container starts now when
-the backend allows), ``after_agent`` (when the agent has
+image and task took them, ``pristine.py``), ``after_agent`` (when the agent has
 stopped: the second snapshot, the command scan, collect hooks, declared artifacts, the workdir's
 changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
@@ -117,10 +116,6 @@ class EpisodeGrading:
         """The first snapshot and the clean room's listing, side by side; or, when an earlier
         episode of this image and task took them (``pristine.py``), its, with this
         container's clock."""
-        if self.mode != "shared":
-            await verifier_phases(self.sandbox).prepare_fork(
-                network=self.verifier_network, early=True
-            )
         cache = self.pristine if self.image_id else None
         key = self._pristine_key()
         found = await cache.lookup(key) if cache is not None else None

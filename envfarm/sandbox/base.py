@@ -105,12 +105,10 @@ class VerifierPhases(ABC):
         else none; an environment network and its sidecars stay as they are). Called once,
         after the agent and before grading. SandboxError when it cannot be done."""
 
-    async def prepare_fork(self, *, network: bool, early: bool = False) -> None:
+    async def prepare_fork(self, *, network: bool) -> None:
         """Start getting ``fork_clean``'s sandbox ready in the background (a hint, called as
-        the agent stops, or with ``early`` before the agent starts; the default does nothing).
-        Nothing of it is handed out before ``fork_clean`` has stopped this sandbox's
-        processes. A backend ignores an ``early`` hint when the agent could reach the fork
-        over a network."""
+        the agent stops; the default does nothing). Nothing runs in it, and nothing of it is
+        handed out, before ``fork_clean`` has stopped this sandbox's processes."""
         return
 
     def shared_paths(self) -> list[str]:

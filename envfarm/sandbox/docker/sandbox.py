@@ -22,8 +22,8 @@ limits keep the helper alive when the agent's commands exceed them (``excess.py`
 The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
 ``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and hands
-out a fresh one of the same configuration, started by ``prepare_fork`` before the agent (when it has
-no network) or as it stopped.
+out a fresh one of the same configuration, started by ``prepare_fork`` as the agent stopped
+(it runs nothing but the helper until then).
 """
 
 from __future__ import annotations
@@ -415,14 +415,10 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessLogs, ChannelPortForwarding)
         except SandboxGone as exc:
             await self._explain_gone(exc)
 
-    async def prepare_fork(self, *, network: bool, early: bool = False) -> None:
-        """Create and start the fresh container now, while the agent works (``early``) or its
-        container is inspected; nothing is handed to it until ``fork_clean`` has killed this
-        one. Early only when the fork has no network at all: on a network the agent could
-        reach what the image's entrypoint serves in it (or the network alias it shares)."""
+    async def prepare_fork(self, *, network: bool) -> None:
+        """Create and start the fresh container now, while the agent's is still inspected:
+        it runs only the helper until ``fork_clean`` has killed this one."""
         if self._container is None or self._next_fork is not None:
-            return
-        if early and (network or self.config.network_name is not None):
             return
         self._next_fork = (network, asyncio.ensure_future(self._start_fork(network)))
 
