@@ -467,7 +467,7 @@ async def main(args: argparse.Namespace) -> None:
     results: list[JobResult] = []
     bare: dict[str, list[float]] = {"single": [], "compose": []}
     variants = [Variant(f"envfarm[{t.name}]", t.resolve()) for t in args.envfarm_tree or []]
-    for round_no in range(args.rounds + 1):
+    for round_no in range(0 if args.warm_up else 1, args.rounds + 1):
         warm = round_no == 0
         for kind, (group, concurrency) in kinds.items():
             if not group:
@@ -507,6 +507,12 @@ if __name__ == "__main__":
     parser.add_argument("--single-concurrency", type=int, default=4)
     parser.add_argument("--compose-concurrency", type=int, default=1)
     parser.add_argument("--envfarm-only", action="store_true", help="profile envfarm alone")
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="measure from the first round (images and caches already warm)",
+    )
     parser.add_argument(
         "--envfarm-tree",
         type=Path,
