@@ -83,6 +83,9 @@ class Listing:
     mounts: list[str] = field(default_factory=list)
     started: float | None = None
     """When the container started, on its clock (None: unknown)."""
+    late: frozenset[str] = frozenset()
+    """Entries written after the listed container started (a reused listing, ``pristine.py``):
+    another container may lack them, so one only counts as changed when its ctime says so."""
 
 
 @dataclass(frozen=True)
@@ -221,10 +224,12 @@ def plan_changes(before: Listing, after: Listing, scope: CarryScope | None = Non
     old = {p: e for p, e in before.entries.items() if not scope.left_out(p)}
     new = {p: e for p, e in after.entries.items() if not scope.left_out(p)}
     gone = {path for path, (kind, _) in old.items() if new.get(path, ("", 0.0))[0] != kind}
+    gone -= {p for p in before.late & gone if p in new and new[p][1] <= since}
     touched = {
         path
         for path, (kind, ctime) in new.items()
-        if kind in _KINDS and (ctime > since or old.get(path, ("", 0.0))[0] != kind)
+        if kind in _KINDS
+        and (ctime > since or (old.get(path, ("", 0.0))[0] != kind and path not in before.late))
     }
     restored = {
         path

@@ -8,11 +8,11 @@ files). So the first episode of an image and task takes them in its own containe
 before, and the later ones reuse them; an episode then reads only its container's clock (the
 ``since`` of the ctime comparisons after the agent must be its own).
 
-The reused listing keeps only the entries whose ctime is older than the container that was
-listed: what the image has, not what envfarm or the image's entrypoint wrote after the start.
-An entry missing from it looks new to a later episode, and is carried if it changed in that
-episode: the verifier receives what it would have received anyway, at most a file the image
-already has. Nothing the agent does can reach the cache: it is written before the agent starts.
+In the reused listing, the entries whose ctime is not older than the container that was listed
+are marked *late*: envfarm or the image's entrypoint wrote them after the start, and another
+container may lack them or have them otherwise, so a later episode counts one as changed only
+by its ctime, never because its type differs or it is new. Nothing the agent does can reach
+the cache: it is written before the agent starts.
 
 The key is the image's id (content-addressed), the task's content hash (its solution, bind
 files and compose file), the workdir, what the episode takes (listing, snapshot, copy, the
@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,11 @@ from envfarm.grading.carry import LIST_SCRIPT, Listing
 from envfarm.grading.snapshot import SNAPSHOT_SCRIPT, Snapshot
 from envfarm.paths import user_cache_dir
 
-VERSION = 1
+VERSION = 2
+"""Of the stored format; ``READABLE`` versions are read too."""
+READABLE = (1, 2)
+KEY_SALT = "1"
+"""Changed when what a key must cover changes."""
 CTIME_MARGIN_S = 1.0
 DISABLE_VARIABLE = "ENVFARM_PRISTINE_CACHE"
 MAX_BASELINE_BYTES = 8 * 1024 * 1024
@@ -63,18 +67,19 @@ def pristine_key(
     baseline: bool,
     solution: bool,
 ) -> str:
-    parts = [str(VERSION), image_id, task_hash, workdir or "", LIST_SCRIPT, SNAPSHOT_SCRIPT]
+    parts = [KEY_SALT, image_id, task_hash, workdir or "", LIST_SCRIPT, SNAPSHOT_SCRIPT]
     parts += [str(int(flag)) for flag in (listing, snapshot, baseline, solution)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def image_entries(listing: Listing) -> Listing | None:
-    """``listing`` with only what the image has (None when the container's start is unknown)."""
+    """``listing`` with its entries written after the container started marked ``late`` (None
+    when the start is unknown)."""
     if listing.started is None:
         return None
     cutoff = listing.started - CTIME_MARGIN_S
-    entries = {p: e for p, e in listing.entries.items() if e[1] < cutoff}
-    return Listing(listing.workdir, listing.now, entries, list(listing.mounts), listing.started)
+    late = frozenset(p for p, (_, ctime) in listing.entries.items() if ctime >= cutoff)
+    return replace(listing, entries=dict(listing.entries), mounts=list(listing.mounts), late=late)
 
 
 def _encode(pristine: Pristine) -> bytes:
@@ -85,6 +90,7 @@ def _encode(pristine: Pristine) -> bytes:
             "workdir": listing.workdir,
             "mounts": listing.mounts,
             "entries": [[p, k, c] for p, (k, c) in listing.entries.items()],
+            "late": sorted(listing.late),
         }
     if pristine.snapshot is not None:
         data["snapshot"] = pristine.snapshot.model_dump(mode="json")
@@ -94,12 +100,14 @@ def _encode(pristine: Pristine) -> bytes:
 
 def _decode(raw: bytes, baseline: bytes | None) -> Pristine | None:
     data = json.loads(gzip.decompress(raw))
-    if data.get("version") != VERSION or bool(data.get("baseline")) != (baseline is not None):
+    if data.get("version") not in READABLE or bool(data.get("baseline")) != (baseline is not None):
         return None
     listing = None
     if (shown := data.get("listing")) is not None:
         entries = {str(p): (str(k), float(c)) for p, k, c in shown["entries"]}
-        listing = Listing(str(shown["workdir"]), 0.0, entries, [str(m) for m in shown["mounts"]])
+        mounts = [str(m) for m in shown["mounts"]]
+        late = frozenset(str(p) for p in shown.get("late", ()))  # version 1: dropped instead
+        listing = Listing(str(shown["workdir"]), 0.0, entries, mounts, late=late)
     snapshot = None
     if (taken := data.get("snapshot")) is not None:
         snapshot = Snapshot.model_validate(taken)

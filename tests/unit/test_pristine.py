@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from envfarm.grading.carry import Listing
+from envfarm.grading.carry import Listing, plan_changes
 from envfarm.grading.pristine import Pristine, PristineCache, image_entries, pristine_key
 from envfarm.grading.snapshot import Snapshot
 
@@ -19,11 +20,26 @@ def listing() -> Listing:
     return Listing("/app", 1000.0, entries, ["etc/hosts"], started=1000.0)
 
 
-def test_only_entries_older_than_the_listed_container_are_kept() -> None:
+def test_entries_younger_than_the_listed_container_are_late() -> None:
     kept = image_entries(listing())
     assert kept is not None
-    assert set(kept.entries) == {"etc/passwd", ODD}
+    assert set(kept.entries) == {"etc/passwd", ODD, "run/started"}
+    assert kept.late == {"run/started"}
     assert image_entries(Listing("/app", 1000.0, {}, [])) is None  # start unknown: no cache
+
+
+def test_a_late_entry_counts_as_changed_by_its_ctime_alone() -> None:
+    kept = image_entries(listing())
+    assert kept is not None
+    before = replace(kept, now=2000.0)
+    entries = {"etc/passwd": ("f", 100.0), "run/started": ("d", 999.5), "run/new": ("f", 2500.0)}
+    plan = plan_changes(before, Listing("/app", 3000.0, entries, []))
+    assert plan.carry == ["run/new"]  # not run/started: late, and unchanged since the start
+    assert plan.delete == [ODD]  # nor is it deleted for being of another type
+    entries["run/started"] = ("d", 2500.0)  # changed in this episode: replaced
+    plan = plan_changes(before, Listing("/app", 3000.0, entries, []))
+    assert plan.carry == ["run/new", "run/started"]
+    assert plan.delete == ["run/started", ODD]
 
 
 def test_a_state_survives_the_disk_and_a_fresh_process(tmp_path: Path) -> None:
@@ -36,6 +52,7 @@ def test_a_state_survives_the_disk_and_a_fresh_process(tmp_path: Path) -> None:
     assert kept is not None
     assert found.listing.entries == kept.entries
     assert found.listing.mounts == ["etc/hosts"]
+    assert found.listing.late == kept.late
     assert found.snapshot == snapshot
     assert found.baseline == b"tar bytes"
     (tmp_path / "k.tar").unlink()  # a state whose workdir copy is gone is a miss, not a None copy
