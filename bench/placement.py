@@ -6,10 +6,12 @@ flight (its API server and kubelets), a start latency drawn from a log-normal (m
 ``--start-s``, long tail) plus an image pull when the image is not there yet. Environments stay
 up once started (the question is time to all-started). At ``--fail-at-s`` one cluster is lost
 whole: every environment it held or was starting returns to the queue as a lost attempt and
-runs elsewhere. Time is real time scaled by ``--speed`` (the latencies are divided by it).
+runs elsewhere. Time is simulated: the run is on ``envfarm.testing.virtual_clock``'s loop, whose
+clock jumps to the next timer whenever nothing is ready, so the simulated figures do not depend
+on how busy the machine is; only the real run time does.
 
-Reports: time to all-started (simulated seconds), episodes lost (must be 0), reruns, and
-placement spread / locality. Usage: python bench/placement.py [--envs 100000] [--speed 20]
+Reports: time to all-started (simulated seconds), the real run time, episodes lost (must be
+0), reruns, and placement spread / locality. Usage: python bench/placement.py [--envs 100000]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from envfarm.controller.placement import BackendLost, Episode, PlacementQueue, Placer, Slot
+from envfarm.testing import virtual_clock
 
 
 @dataclass
@@ -30,7 +33,6 @@ class Cluster:
     starts_in_flight: int
     start_s: float
     pull_s: float
-    speed: float
     failed: asyncio.Event = field(default_factory=asyncio.Event)
     gate: asyncio.Semaphore = field(init=False)
     started: int = 0
@@ -46,19 +48,17 @@ class Simulation:
         self.rng = random.Random(7)
         self.up: set[object] = set()
         self.all_started_at: float | None = None
-        self.origin = time.monotonic()
         self.clusters = [
-            Cluster(f"cluster-{i}", args.in_flight, args.start_s * (0.7 + 0.1 * i),
-                    args.pull_s, args.speed)
+            Cluster(f"cluster-{i}", args.in_flight, args.start_s * (0.7 + 0.1 * i), args.pull_s)
             for i in range(args.clusters)
-        ]  # fmt: skip
+        ]
         quota = int(args.envs * args.headroom / (args.clusters - 1))
         slots = [Slot(c.name, c, quota) for c in self.clusters]
         self.queue: PlacementQueue[Cluster] = PlacementQueue(Placer(slots), self.start)
         self.hold = asyncio.Event()
 
     def now(self) -> float:
-        return (time.monotonic() - self.origin) * self.args.speed
+        return asyncio.get_running_loop().time()
 
     async def start(self, slot: Slot[Cluster], episode: Episode) -> None:
         cluster = slot.handle
@@ -83,10 +83,10 @@ class Simulation:
     async def sleep(self, seconds: float, cluster: Cluster) -> None:
         if cluster.failed.is_set():
             raise BackendLost(f"{cluster.name} is gone")
-        await asyncio.sleep(seconds / self.args.speed)
+        await asyncio.sleep(seconds)
 
     async def fail_one(self) -> int:
-        await asyncio.sleep(self.args.fail_at_s / self.args.speed)
+        await asyncio.sleep(self.args.fail_at_s)
         victim = self.clusters[self.args.clusters // 2]
         victim.failed.set()
         held = [key for key, where in self.queue.placer.placed.items() if where == victim.name]
@@ -107,7 +107,7 @@ class Simulation:
             "environments": self.args.envs,
             "clusters": self.args.clusters,
             "time_to_all_started_s": round(self.all_started_at or -1, 1),
-            "wall_s": round(wall, 1),
+            "real_run_s": round(wall, 1),
             "held_by_failed_cluster": lost_at_failure,
             "reruns": self.queue.lost_attempts,
             "episodes_lost": self.args.envs - len(self.up),
@@ -132,7 +132,6 @@ async def main() -> None:
     parser.add_argument("--pull-s", type=float, default=20.0, help="image pull when absent")
     parser.add_argument("--fail-at-s", type=float, default=60.0)
     parser.add_argument("--headroom", type=float, default=1.05, help="total quota / envs, 7 up")
-    parser.add_argument("--speed", type=float, default=20.0)
     figures = await Simulation(parser.parse_args()).run()
     for key, value in figures.items():
         print(f"{key}: {value}")
@@ -140,4 +139,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    virtual_clock.run(main())

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 from envfarm.agent.capture.server import CaptureServer
 from envfarm.agent.capture.session import CaptureLimits, CaptureSession
 from envfarm.agent.loop import AgentRun
-from envfarm.agent.specs import AgentSpec
+from envfarm.agent.specs import MCP_ENV, AgentSpec
+from envfarm.errors import TaskSpecError
 from envfarm.models.trajectory import AgentOutcome, StopReason
 from envfarm.policy.base import PolicyClient, SamplingParams
 from envfarm.sandbox.base import ExecResult, Sandbox
 from envfarm.sandbox.forwarding import port_forwarding
+from envfarm.spec.mcp import McpServer
 
 MODEL_ALIAS = "policy"
 """The model name the agent is told; the capture endpoint answers for any."""
@@ -45,12 +48,20 @@ async def run_installed(
     limits: CaptureLimits,
     workdir: str,
     user: str | None,
+    mcp_servers: list[McpServer] | None = None,
 ) -> InstalledRun:
+    servers = mcp_servers or []
+    refusal = spec.mcp_refusal(servers)
+    if refusal is not None:
+        raise TaskSpecError("task.toml: environment.mcp_servers", refusal)
+    instruction = spec.agent_instruction(instruction, servers)
     session = CaptureSession(policy, sampling=sampling, limits=limits)
     async with CaptureServer(session, model=MODEL_ALIAS) as server:
         forward = await port_forwarding(sandbox).forward_port("127.0.0.1", server.port)
         try:
-            result = await _run(spec, session, sandbox, instruction, forward.port, workdir, user)
+            result = await _run(
+                spec, session, sandbox, instruction, forward.port, workdir, user, servers
+            )
         finally:
             await forward.aclose()
     if session.policy_failure is not None:
@@ -81,16 +92,21 @@ async def _run(
     port: int,
     workdir: str,
     user: str | None,
+    servers: list[McpServer],
 ) -> ExecResult | None:
     """The agent's exec result, or None when the session's end stopped it first."""
+    declared = json.dumps([server.model_dump(exclude_defaults=True) for server in servers])
     values = {
         "instruction": instruction,
         "base_url": f"http://127.0.0.1:{port}/v1",
         "model": MODEL_ALIAS,
         "workdir": workdir,
+        "mcp_servers": declared,
     }
     command = spec.fill(spec.run.command, **values)
     env = {key: spec.fill(value, **values) for key, value in spec.run.env.items()}
+    if servers:
+        env.setdefault(MCP_ENV, declared)
     timeout = session.limits.timeout_s
     agent = asyncio.create_task(
         sandbox.exec(command, workdir=workdir, env=env, user=user, timeout=timeout)

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.agent.context import SUMMARY_REQUEST, ContextMeter, resumed_instruction
+from envfarm.agent.extra_tools import ExtraTools, run_extra_tool
 from envfarm.agent.tools import (
     SANITIZED_ARGUMENTS,
     SUBMIT,
@@ -89,17 +90,25 @@ class Agent:
         limits: AgentLimits,
         tools: ToolContext,
         sampling: SamplingParams,
+        extra_tools: ExtraTools | None = None,
     ) -> None:
         self.policy, self.sandbox = policy, sandbox
         self.limits, self.tools, self.sampling = limits, tools, sampling
+        self.extra_tools = extra_tools
         self.messages: list[dict[str, Any]] = []
         self.turns: list[Turn] = []
         self.segments: list[Segment] = []
         self.malformed = 0
         self.instruction = ""
-        self.meter = ContextMeter(tool_schemas())
+        self.meter = ContextMeter(self.schemas)
         self.prompts = PromptCompactor()
         """Keeps recorded prompts compact: storage stays linear in the number of turns."""
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools offered to the model: the built-in ones, then the task's own."""
+        extra = self.extra_tools.schemas if self.extra_tools is not None else []
+        return [*tool_schemas(), *extra] if extra else tool_schemas()
 
     async def run(self, instruction: str) -> AgentRun:
         self.instruction = instruction
@@ -137,9 +146,7 @@ class Agent:
                 continue
             acted = True
             try:
-                completion = await self.policy.complete(
-                    self.messages, tool_schemas(), self.sampling
-                )
+                completion = await self.policy.complete(self.messages, self.schemas, self.sampling)
             except ContextLengthExceeded:
                 return "context_length"
             turn = self._record(completion)
@@ -158,9 +165,12 @@ class Agent:
                 context = self.tools.model_copy(
                     update={"command_timeout_s": min(self.tools.command_timeout_s, remaining)}
                 )
-                args = parse_arguments(call)
-                self.malformed += isinstance(args, str)
-                result = await run_tool(call, args, self.sandbox, context)
+                if self.extra_tools is not None and self.extra_tools.offers(call.name):
+                    result = await run_extra_tool(call, self.extra_tools, context)
+                else:
+                    args = parse_arguments(call)
+                    self.malformed += isinstance(args, str)
+                    result = await run_tool(call, args, self.sandbox, context)
                 if call.id in sanitized:
                     result.sent_arguments = SANITIZED_ARGUMENTS
                 turn.tool_results.append(result)
@@ -181,7 +191,7 @@ class Agent:
             return False
         self.messages.append({"role": "user", "content": SUMMARY_REQUEST})
         sampling = self.sampling.model_copy(update={"tool_choice": "none"})
-        completion = await self.policy.complete(self.messages, tool_schemas(), sampling)
+        completion = await self.policy.complete(self.messages, self.schemas, sampling)
         turn = self._record(completion, kind="summary")
         self.messages.append(sanitized_message(completion.message)[0])
         summary = completion.content or ""

@@ -3,7 +3,9 @@
 A spec says how to install the agent (pip packages into a private virtualenv, or npm packages
 into a private ``node_modules``, both under ``AGENT_DIR``), the command line that runs it with
 the task's instruction, the environment variables that point it at the capture endpoint, which
-API it speaks, and which exit codes mean it ended by itself. Shipped specs live in
+API it speaks, which exit codes mean it ended by itself, and how it takes the task's MCP servers
+(``mcp``, below: Harbor's capability check, so a task whose MCP servers an agent cannot use is
+refused rather than run as a different task). Shipped specs live in
 ``envfarm/agent/agents/*.toml``; ``--agent-spec FILE`` loads a user's own in the same format.
 """
 
@@ -19,6 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import TaskSpecError
 from envfarm.sandbox.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLayer
+from envfarm.spec.mcp import McpServer, mcp_section
+
+McpSupport = Literal["instruction", "config", "none"]
+MCP_ENV = "ENVFARM_MCP_SERVERS"
+"""The variable that holds the task's MCP servers (a JSON list) for every installed agent."""
 
 BUILTIN = "builtin"
 """The name of envfarm's own tool loop, the default."""
@@ -45,7 +52,8 @@ class AgentRun(BaseModel):
 
     command: str
     """Shell command; ``{instruction}`` (quoted), ``{base_url}``, ``{model}``, ``{agent_dir}``,
-    ``{workdir}`` and ``{api_key}`` are filled in."""
+    ``{workdir}``, ``{api_key}`` and ``{mcp_servers}`` (the task's MCP servers as a quoted JSON
+    list, ``[]`` when none) are filled in."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables for the agent; the same placeholders apply."""
     done_exit_codes: list[int] = Field(default_factory=lambda: [0])
@@ -60,13 +68,42 @@ class AgentSpec(BaseModel):
     api: Literal["chat", "responses", "messages"] = "chat"
     install: AgentInstall = Field(default_factory=AgentInstall)
     run: AgentRun
+    mcp: McpSupport = "none"
+    """How the agent takes the task's ``[[environment.mcp_servers]]``: ``instruction``, the
+    section Harbor's own loops append to the instruction; ``config``, the agent configures its
+    MCP client itself from ``{mcp_servers}`` or ``$ENVFARM_MCP_SERVERS`` (both JSON); ``none``,
+    it cannot, and a task that declares MCP servers is refused for it."""
+
+    def mcp_refusal(self, servers: list[McpServer]) -> str | None:
+        """Why this agent cannot run a task with ``servers``; None when it can."""
+        if not servers or self.mcp != "none":
+            return None
+        return (
+            f"the task declares MCP servers ([[environment.mcp_servers]]: "
+            f"{', '.join(s.name for s in servers)}) and agent {self.name} cannot use them "
+            "(its spec has no `mcp`); use the built-in agent or an agent spec with "
+            'mcp = "instruction" or "config"'
+        )
+
+    def agent_instruction(self, instruction: str, servers: list[McpServer]) -> str:
+        return instruction + mcp_section(servers) if self.mcp == "instruction" else instruction
 
     def layer(self) -> AgentLayer:
         return AgentLayer(name=self.name, version=self.version, script=install_script(self))
 
-    def fill(self, text: str, *, instruction: str, base_url: str, model: str, workdir: str) -> str:
+    def fill(
+        self,
+        text: str,
+        *,
+        instruction: str,
+        base_url: str,
+        model: str,
+        workdir: str,
+        mcp_servers: str = "[]",
+    ) -> str:
         values = {
             "instruction": shlex.quote(instruction),
+            "mcp_servers": shlex.quote(mcp_servers),
             "base_url": base_url,
             "model": model,
             "agent_dir": AGENT_DIR,

@@ -19,40 +19,26 @@ or zstd when the ``zstandard`` package is installed. docs/api.md names the media
 
 from __future__ import annotations
 
-import base64
 import importlib.util
-import json
 import zlib
-from array import array
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from envfarm.api.problems import ProblemError, problem
 from envfarm.models.jobs import RawGroup, RawGroupPage
-
-try:
-    import orjson
-
-    loads: Callable[[str | bytes], Any] = orjson.loads
-
-    def dumps(value: Any) -> bytes:
-        return orjson.dumps(value)
-
-except ImportError:  # pragma: no cover - the fallback when orjson is not installed
-    loads = json.loads
-
-    def dumps(value: Any) -> bytes:
-        return json.dumps(value, separators=(",", ":")).encode()
-
+from envfarm.models.packing import (
+    ARRAY_FIELDS,
+    FLOAT_ARRAYS,
+    INT_ARRAYS,
+    dumps,
+    loads,
+    packed_trajectory,
+)
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
 ARROW = "application/vnd.apache.arrow.stream"
 SSE = "text/event-stream"
-INT_ARRAYS = ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids")
-FLOAT_ARRAYS = ("logprobs",)
-ARRAY_FIELDS = INT_ARRAYS + FLOAT_ARRAYS
 HAVE_ARROW = importlib.util.find_spec("pyarrow") is not None
 HAVE_ZSTD = importlib.util.find_spec("zstandard") is not None
 
@@ -101,33 +87,19 @@ def not_acceptable(detail: str) -> ProblemError:
     return ProblemError(problem(406, "not-acceptable", f"{detail}; offered: {offered}"))
 
 
-def pack_ints(values: list[int]) -> str:
-    return base64.b64encode(array("i", values).tobytes()).decode()
-
-
-def pack_floats(values: list[float]) -> str:
-    return base64.b64encode(array("f", values).tobytes()).decode()
-
-
-def packed_trajectory(text: str) -> dict[str, Any]:
-    """A stored trajectory with its token arrays packed."""
-    trajectory: dict[str, Any] = loads(text)
-    for turn in trajectory.get("turns") or ():
-        for name in INT_ARRAYS:
-            if turn.get(name) is not None:
-                turn[name] = pack_ints(turn[name])
-        for name in FLOAT_ARRAYS:
-            if turn.get(name) is not None:
-                turn[name] = pack_floats(turn[name])
-    return trajectory
+def packed_texts(group: RawGroup) -> list[str]:
+    """The group's trajectories in packed form: the store's copies, packed here when absent
+    (groups completed before the store kept them)."""
+    stored = group.packed or [None] * len(group.trajectories)
+    return [p if p is not None else dumps(packed_trajectory(t)).decode()
+            for t, p in zip(group.trajectories, stored, strict=True)]  # fmt: skip
 
 
 def group_json(group: RawGroup, packed: bool) -> bytes:
     if not packed:
         return group.json().encode()
-    head = group.meta.model_dump(mode="json")
-    head["trajectories"] = [packed_trajectory(text) for text in group.trajectories]
-    return dumps(head)
+    head = group.meta.model_dump_json()[:-1]
+    return f'{head},"trajectories":[{",".join(packed_texts(group))}]}}'.encode()
 
 
 def page_json(page: RawGroupPage, packed: bool) -> bytes:
@@ -143,11 +115,10 @@ def head_of(trajectory: dict[str, Any]) -> dict[str, Any]:
 
 
 def group_ndjson(group: RawGroup, packed: bool) -> bytes:
-    bodies = [packed_trajectory(t) if packed else loads(t) for t in group.trajectories]
+    texts = packed_texts(group) if packed else group.trajectories
     head = group.meta.model_dump(mode="json")
-    head["heads"] = [head_of(body) for body in bodies]
-    lines = [dumps(head)]
-    lines += [dumps(b) for b in bodies] if packed else [t.encode() for t in group.trajectories]
+    head["heads"] = [head_of(loads(text)) for text in texts]  # packed text parses fast
+    lines = [dumps(head), *(text.encode() for text in texts)]
     return b"\n".join(lines) + b"\n"
 
 

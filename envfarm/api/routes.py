@@ -27,6 +27,7 @@ from envfarm.models.jobs import GroupPage, JobRequest, JobView, TaskInfo
 MAX_WAIT_S = 300.0
 MAX_LIMIT = 1000
 CONSUMER_PATTERN = r"^[A-Za-z0-9_.:@-]{1,128}$"
+NEXT_CURSOR = "Envfarm-Next-Cursor"
 
 
 class Body(BaseModel):
@@ -165,6 +166,8 @@ async def job_groups(
             job_id, after=after, limit=limit, wait_s=wait, consumer=consumer
         )
         body = compressor.whole(encode_page(page, encoding))
+        if page.groups:  # a client may ask for the next page before it parses this one
+            headers[NEXT_CURSOR] = str(page.groups[-1].cursor)
         return Response(body, media_type=encoding.content_type, headers=headers)
     if last_event_id:
         if not last_event_id.strip().isdigit():

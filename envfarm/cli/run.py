@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from envfarm.agent.specs import resolve_agent
+from envfarm.agent.specs import AgentSpec, resolve_agent
 from envfarm.cli.options import judge_options, offline_option
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
@@ -299,6 +299,8 @@ def run(
         console.print(f"[red]error:[/] {escape(str(exc))}")
         sys.exit(EXIT_BAD_INPUT)
     allow_unjudged = allow_unjudged or spec.builtin
+    if installed is not None:
+        tasks = _triage_mcp_tasks(tasks, installed, bad_inputs)
     tasks = _triage_rubric_tasks(tasks, judge_request, allow_unjudged, bad_inputs)
     if spec.builtin:
         console.print(
@@ -350,6 +352,24 @@ def run(
         f"trajectories: {out / 'trajectories.jsonl'}\nsummary:      {out / 'summary.json'}"
     )
     sys.exit(summary.exit_code)
+
+
+def _triage_mcp_tasks(
+    tasks: list[Task], agent: AgentSpec, bad_inputs: dict[str, str]
+) -> list[Task]:
+    """Tasks whose MCP servers the installed agent cannot use are refused, as Harbor does."""
+    runnable = []
+    for task in tasks:
+        refusal = agent.mcp_refusal(task.config.environment.mcp_servers)
+        if refusal is None:
+            runnable.append(task)
+            continue
+        bad_inputs[task.id] = refusal
+        console.print(f"[yellow]not run:[/] {escape(task.id)}: {escape(refusal)}")
+    if tasks and not runnable:
+        console.print("[red]no runnable task found[/]")
+        sys.exit(EXIT_BAD_INPUT)
+    return runnable
 
 
 def _triage_rubric_tasks(

@@ -16,15 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
 from envfarm.client.acks import DEFAULT_EVERY, DEFAULT_INTERVAL_S, BackgroundAcker
-from envfarm.client.http import Backoff, Decompressor, Transport, accept_encodings, error_of
-from envfarm.client.lazy import LazyGroup, arrow_groups, json_group, ndjson_groups
+from envfarm.client.http import (
+    Backoff,
+    Decompressor,
+    Raw,
+    Transport,
+    accept_encodings,
+    error_of,
+)
+from envfarm.client.lazy import LazyGroup, arrow_groups, json_group, loads, ndjson_groups
 from envfarm.client.sse import EventParser
 from envfarm.models.jobs import (
     TERMINAL_STATUSES,
@@ -36,6 +43,7 @@ from envfarm.models.jobs import (
 )
 
 STREAM_READ_TIMEOUT_S = 90.0
+SEND_YIELDS = 8
 JSON, NDJSON = "application/json", "application/x-ndjson"
 ARROW, SSE = "application/vnd.apache.arrow.stream", "text/event-stream"
 ENCODINGS = {
@@ -134,16 +142,20 @@ class EnvfarmClient:
         limit: int = 100,
         wait_s: float = 0.0,
         consumer: str = "default",
+        compression: str | None = None,
     ) -> GroupPage:
         """One long-poll: up to ``limit`` groups after ``after`` (default: the consumer's
-        last acknowledged cursor), waiting up to ``wait_s`` for a first one."""
+        last acknowledged cursor), waiting up to ``wait_s`` for a first one. ``compression``:
+        None (the default), "gzip" or "zstd"."""
         params: dict[str, str | int | float] = {"limit": limit, "wait": wait_s}
         params["consumer"] = consumer
         if after is not None:
             params["after"] = after
+        headers = {"Accept-Encoding": accept_encodings(compression)}
         answer = await self._http.request(
-            "GET", f"/v1/jobs/{job_id}/groups", params=params, extra_timeout_s=wait_s
-        )
+            "GET", f"/v1/jobs/{job_id}/groups", params=params, extra_timeout_s=wait_s,
+            headers=headers,
+        )  # fmt: skip
         return GroupPage.model_validate(answer)
 
     async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None:
@@ -162,16 +174,16 @@ class EnvfarmClient:
         limit: int = 100,
         ack_every: int = DEFAULT_EVERY,
         ack_interval_s: float = DEFAULT_INTERVAL_S,
+        compression: str | None = None,
     ) -> AsyncIterator[DeliveredGroup]:
         """Every group of the job from ``after`` (default: the consumer's acknowledged
         cursor) until the job has ended and its last group was yielded."""
 
-        async def fetch(cursor: int | None, wait: float) -> list[DeliveredGroup]:
-            page = await self.page(job_id, after=cursor, limit=limit, wait_s=wait,
-                                   consumer=consumer)  # fmt: skip
-            return page.groups
+        def decode(raw: Raw) -> list[DeliveredGroup]:
+            return GroupPage.model_validate(loads(raw.body)).groups
 
-        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
+        fetch = self._page_fetcher(job_id, consumer, limit, JSON, accept_encodings(compression))
+        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch, decode,
                                        ack_every, ack_interval_s):  # fmt: skip
             yield group
 
@@ -191,22 +203,27 @@ class EnvfarmClient:
     ) -> AsyncIterator[LazyGroup]:
         """Like ``groups()`` in a compact form: ``encoding`` is one of ``ENCODINGS``,
         ``compression`` None, "gzip" or "zstd" (gzip when zstandard is missing)."""
-        accept = ENCODINGS[encoding]
-        accept_encoding = accept_encodings(compression)
+        fetch = self._page_fetcher(job_id, consumer, limit, ENCODINGS[encoding],
+                                   accept_encodings(compression))  # fmt: skip
+        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
+                                       lambda raw: decode_groups(raw.media_type, raw.body),
+                                       ack_every, ack_interval_s):  # fmt: skip
+            yield group
+
+    def _page_fetcher(
+        self, job_id: str, consumer: str, limit: int, accept: str, accept_encoding: str
+    ) -> Callable[[int | None, float], Awaitable[Raw]]:
         path = f"/v1/jobs/{job_id}/groups"
 
-        async def fetch(cursor: int | None, wait: float) -> list[LazyGroup]:
+        async def fetch(cursor: int | None, wait: float) -> Raw:
             params: dict[str, str | int | float] = {"limit": limit, "wait": wait}
             params["consumer"] = consumer
             if cursor is not None:
                 params["after"] = cursor
-            kind, body = await self._http.raw(path, accept=accept, accept_encoding=accept_encoding,
-                                              params=params, extra_timeout_s=wait)  # fmt: skip
-            return decode_groups(kind, body)
+            return await self._http.raw(path, accept=accept, accept_encoding=accept_encoding,
+                                        params=params, extra_timeout_s=wait)  # fmt: skip
 
-        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
-                                       ack_every, ack_interval_s):  # fmt: skip
-            yield group
+        return fetch
 
     async def _paged(
         self,
@@ -215,21 +232,30 @@ class EnvfarmClient:
         after: int | None,
         ack: bool,
         wait_s: float,
-        fetch: Any,
+        fetch: Callable[[int | None, float], Awaitable[Raw]],
+        decode: Callable[[Raw], list[Any]],
         ack_every: int,
         ack_interval_s: float,
     ) -> AsyncIterator[Any]:
+        """Pages one after another, the next asked for (by the cursor the server names in a
+        header) before this one is parsed, so the server reads the store while this process
+        parses; a large page is parsed in a thread so the request goes out meanwhile."""
         cursor = after
         ended = False
         acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
-        ahead: asyncio.Task[Any] | None = None
+        ahead: asyncio.Task[Raw] | None = None
         try:
             while True:
                 if ahead is not None:
-                    found, ahead = await ahead, None
+                    raw, ahead = await ahead, None
                 else:
-                    found = await fetch(cursor, 0.0 if ended else wait_s)
-                if found:  # read the next page while the consumer works on this one
+                    raw = await fetch(cursor, 0.0 if ended else wait_s)
+                if raw.next_cursor is not None:
+                    ahead = asyncio.ensure_future(fetch(raw.next_cursor, 0.0))
+                    for _ in range(SEND_YIELDS):  # let the request go out before parsing
+                        await asyncio.sleep(0)
+                found = decode(raw)
+                if found and ahead is None:  # a server that does not name the next cursor
                     ahead = asyncio.ensure_future(fetch(found[-1].cursor, 0.0))
                 for group in found:
                     yield group
@@ -259,10 +285,11 @@ class EnvfarmClient:
         read_timeout_s: float = STREAM_READ_TIMEOUT_S,
         ack_every: int = DEFAULT_EVERY,
         ack_interval_s: float = DEFAULT_INTERVAL_S,
+        compression: str | None = None,
     ) -> AsyncIterator[DeliveredGroup]:
         """Like ``groups()``, pushed by the server as server-sent events."""
         async for group in self._events(job_id, consumer, after, ack, read_timeout_s,
-                                        SSE, None, DeliveredGroup.model_validate_json,
+                                        SSE, accept_encodings(compression), stream_group,
                                         ack_every, ack_interval_s):  # fmt: skip
             yield group
 
@@ -376,6 +403,10 @@ def request_body(request: JobRequest) -> dict[str, Any]:
     return body
 
 
+def stream_group(data: bytes) -> DeliveredGroup:
+    return DeliveredGroup.model_validate(loads(data))
+
+
 def decode_groups(media_type: str, body: bytes) -> list[LazyGroup]:
     """The groups of one answer in the form the server chose."""
     kind = media_type.split(";")[0].strip().lower()
@@ -387,7 +418,5 @@ def decode_groups(media_type: str, body: bytes) -> list[LazyGroup]:
 
 
 def json_group_list(body: bytes) -> list[dict[str, Any]]:
-    from envfarm.client.lazy import loads
-
     groups: list[dict[str, Any]] = loads(body)["groups"]
     return groups

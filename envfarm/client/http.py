@@ -15,16 +15,34 @@ import json
 import random
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from envfarm.client.errors import ApiConnectionError, ApiError
 
+try:
+    import orjson
+
+    loads: Callable[[str | bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - the fallback when orjson is not installed
+    loads = json.loads
+
 RETRY_STATUSES = frozenset({502, 503, 504})
+NEXT_CURSOR = "Envfarm-Next-Cursor"
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
+
+
+@dataclass(frozen=True)
+class Raw:
+    media_type: str
+    body: bytes
+    next_cursor: int | None = None
+    """The cursor of the page's last group, from a header: the next page can be asked for
+    before this one is parsed."""
 
 
 class Backoff:
@@ -90,6 +108,7 @@ class Transport:
         params: Mapping[str, str | int | float] | None = None,
         extra_timeout_s: float = 0.0,
         idempotent: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """The decoded JSON answer (None for 204)."""
 
@@ -98,7 +117,7 @@ class Transport:
 
         return await self.exchange(
             method, path, answer, body=body, params=params,
-            extra_timeout_s=extra_timeout_s, idempotent=idempotent,
+            extra_timeout_s=extra_timeout_s, idempotent=idempotent, headers=headers,
         )  # fmt: skip
 
     async def raw(
@@ -109,20 +128,23 @@ class Transport:
         accept_encoding: str | None,
         params: Mapping[str, str | int | float] | None = None,
         extra_timeout_s: float = 0.0,
-    ) -> tuple[str, bytes]:
-        """A GET answered in a negotiated form: its media type and its decompressed body."""
+    ) -> Raw:
+        """A GET answered in a negotiated form: its media type, its decompressed body and
+        the ``Envfarm-Next-Cursor`` header of a groups page."""
         url = self.url(path)
         headers = {"Accept": accept}
         if accept_encoding:
             headers["Accept-Encoding"] = accept_encoding
 
-        async def answer(response: aiohttp.ClientResponse) -> tuple[str, bytes]:
+        async def answer(response: aiohttp.ClientResponse) -> Raw:
             data = await response.read()
             if not 200 <= response.status < 300:
                 text = decompress(data, response.headers.get("Content-Encoding"))
                 raise error_of(response.status, response.reason, text.decode(), "GET", url)
             body = decompress(data, response.headers.get("Content-Encoding"))
-            return response.headers.get("Content-Type", ""), body
+            following = response.headers.get(NEXT_CURSOR, "")
+            next_cursor = int(following) if following.isdigit() else None
+            return Raw(response.headers.get("Content-Type", ""), body, next_cursor)
 
         return await self.exchange(  # type: ignore[no-any-return]
             "GET", path, answer, params=params, extra_timeout_s=extra_timeout_s,
@@ -170,10 +192,10 @@ class Transport:
 async def decode(response: aiohttp.ClientResponse, method: str, url: str) -> Any:
     if response.status == 204:
         return None
-    text = await response.text()
+    body = await response.read()
     if 200 <= response.status < 300:
-        return json.loads(text) if text else None
-    raise error_of(response.status, response.reason, text, method, url)
+        return loads(body) if body else None
+    raise error_of(response.status, response.reason, body.decode(errors="replace"), method, url)
 
 
 def decompress(data: bytes, content_encoding: str | None) -> bytes:
@@ -200,8 +222,10 @@ class Decompressor:
         return bytes(self._feed(data)) if self._feed is not None else data
 
 
-def accept_encodings(compression: str | None) -> str | None:
-    """The ``Accept-Encoding`` to send for ``compression`` (None, "gzip", "zstd")."""
+def accept_encodings(compression: str | None) -> str:
+    """The ``Accept-Encoding`` to send for ``compression`` (None, "gzip", "zstd"). None asks
+    for ``identity``: compressing megabytes of token ids costs the server more CPU than it saves
+    on a fast network (bench/RESULTS.md), so it is opt-in rather than aiohttp's default."""
     if compression is None:
         return "identity"
     if compression == "zstd" and importlib.util.find_spec("zstandard") is None:

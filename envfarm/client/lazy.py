@@ -41,15 +41,6 @@ def unpack(value: Any, code: str) -> list[Any] | None:
     return data.tolist()
 
 
-def unpacked_turns(trajectory: dict[str, Any]) -> dict[str, Any]:
-    for turn in trajectory.get("turns") or ():
-        for name in INT_ARRAYS:
-            turn[name] = unpack(turn.get(name), "i")
-        for name in FLOAT_ARRAYS:
-            turn[name] = unpack(turn.get(name), "f")
-    return trajectory
-
-
 @dataclass
 class LazyTrajectory:
     """One trajectory: ``trajectory_id``, ``episode_id``, ``reward`` at no parse cost;
@@ -73,24 +64,37 @@ class LazyTrajectory:
     def reward(self) -> dict[str, Any]:
         return self.head.get("reward") or {}
 
+    _unpacked: set[str] = field(default_factory=set, repr=False)
+
     def token_arrays(self, name: str) -> list[list[Any] | None]:
-        """Each turn's ``prompt_token_ids``, ``completion_token_ids``, ``logprobs``, ..."""
+        """Each turn's ``prompt_token_ids``, ``completion_token_ids``, ``logprobs``, ...
+        (only this array is unpacked)."""
         if self._columns is not None and name in self._columns:
             value = self._columns[name]
             if not isinstance(value, list):
                 value = self._columns[name] = value.as_py()
             return value  # type: ignore[no-any-return]
-        return [turn.get(name) for turn in self.to_dict().get("turns") or ()]
+        turns = self._body().get("turns") or ()
+        if name not in self._unpacked:
+            code = "f" if name in FLOAT_ARRAYS else "i"
+            for turn in turns:
+                turn[name] = unpack(turn.get(name), code)
+            self._unpacked.add(name)
+        return [turn.get(name) for turn in turns]
+
+    def _body(self) -> dict[str, Any]:
+        if self._parsed is None:
+            self._parsed = loads(self._raw or b"{}")
+        return self._parsed
 
     def to_dict(self) -> dict[str, Any]:
-        if self._parsed is None:
-            parsed = unpacked_turns(loads(self._raw or b"{}"))
-            for name in self._columns or {}:
-                per_turn = self.token_arrays(name)
-                for turn, values in zip(parsed.get("turns") or (), per_turn, strict=False):
-                    turn[name] = values
-            self._parsed = parsed
-        return self._parsed
+        body = self._body()
+        for name in (*INT_ARRAYS, *FLOAT_ARRAYS):
+            values = self.token_arrays(name)
+            if self._columns is not None and name in self._columns:
+                for turn, value in zip(body.get("turns") or (), values, strict=False):
+                    turn[name] = value
+        return body
 
 
 @dataclass
@@ -121,7 +125,7 @@ def json_group(data: bytes | dict[str, Any]) -> LazyGroup:
     trajectories = []
     for body in bodies:
         lazy = LazyTrajectory({k: body.get(k) for k in ("trajectory_id", "episode_id", "reward")})
-        lazy._parsed = unpacked_turns(body)
+        lazy._parsed = body  # token arrays are unpacked when read
         trajectories.append(lazy)
     return LazyGroup(GroupMeta.model_validate(head), trajectories)
 

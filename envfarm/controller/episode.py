@@ -4,6 +4,8 @@ An episode never raises (but for cancellation): whatever goes wrong becomes the 
 ``error`` with the phase it happened in, and the reward stays invalid (``valid=false``, value
 null), so an infrastructure fault can never reach a trainer as a reward of 0. Model-side limits
 (turns, time, malformed tool calls) are not errors: the episode is graded as it stands.
+A request the server rejected twice (``request_rejected``) keeps the turns sampled before it,
+though the episode is invalid: they are the evidence of what the server refused.
 """
 
 from __future__ import annotations
@@ -17,20 +19,23 @@ from pathlib import Path
 from typing import Literal
 
 import envfarm
+from envfarm.agent.extra_tools import ExtraTools
 from envfarm.agent.loop import Agent, AgentLimits
+from envfarm.agent.mcp_tools import McpTools
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
-from envfarm.errors import EnvfarmError
+from envfarm.errors import EnvfarmError, RequestRejected
 from envfarm.grading.base import Grader
 from envfarm.grading.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
-from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.models.trajectory import AgentOutcome, ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.files import upload_dir
 from envfarm.sandbox.pool import WarmPools
+from envfarm.spec.mcp import mcp_section
 from envfarm.spec.task import Task
 
 Phase = Literal["build", "provision", "agent", "grading", "teardown"]
@@ -162,8 +167,14 @@ class EpisodeRunner:
             if self.agent_layers is not None:
                 await self._installed(request, sandbox, traj)
             else:
-                agent = self._agent(task, sandbox, request.seed, request.episode_id)
-                run = await agent.run(task.instruction)
+                servers = task.config.environment.mcp_servers
+                async with McpTools(servers, sandbox) as mcp:
+                    agent = self._agent(task, sandbox, request.seed, request.episode_id, mcp)
+                    try:
+                        run = await agent.run(task.instruction + mcp_section(servers))
+                    except RequestRejected:
+                        keep_partial_session(traj, agent)
+                        raise
                 traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
                 traj.segments = run.segments
         if traj.error:
@@ -180,7 +191,14 @@ class EpisodeRunner:
                 traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
         traj.timings.phases = dict(grading.phases)
 
-    def _agent(self, task: Task, sandbox: Sandbox, seed: int | None, episode: str) -> Agent:
+    def _agent(
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        seed: int | None,
+        episode: str,
+        extra_tools: ExtraTools | None = None,
+    ) -> Agent:
         config = task.config
         env = dict(config.solution.env) if self.policy.needs_solution else {}
         return Agent(
@@ -199,6 +217,7 @@ class EpisodeRunner:
             sampling=self.sampling.model_copy(update={"seed": seed})
             if seed is not None
             else self.sampling,
+            extra_tools=extra_tools,
         )
 
     async def _installed(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
@@ -263,6 +282,17 @@ class _phase:
             self.trajectory.error = error_info(exc, self.name)
             self.trajectory.reward = Reward(reason=f"{self.name} failed: {exc}")
         return True
+
+
+def keep_partial_session(trajectory: Trajectory, agent: Agent) -> None:
+    """Keep what a session produced before the server rejected its request: the turns sampled
+    and the messages sent, up to the rejected request (``stop_reason: "error"``). The episode
+    stays invalid (``request_rejected``) and is never scored; the turns show what led there."""
+    trajectory.messages, trajectory.turns = agent.messages, agent.turns
+    trajectory.segments = agent.segments
+    trajectory.outcome = AgentOutcome(
+        stop_reason="error", turns=len(agent.turns), malformed_tool_calls=agent.malformed
+    )
 
 
 def error_info(exc: BaseException | None, phase: Phase) -> ErrorInfo:

@@ -72,6 +72,7 @@ async def run_agent(
         limits=CaptureLimits(max_turns=max_turns, timeout_s=timeout_s),
         workdir=config.environment.workdir or "/",
         user=config.agent.user,
+        mcp_servers=config.environment.mcp_servers,
     )
     trajectory.messages, trajectory.turns, trajectory.outcome = run.messages, run.turns, run.outcome
     trajectory.agent = AgentInfo(

@@ -32,6 +32,9 @@ from envfarm.store.store import Store
 from envfarm.store.views import is_terminal
 
 STORE_POLL_S = 0.25
+PAGE_BYTES = 4 * 1024 * 1024
+"""A page of groups stops near this size: one body of tens of megabytes takes longer to send
+and parse than the same groups in pages of a few (bench/api.py), and stalls the read-ahead."""
 
 
 class Controller:
@@ -90,7 +93,7 @@ class Controller:
         while True:
             changed = self.worker.changed if self.worker is not None else None
             found, _ = await self.store.delivered(
-                job_id, after=after, limit=limit, consumer=consumer
+                job_id, after=after, limit=limit, consumer=consumer, max_bytes=PAGE_BYTES
             )
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:

@@ -5,11 +5,12 @@ store. Each tick it (1) starts building the images of tasks that have work, conc
 bounded, once per content hash, and leases episodes only of tasks whose image is ready, so no
 episode slot waits on a build; (2) leases up to its free slots (the store applies priorities,
 fair sharing, per-job limits and the staleness gate); (3) renews its leases and stops episodes
-whose lease it lost or whose job was cancelled. An attempt that failed for a retryable
-infrastructure reason goes back to the queue, to this or any worker, up to the job's
-``max_retries``; every attempt is recorded. Several workers on one PostgreSQL split the work;
-a worker killed mid-episode loses its leases, which expire (or are reclaimed at once by the
-next worker on the same host) and are retried elsewhere.
+whose lease it lost or whose job was cancelled. Results are recorded in batches, one store
+transaction for all that are ready (``envfarm.controller.record_batch``). An attempt that
+failed for a retryable infrastructure reason goes back to the queue, to this or any worker, up
+to the job's ``max_retries``; every attempt is recorded. Several workers on one PostgreSQL
+split the work; a worker killed mid-episode loses its leases, which expire (or are reclaimed
+at once by the next worker on the same host) and are retried elsewhere.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner, error_info
 from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
+from envfarm.controller.record_batch import RecordBatcher
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.errors import EnvfarmError, StoreError
 from envfarm.models.jobs import JobRequest, TaskKey
@@ -111,6 +113,7 @@ class Worker:
             self.wake,
             retry_s=self.config.build_retry_s,
         )
+        self._records = RecordBatcher(self.store, self.id)
         self._running: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
         self._runtimes: dict[str, _Runtime] = {}
         self._runtime_locks: dict[str, asyncio.Lock] = {}
@@ -295,7 +298,7 @@ class Worker:
         delay = 0.5
         while True:
             try:
-                return await self.store.record(self.id, trajectory, final)
+                return await self._records.record(trajectory, final)
             except StoreError as exc:
                 if delay > RECORD_RETRY_MAX_S:
                     raise
@@ -317,6 +320,7 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._records.close()
         await self._images.close()
         for runtime in self._runtimes.values():
             with contextlib.suppress(Exception):

@@ -179,6 +179,8 @@ class RawGroup:
 
     meta: GroupMeta
     trajectories: list[str]
+    packed: list[str | None] | None = None
+    """Each trajectory's packed form when the store holds one (envfarm.models.packing)."""
 
     @property
     def cursor(self) -> int:

@@ -460,7 +460,12 @@ def _as_openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return tool if "type" in tool else {"type": "function", "function": tool}
 
 
+def timeout_cause(timeout_s: float) -> str:
+    """How a request that got no complete answer in time is described."""
+    return f"no complete answer within {timeout_s:g}s"
+
+
 def _describe(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, TimeoutError):
-        return f"no complete answer within {timeout_s:g}s"
+        return timeout_cause(timeout_s)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

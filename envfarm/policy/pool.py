@@ -49,7 +49,7 @@ from envfarm.policy.endpoints import (
     PoolEndpoint,
     PoolSettings,
 )
-from envfarm.policy.openai import AttemptFailure, OpenAIPolicy
+from envfarm.policy.openai import AttemptFailure, OpenAIPolicy, timeout_cause
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions
 from envfarm.policy.rejections import is_rejection, rejected_twice
 from envfarm.policy.server_api import Renderer
@@ -281,9 +281,16 @@ class EndpointPool(PolicyClient):
                 record.delay_s += delay
                 continue
             if not self._answered:
+                cause = call.last_cause()
+                hint = "check the URLs"
+                if cause.endswith(timeout_cause(settings.request_timeout_s)):
+                    hint += (  # a server too slow for one completion looks the same
+                        ", or whether one completion takes the server longer than the request "
+                        f"timeout ({settings.request_timeout_s:g}s, pool.request_timeout_s)"
+                    )
                 raise PolicyError(
-                    f"no policy endpoint has answered ({', '.join(self.urls)}); check the URLs; "
-                    f"last error: {call.last_cause()}"
+                    f"no policy endpoint has answered ({', '.join(self.urls)}); {hint}; "
+                    f"last error: {cause}"
                 )
             if call.down_since is None:
                 call.down_since = now

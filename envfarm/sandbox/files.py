@@ -31,13 +31,39 @@ def add_as_root(
 
 
 def tar_directory(src: Path) -> bytes:
+    """``src`` as a tar archive. Archives are kept per directory and reused while no entry's
+    name, size, mode or modification time changed: a job uploads the same tests directory to
+    each of its thousands of episodes, and building the archive is most of that upload's cost."""
+    paths = [
+        path
+        for path in sorted(src.rglob("*"))
+        if not _IGNORED.intersection(path.relative_to(src).parts)
+    ]
+    signature = tuple(_entry(path) for path in paths)
+    cached = _ARCHIVES.get(src)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path in sorted(src.rglob("*")):
-            if _IGNORED.intersection(path.relative_to(src).parts):
-                continue
+        for path in paths:
             add_as_root(archive, path, str(path.relative_to(src)))
-    return buffer.getvalue()
+    data = buffer.getvalue()
+    if len(data) > ARCHIVE_KEPT_MAX_BYTES:
+        return data
+    if len(_ARCHIVES) >= ARCHIVES_KEPT:
+        _ARCHIVES.pop(next(iter(_ARCHIVES)))
+    _ARCHIVES[src] = (signature, data)
+    return data
+
+
+ARCHIVES_KEPT = 256
+ARCHIVE_KEPT_MAX_BYTES = 8 * 1024 * 1024
+_ARCHIVES: dict[Path, tuple[tuple[tuple[str, int, int, int], ...], bytes]] = {}
+
+
+def _entry(path: Path) -> tuple[str, int, int, int]:
+    stat = path.lstat()
+    return (str(path), stat.st_size, stat.st_mode, stat.st_mtime_ns)
 
 
 async def upload_dir(

@@ -9,8 +9,8 @@ Harbor's parser does: it applies Harbor's backwards compatibility (root ``versio
 string (a warning when it is not one envfarm knows), then validates.
 
 Refused is only a Harbor feature envfarm cannot honour yet whose absence would change what the
-task means (multi-step tasks, a verifier image of its own, allowlisted networks, GPUs, MCP
-servers...): "not supported by envfarm yet", naming the field and why, instead of running a
+task means (multi-step tasks, a verifier image of its own, allowlisted networks, GPUs,
+skills...): "not supported by envfarm yet", naming the field and why, instead of running a
 different task than its author wrote. Such keys with an empty value are harmless and dropped.
 
 Network access is the one deliberate difference in meaning: Harbor's default is ``public``,
@@ -31,6 +31,8 @@ from pydantic import (
     Field,
     model_validator,
 )
+
+from envfarm.spec.mcp import McpServer, merge_by_name
 
 SUPPORTED_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 NOT_YET = "not supported by envfarm yet"
@@ -324,6 +326,10 @@ class EnvironmentConfig(_Table):
     network_mode: NetworkMode = None
     allowed_hosts: AllowedHosts = Field(default_factory=list)
     healthcheck: HealthcheckConfig | None = None
+    mcp_servers: Annotated[list[McpServer], AfterValidator(merge_by_name)] = Field(
+        default_factory=list
+    )
+    """``[[environment.mcp_servers]]``: MCP servers offered to the agent (``spec.mcp``)."""
     runtime: Literal["gvisor"] | None = None
     """envfarm extension: ``"gvisor"`` runs the task's sandboxes under gVisor whatever the
     run's runtime (docs/sandbox.md); unset, the run decides (``envfarm run --runtime``)."""

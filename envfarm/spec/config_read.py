@@ -27,8 +27,6 @@ _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
     "clean or separate verifier runs in a fresh container of the task's environment)",
     ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
     ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
-    ("environment", "mcp_servers"): f"MCP servers are {NOT_YET} (agents get the bash and "
-    "submit tools); remove it",
     ("environment", "skills_dir"): f"agent skills are {NOT_YET}; remove it",
 }
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)

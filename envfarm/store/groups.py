@@ -19,6 +19,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from envfarm.models.jobs import JobRequest, TaskKey
+from envfarm.models.packing import packed_text
 from envfarm.models.trajectory import Trajectory
 from envfarm.store.schema import episodes, groups, jobs, policy_versions, trajectories
 
@@ -98,10 +99,11 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
     if finalize is not None:
         finalize(group_trajectories, request.leave_one_out)
     for trajectory in group_trajectories:
+        text = trajectory.to_json()
         conn.execute(
             update(trajectories)
             .where(trajectories.c.trajectory_id == trajectory.trajectory_id)
-            .values(data=trajectory.to_json())
+            .values(data=text, packed=packed_text(text))
         )
     seqs, current = version_seqs(conn)
     dispatched = group["dispatch_version"]

@@ -112,6 +112,7 @@ trajectories = Table(
     Column("group_id", String(64), ForeignKey("groups.id"), nullable=False, index=True),
     Column("job_id", String(64), nullable=False, index=True),
     Column("data", Text, nullable=False),
+    Column("packed", Text, comment="data with packed token arrays, made when the group completed"),
 )
 
 consumers = Table(

@@ -107,11 +107,16 @@ class Store:
             except EnvfarmError:
                 raise
             except SQLAlchemyError as exc:
-                raise StoreError(
-                    f"job store {self.label}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}"
-                ) from exc
+                raise self._error(exc) from exc
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, guarded)
+
+    def _error(self, exc: SQLAlchemyError) -> StoreError:
+        error = StoreError(
+            f"job store {self.label}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}"
+        )
+        error.__cause__ = exc
+        return error
 
     async def transaction(self, fn: Callable[[Connection], T]) -> T:
         def body() -> T:
@@ -222,6 +227,38 @@ class Store:
             lambda conn: rs.record(conn, worker, trajectory, final, self.finalize)
         )
 
+    async def record_many(
+        self, worker: str, results: Sequence[tuple[Trajectory, bool]]
+    ) -> list[rs.Recorded | EnvfarmError]:
+        """``record`` for many results in one transaction (one commit, one trip to the
+        store's thread), each under its own savepoint: a result that fails is answered with
+        its error and undoes nothing of the others."""
+
+        def write(conn: Connection) -> list[rs.Recorded | EnvfarmError]:
+            if conn.dialect.name == "postgresql":
+                # Lock the batch's groups first, in one order every worker follows, and only
+                # then (completing a group) the job's row: two batches sharing groups cannot
+                # each hold a lock the other waits for.
+                ids = sorted({trajectory.group_id for trajectory, _ in results})
+                conn.execute(
+                    select(groups.c.id)
+                    .where(groups.c.id.in_(ids))
+                    .order_by(groups.c.id)
+                    .with_for_update()
+                ).all()
+            answers: list[rs.Recorded | EnvfarmError] = []
+            for trajectory, final in results:
+                try:
+                    with conn.begin_nested():
+                        answers.append(rs.record(conn, worker, trajectory, final, self.finalize))
+                except SQLAlchemyError as exc:
+                    answers.append(self._error(exc))
+                except EnvfarmError as exc:
+                    answers.append(exc)
+            return answers
+
+        return await self.transaction(write)
+
     async def fail_task(self, job_id: str, task_hash: str, message: str) -> bool:
         return await self.transaction(lambda conn: grp.fail_task(conn, job_id, task_hash, message))
 
@@ -240,10 +277,17 @@ class Store:
     # Delivery
 
     async def delivered(
-        self, job_id: str, *, after: int | None, limit: int, consumer: str
+        self,
+        job_id: str,
+        *,
+        after: int | None,
+        limit: int,
+        consumer: str,
+        max_bytes: int | None = None,
     ) -> tuple[list[RawGroup], int]:
         """Completed groups with a cursor above ``after`` (default: the consumer's ack), in
-        order, and the job's last cursor."""
+        order, and the job's last cursor. ``max_bytes``: stop after the group that brings the
+        trajectories' text past it (a page always holds at least one group)."""
 
         def read(conn: Connection) -> tuple[list[RawGroup], int]:
             job = job_row(conn, job_id)
@@ -254,7 +298,13 @@ class Store:
                 .order_by(groups.c.cursor)
                 .limit(limit)
             ).mappings()
-            found = [delivered_group(conn, row) for row in rows]
+            found: list[RawGroup] = []
+            size = 0
+            for row in rows:
+                found.append(delivered_group(conn, row))
+                size += sum(len(text) for text in found[-1].trajectories)
+                if max_bytes is not None and size >= max_bytes:
+                    break
             return found, int(job["last_cursor"])
 
         return await self.transaction(read)

@@ -29,7 +29,7 @@ def job_row(conn: Connection, job_id: str) -> Any:
 
 def delivered_group(conn: Connection, group: Any) -> RawGroup:
     rows = conn.execute(
-        select(trajectories.c.data)
+        select(trajectories.c.data, trajectories.c.packed)
         .join(episodes, episodes.c.id == trajectories.c.episode_id)
         .where(trajectories.c.group_id == group["id"])
         .order_by(episodes.c.index)
@@ -43,7 +43,7 @@ def delivered_group(conn: Connection, group: Any) -> RawGroup:
         stale=bool(group["stale"]),
         zero_variance=group["zero_variance"],
     )
-    return RawGroup(meta, [row.data for row in rows])
+    return RawGroup(meta, [row.data for row in rows], [row.packed for row in rows])
 
 
 def job_view(conn: Connection, row: Any) -> JobView:

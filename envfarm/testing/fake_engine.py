@@ -72,6 +72,8 @@ class FakeEngine:
         """Every POST: (path, body)."""
         self.prompts: list[list[int]] = []
         """The prompt ids of every generation the engine ran."""
+        self.sampled: list[list[int]] = []
+        """The ids the model sampled in each generation it completed (beside ``prompts``)."""
         self._cache: list[int] = []
         self._runner: web.AppRunner | None = None
         self.root = ""
@@ -166,6 +168,7 @@ class FakeEngine:
         finish = "stop"
         if isinstance(max_tokens, int) and 0 < max_tokens < len(ids):
             ids, finish = ids[:max_tokens], "length"
+        self.sampled.append(ids)
         return ids, finish
 
     def _probs(self, prompt: list[int], ids: Sequence[int], top: int) -> list[dict[str, Any]]:

@@ -118,8 +118,7 @@ async def test_auto_probes_llamacpp_and_reads_its_exact_tokens() -> None:
         assert turn.server_timings is not None
         assert turn.server_timings["predicted_n"] == len(ids)
         assert turn.sampling == {"temperature": 1.0, "top_p": 1.0}
-    # prompt ids are the server's own tokenization of exactly the prompt it ran
-    assert list(full_prompts(run.turns)) == engine.prompts
+    assert_the_servers_own(engine, run)
 
 
 async def test_top_logprobs_zero_gets_no_logprobs_from_llamacpp_and_says_so() -> None:
@@ -132,6 +131,16 @@ async def test_top_logprobs_zero_gets_no_logprobs_from_llamacpp_and_says_so() ->
     assert done.tokens is not None
     assert done.tokens.completion_token_ids is None
     assert any("top_logprobs of at least 1" in f for f in done.tokens.faults)
+
+
+def assert_the_servers_own(engine: FakeEngine, run: AgentRun) -> None:
+    """Each turn's prompt ids are exactly those the engine ran, its completion ids and logprobs
+    exactly those it sampled."""
+    assert list(full_prompts(run.turns)) == engine.prompts
+    assert [t.completion_token_ids for t in run.turns] == engine.sampled
+    for turn, prompt in zip(run.turns, engine.prompts, strict=True):
+        ids = turn.completion_token_ids or []
+        assert turn.logprobs == [chatml.logprob(t, len(prompt) + i) for i, t in enumerate(ids)]
 
 
 def assert_extends_by_construction(engine: FakeEngine, run: AgentRun) -> None:
@@ -167,6 +176,7 @@ async def test_token_mode_prompts_extend_and_merge_into_one_sample(dialect: Engi
         assert turn.completion_text is not None
         assert "<tool_call>" in turn.completion_text
     assert_extends_by_construction(engine, run)
+    assert_the_servers_own(engine, run)
     # the first prompt is the template's own rendering of the history
     first = chatml.render(run.messages[:2], tool_schemas())
     assert engine.prompts[0] == chatml.tokenize(first)

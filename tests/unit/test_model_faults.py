@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.errors import PolicyError, RequestRejected
 from envfarm.grading.script import TestScriptGrader
+from envfarm.models.samples import full_prompts
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy import CaptureOptions, EndpointSpec, PolicyServer, PoolSettings, Reply
 from envfarm.policy.base import SamplingParams
@@ -160,7 +162,9 @@ async def test_a_weight_swap_503_stays_a_pause_in_token_mode() -> None:
     assert status.consecutive_failures == 0
 
 
-async def episode(tmp_path: Path, engine: FakeEngine, max_tokens: int | None = None) -> Trajectory:
+async def episode(
+    tmp_path: Path, engine: FakeEngine, max_tokens: int | None = None, token_mode: bool = False
+) -> Trajectory:
     task = make_task(tmp_path / "t", None)
     backend = FakeBackend()
 
@@ -170,7 +174,7 @@ async def episode(tmp_path: Path, engine: FakeEngine, max_tokens: int | None = N
         return ok()
 
     backend.handler = handler
-    async with pool_on(engine) as pool:
+    async with pool_on(engine, token_mode=token_mode) as pool:
         runner = EpisodeRunner(
             backend=backend,
             policy=ResolvedPolicy(pool, "fake", "m", needs_solution=False),
@@ -198,6 +202,50 @@ async def test_a_request_rejected_twice_makes_the_episode_invalid_and_not_retrya
     assert "request_rejected" in (trajectory.reward.reason or "")
 
 
+@pytest.mark.parametrize("token_mode", [False, True])
+async def test_a_rejected_request_keeps_the_turns_sampled_before_it(
+    tmp_path: Path, token_mode: bool
+) -> None:
+    """Two turns, then the server rejects the third request twice: the stored trajectory keeps
+    both turns with their token data and the history up to the rejected request, unscored."""
+    bad = Reply(status=400, body={"error": {"code": 400, "message": "Invalid 'messages'"}})
+    steps: list[Step] = [
+        tool_call("bash", {"command": "ls"}),
+        completion("Now the tests.", tool_call("bash", {"command": "pytest -q"})),
+        bad,
+        bad,
+    ]
+    async with FakeEngine(steps) as engine:
+        trajectory = await episode(tmp_path, engine, token_mode=token_mode)
+    assert trajectory.error is not None
+    assert trajectory.error.type == "RequestRejected"
+    assert not trajectory.error.retryable
+    assert not trajectory.reward.valid
+    assert trajectory.reward.value is None
+    assert "request_rejected" in (trajectory.reward.reason or "")
+    assert len(engine.prompts) == 4  # two answers, the rejected request and its one resend
+    assert [t.index for t in trajectory.turns] == [0, 1]
+    for turn, prompt in zip(trajectory.turns, full_prompts(trajectory.turns), strict=True):
+        assert turn.faults == []
+        assert prompt is not None
+        assert turn.completion_token_ids is not None
+        assert turn.logprobs is not None
+        assert len(turn.completion_token_ids) == len(turn.logprobs)
+    assert list(full_prompts(trajectory.turns)) == engine.prompts[:2]
+    assert [[r.name for r in t.tool_results] for t in trajectory.turns] == [["bash"], ["bash"]]
+    assert [m["role"] for m in trajectory.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.stop_reason == "error"
+    assert trajectory.outcome.turns == 2
+
+
 async def test_a_truncated_call_and_a_context_limit_are_graded_episodes(tmp_path: Path) -> None:
     steps: list[Step] = [LONG_WRITE, tool_call("bash", {"command": "ls"})]
     async with FakeEngine(steps, n_ctx=2100) as engine:
@@ -208,3 +256,77 @@ async def test_a_truncated_call_and_a_context_limit_are_graded_episodes(tmp_path
     assert trajectory.outcome.malformed_tool_calls == 1
     assert trajectory.reward.valid
     assert trajectory.reward.value == 1.0
+
+
+async def job_of_one(
+    tmp_path: Path, engine: FakeEngine, *, max_tokens: int | None = None, token_mode: bool = False
+) -> tuple[Trajectory, int]:
+    """One episode run as a job with two retries allowed: its trajectory, and how many
+    sandboxes (attempts) it took."""
+    task = make_task(tmp_path / "t", None)
+    backend = FakeBackend()
+
+    def handler(command: str) -> ExecResult:
+        if "/tests/test.sh" in command:
+            backend.created[-1].files["/logs/verifier/reward.txt"] = b"1\n"
+        return ok()
+
+    backend.handler = handler
+    async with pool_on(engine, token_mode=token_mode) as pool:
+        runner = EpisodeRunner(
+            backend=backend,
+            policy=ResolvedPolicy(pool, "fake", "m", needs_solution=False),
+            grader=TestScriptGrader(),
+            run_id="faults",
+            sampling=SamplingParams(max_tokens=max_tokens),
+        )
+        result = await Job([task], runner, request_for([task], runner, max_retries=2)).run()
+        assert pool.status()[0].state == "closed"
+        assert pool.status()[0].consecutive_failures == 0
+    [trajectory] = result.trajectories
+    return trajectory, len(backend.created)
+
+
+@pytest.mark.parametrize("token_mode", [False, True])
+async def test_in_a_job_a_truncated_call_is_graded_in_its_first_attempt(
+    tmp_path: Path, token_mode: bool
+) -> None:
+    steps: list[Step] = [LONG_WRITE, tool_call("submit", {})]
+    async with FakeEngine(steps) as engine:
+        trajectory, attempts = await job_of_one(
+            tmp_path, engine, max_tokens=100, token_mode=token_mode
+        )
+    assert attempts == 1
+    assert trajectory.attempt == 0
+    assert trajectory.error is None
+    assert trajectory.reward.valid
+    assert trajectory.reward.value == 1.0
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.malformed_tool_calls == 1
+    assert trajectory.turns[0].finish_reason == "length"
+    assert trajectory.outcome.stop_reason == "submitted"
+    assert len(engine.prompts) == 2  # no request was sent twice
+
+
+async def test_in_a_job_a_rejected_request_is_not_retried(tmp_path: Path) -> None:
+    bad = Reply(status=400, body={"error": {"code": 400, "message": "Invalid 'messages'"}})
+    steps: list[Step] = [tool_call("bash", {"command": "ls"}), bad, bad]
+    async with FakeEngine(steps) as engine:
+        trajectory, attempts = await job_of_one(tmp_path, engine)
+    assert attempts == 1
+    assert trajectory.attempt == 0
+    assert trajectory.error is not None
+    assert trajectory.error.type == "RequestRejected"
+    assert not trajectory.reward.valid
+    assert len(trajectory.turns) == 1
+
+
+async def test_in_a_job_a_context_limit_is_graded_in_its_first_attempt(tmp_path: Path) -> None:
+    steps: list[Step] = [tool_call("bash", {"command": "cat big"})] * 5
+    async with FakeEngine(steps, n_ctx=2100) as engine:
+        trajectory, attempts = await job_of_one(tmp_path, engine)
+    assert attempts == 1
+    assert trajectory.error is None
+    assert trajectory.outcome is not None
+    assert trajectory.outcome.stop_reason == "context_length"
+    assert trajectory.reward.valid

@@ -232,6 +232,26 @@ async def test_endpoints_that_never_answered_fail_fast_instead_of_waiting() -> N
     assert "sk-secret-7f3a" not in str(caught.value)
 
 
+async def test_a_server_too_slow_for_the_request_timeout_is_named_as_a_possible_cause() -> None:
+    """A server that takes every request but never completes one in time (a CPU model on a
+    loaded machine) fails like a wrong URL, but the error says it may be the timeout."""
+    release = asyncio.Event()
+
+    async def hang(request: dict[str, Any]) -> Reply:
+        await release.wait()
+        return Reply(status=200, body={})
+
+    settings = FAST.model_copy(update={"request_timeout_s": 0.2, "down_budget_s": 3600})
+    async with serving(hang) as (server,), pool_of(server.base_url, settings=settings) as pool:
+        try:
+            with pytest.raises(PolicyError, match="no policy endpoint has answered") as caught:
+                await ask(pool)
+        finally:
+            release.set()
+    assert "longer than the request timeout (0.2s, pool.request_timeout_s)" in str(caught.value)
+    assert "no complete answer within 0.2s" in str(caught.value)
+
+
 async def test_a_503_storm_is_ridden_out_without_tripping_the_breaker() -> None:
     storm = FaultyResponder(Endpoint(), [PAUSED] * 30)
     async with serving(storm) as (server,), pool_of(server.base_url) as pool:

@@ -262,7 +262,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
         ("[environment]\ngpus = 1\n", "environment.gpus"),
         ('[environment]\ngpu_types = ["H100"]\n', "environment.gpu_types"),
         ('[environment.tpu]\ntype = "v5e"\n', "environment.tpu"),
-        ('[[environment.mcp_servers]]\nname = "x"\n', "environment.mcp_servers"),
         ('[environment]\nskills_dir = "/skills"\n', "environment.skills_dir"),
     ],
 )

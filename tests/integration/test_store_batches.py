@@ -1,0 +1,93 @@
+"""Results recorded in one transaction per batch, and the packed copies the store keeps, on a
+real SQLite file and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from envfarm.api.encodings import Encoding, encode_page
+from envfarm.controller.groups import finalize_group
+from envfarm.controller.record_batch import RecordBatcher
+from envfarm.models.jobs import JobPolicy, JobRequest, RawGroup, RawGroupPage
+from envfarm.models.packing import packed_text
+from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
+from envfarm.store.leases import Lease
+from envfarm.store.store import Store
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def result(lease: Lease, *, attempt: int | None = None) -> Trajectory:
+    turn = Turn(index=0, prompt_token_ids=[1, 70000, 2**31 - 1], completion_token_ids=[5, -3],
+                logprobs=[-0.5, -0.25])  # fmt: skip
+    return Trajectory(
+        trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
+        episode_id=lease.episode_id,
+        job_id=lease.job_id,
+        group_id=lease.group_id,
+        task_id=lease.task_id,
+        attempt=lease.attempt if attempt is None else attempt,
+        turns=[turn],
+        reward=Reward(value=1.0, valid=True),
+        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
+    )
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(db_url, finalize=finalize_group)
+    yield opened
+    for view in await opened.jobs():
+        if view.status in ("queued", "running", "paused"):
+            await opened.transition(view.id, "cancel")
+    await opened.close()
+
+
+async def new_job(store: Store, tasks: int, group_size: int) -> str:
+    names = [f"t{i}" for i in range(tasks)]
+    request = JobRequest(tasks=names, policy=JobPolicy(base_url="nop"), group_size=group_size)
+    return await store.create_job(request, dict.fromkeys(names, "hash-t"))
+
+
+async def test_results_recorded_together_each_answered_and_a_stale_one_alone(
+    store: Store,
+) -> None:
+    job_id = await new_job(store, 4, 4)
+    leases = await store.lease("w1", 16, 60, ["hash-t"])
+    assert len(leases) == 16
+    batcher = RecordBatcher(store, "w1")
+    stale = leases[0]
+    # a result for an attempt the worker no longer holds is "lost"; the others are recorded
+    answers = await asyncio.gather(
+        batcher.record(result(stale, attempt=stale.attempt + 1), True),
+        *(batcher.record(result(lease), True) for lease in leases[1:]),
+    )
+    assert answers[0].status == "lost"
+    assert [a.status for a in answers[1:]] == ["final"] * 15
+    assert sum(a.group_completed for a in answers) == 3  # the stale one's group is open
+    assert batcher.results == 16
+    assert batcher.batches < 16
+    assert (await batcher.record(result(stale), True)).group_completed
+    view = await store.job(job_id)
+    assert view.status == "completed"
+    assert view.last_cursor == 4
+
+
+async def test_delivered_groups_carry_packed_copies_equal_to_packing_on_the_fly(
+    store: Store,
+) -> None:
+    job_id = await new_job(store, 2, 2)
+    for lease in await store.lease("w1", 4, 60, ["hash-t"]):
+        await store.record("w1", result(lease), True)
+    groups, _ = await store.delivered(job_id, after=0, limit=10, consumer="c")
+    assert len(groups) == 2
+    for group in groups:
+        assert group.packed == [packed_text(text) for text in group.trajectories]
+    stored = encode_page(RawGroupPage(groups), Encoding("application/json", packed=True))
+    fresh = [RawGroup(g.meta, g.trajectories) for g in groups]  # as rows from before 0004
+    assert stored == encode_page(RawGroupPage(fresh), Encoding("application/json", packed=True))
+    one, _ = await store.delivered(job_id, after=0, limit=10, consumer="c", max_bytes=1)
+    assert [g.cursor for g in one] == [1]  # a page past its byte budget still holds a group
