@@ -16,9 +16,12 @@ concurrency 1, a warm-up round then ``--rounds`` rounds. In each round a bare ``
 IMAGE true`` per task image (and, for compose tasks, a network and the sidecars started to
 healthy) is measured too. Printed: wall-time ratios, a per-phase table for both (setup, agent,
 grading, teardown), and envfarm's own overhead per episode (episode minus the time inside
-``solve.sh`` and ``test.sh``) against the bare start-and-remove. Usage:
+``solve.sh`` and ``test.sh``) against the bare start-and-remove. ``--envfarm-tree DIR`` adds
+envfarm from another source tree (a checkout of the commit to compare with) to every round, so
+a change is measured against its baseline in the same run. Usage:
 
   python bench/harbor.py [--workdir DIR] [--harbor-venv VENV] [--python PY] [--rounds 3]
+                         [--envfarm-tree DIR]...
 """
 
 from __future__ import annotations
@@ -283,17 +286,32 @@ def _envfarm_episode(line: dict[str, Any]) -> Episode:
     )
 
 
-def run_envfarm(task_dirs: list[Path], concurrency: int, workdir: Path, kind: str) -> JobResult:
+@dataclass(frozen=True)
+class Variant:
+    """envfarm as run by ``run_envfarm``: this tree, or another source tree (a baseline)."""
+
+    name: str = "envfarm"
+    tree: Path | None = None
+
+
+def run_envfarm(
+    task_dirs: list[Path], concurrency: int, workdir: Path, kind: str, variant: Variant
+) -> JobResult:
     out = workdir / "envfarm" / f"{kind}-{uuid.uuid4().hex[:8]}"
     command = [sys.executable, "-m", "envfarm", "run", *map(str, task_dirs), "--policy", "oracle"]
     command += ["--concurrency", str(concurrency), "--out", str(out)]
+    env = dict(os.environ)
+    if variant.tree is not None:
+        env["PYTHONPATH"] = str(variant.tree)
     started = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=env, cwd=variant.tree
+    )
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        log(f"envfarm exited {proc.returncode}: {proc.stderr[-2000:]}")
+        log(f"{variant.name} exited {proc.returncode}: {proc.stderr[-2000:]}")
     lines = (out / "trajectories.jsonl").read_text().splitlines() if out.exists() else []
-    return JobResult("envfarm", kind, wall, [_envfarm_episode(json.loads(x)) for x in lines])
+    return JobResult(variant.name, kind, wall, [_envfarm_episode(json.loads(x)) for x in lines])
 
 
 # ---------------------------------------------------------------- the bare baseline
@@ -357,21 +375,25 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _systems(results: list[JobResult]) -> list[str]:
+    return list(dict.fromkeys(r.system for r in results))
+
+
 def phase_table(results: list[JobResult], kind: str) -> list[str]:
-    rows = [f"  {'system':<8} {'episode':>8} " + " ".join(f"{p:>9}" for p in PHASES)]
-    for system in ("harbor", "envfarm"):
+    rows = [f"  {'system':<16} {'episode':>8} " + " ".join(f"{p:>9}" for p in PHASES)]
+    for system in _systems(results):
         episodes = [e for r in results if r.system == system and r.kind == kind for e in r.episodes]
         cells = [f"{_median([e.phases.get(p, 0.0) for e in episodes]):>8.2f}s" for p in PHASES]
         total = _median([e.total for e in episodes])
-        rows.append(f"  {system:<8} {total:>7.2f}s " + " ".join(cells))
+        rows.append(f"  {system:<16} {total:>7.2f}s " + " ".join(cells))
     return rows
 
 
-def grading_parts(results: list[JobResult], kind: str) -> str:
-    episodes = [e for r in results if r.system == "envfarm" and r.kind == kind for e in r.episodes]
+def grading_parts(results: list[JobResult], kind: str, system: str) -> str:
+    episodes = [e for r in results if r.system == system and r.kind == kind for e in r.episodes]
     keys = sorted({k for e in episodes for k in e.phases if k.startswith("grading.")})
     parts = [f"{k[8:]} {_median([e.phases.get(k, 0.0) for e in episodes]):.2f}" for k in keys]
-    return "  envfarm parts (median s): " + ", ".join(parts)
+    return f"  {system} parts (median s): " + ", ".join(parts)
 
 
 def report(
@@ -383,30 +405,35 @@ def report(
         mine = [r for r in results if r.kind == kind]
         if not mine:
             continue
-        harbor = [r.wall for r in mine if r.system == "harbor"]
-        envfarm = [r.wall for r in mine if r.system == "envfarm"]
         n = len(mine[0].episodes)
-        print(f"\n{kind}: {len(harbor)} rounds, {n} episodes per job")
-        print(f"  job wall, per round: harbor {[round(w, 1) for w in harbor]}")
-        print(f"                      envfarm {[round(w, 1) for w in envfarm]}")
-        ratio = sum(harbor) / sum(envfarm) if envfarm and sum(envfarm) else float("nan")
-        print(f"  Harbor / envfarm wall time: {ratio:.2f}x")
-        print("  per-phase medians:")
-        print("\n".join(phase_table(results, kind)))
-        print(grading_parts(results, kind))
-        episodes = [e for r in mine if r.system == "envfarm" for e in r.episodes]
-        overhead = [e.total - (e.solve or 0.0) - (e.test or 0.0) for e in episodes]
-        inside = [(e.solve or 0.0) + (e.test or 0.0) for e in episodes]
+        walls = {s: [r.wall for r in mine if r.system == s] for s in _systems(mine)}
+        harbor = walls.get("harbor", [])
+        print(f"\n{kind}: {max(map(len, walls.values()))} rounds, {n} episodes per job")
+        for system, wall in walls.items():
+            print(f"  job wall per round, {system}: {[round(w, 1) for w in wall]}")
         base = bare.get(kind, [])
         print(
-            f"  envfarm overhead per episode (episode - solve.sh - test.sh): median "
-            f"{_median(overhead):.2f}s (solve+test median {_median(inside):.2f}s)"
-        )
-        print(
             f"  bare start-and-remove{' with sidecars to healthy' if kind == 'compose' else ''}:"
-            f" median {_median(base):.2f}s; overhead / bare = "
-            f"{_median(overhead) / _median(base):.2f}x"
+            f" median {_median(base):.2f}s, per round {[round(b, 2) for b in base]}"
         )
+        for system, wall in walls.items():
+            if system == "harbor":
+                continue
+            if harbor and sum(wall):
+                print(f"  Harbor / {system} wall time: {sum(harbor) / sum(wall):.2f}x")
+            episodes = [e for r in mine if r.system == system for e in r.episodes]
+            overhead = [e.total - (e.solve or 0.0) - (e.test or 0.0) for e in episodes]
+            inside = [(e.solve or 0.0) + (e.test or 0.0) for e in episodes]
+            print(
+                f"  {system} overhead per episode (episode - solve.sh - test.sh): median "
+                f"{_median(overhead):.2f}s (solve+test median {_median(inside):.2f}s); "
+                f"overhead / bare = {_median(overhead) / _median(base):.2f}x"
+            )
+        print("  per-phase medians:")
+        print("\n".join(phase_table(results, kind)))
+        for system in walls:
+            if system != "harbor":
+                print(grading_parts(results, kind, system))
         rewards = {r.system: [e.reward for e in r.episodes] for r in mine}
         bad = {s: [x for x in v if x != 1.0] for s, v in rewards.items()}
         print(f"  rewards other than 1: {bad}")
@@ -439,24 +466,27 @@ async def main(args: argparse.Namespace) -> None:
             harbor_dirs[kind] = copies / kind
     results: list[JobResult] = []
     bare: dict[str, list[float]] = {"single": [], "compose": []}
-    for round_no in range(args.rounds + 1):
+    variants = [Variant(f"envfarm[{t.name}]", t.resolve()) for t in args.envfarm_tree or []]
+    for round_no in range(0 if args.warm_up else 1, args.rounds + 1):
         warm = round_no == 0
         for kind, (group, concurrency) in kinds.items():
             if not group:
                 continue
-            order = ["harbor", "envfarm"] if round_no % 2 else ["envfarm", "harbor"]
+            systems: list[Variant | None] = [None] if not args.envfarm_only else []
+            systems += [Variant(), *variants]
+            order = systems if round_no % 2 else systems[::-1]
             for system in order:
-                if system == "harbor" and args.envfarm_only:
-                    continue
-                log(f"round {round_no}{' (warm-up)' if warm else ''}: {system} {kind}")
-                if system == "harbor":
+                name = "harbor" if system is None else system.name
+                log(f"round {round_no}{' (warm-up)' if warm else ''}: {name} {kind}")
+                if system is None:
                     assert venv is not None
                     assert docker_config is not None
                     result = run_harbor(
                         harbor_dirs[kind], concurrency, venv, docker_config, workdir, kind
                     )
                 else:
-                    result = run_envfarm([b.task.root for b in group], concurrency, workdir, kind)
+                    dirs = [b.task.root for b in group]
+                    result = run_envfarm(dirs, concurrency, workdir, kind, system)
                 log(f"  wall {result.wall:.1f}s, {len(result.episodes)} episodes")
                 if not warm:
                     results.append(result)
@@ -477,4 +507,17 @@ if __name__ == "__main__":
     parser.add_argument("--single-concurrency", type=int, default=4)
     parser.add_argument("--compose-concurrency", type=int, default=1)
     parser.add_argument("--envfarm-only", action="store_true", help="profile envfarm alone")
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="measure from the first round (images and caches already warm)",
+    )
+    parser.add_argument(
+        "--envfarm-tree",
+        type=Path,
+        action="append",
+        help="also run envfarm from this source tree (a checkout of a baseline commit), "
+        "alternating with the others in every round",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -22,3 +22,12 @@ def user_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     if xdg and Path(xdg).is_absolute():  # the spec says to ignore a relative one
         return Path(xdg) / "envfarm"
     return Path(env.get("HOME") or Path.home()) / ".local" / "share" / "envfarm"
+
+
+def user_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """envfarm's cache directory: ``$XDG_CACHE_HOME/envfarm``, else ``~/.cache/envfarm``."""
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "envfarm"
+    return Path(env.get("HOME") or Path.home()) / ".cache" / "envfarm"

@@ -153,6 +153,7 @@ class EpisodeRunner:
             allow_solution=self.policy.needs_solution,
             keep_artifacts=self.artifacts_dir is not None,
             inspect=self.tamper_checks,
+            image_id=request.image.image_id if request.image else None,
         )
         with _phase(traj, "provision"):
             if self.pools is None:

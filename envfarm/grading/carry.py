@@ -48,6 +48,8 @@ export LC_ALL=C
 W="${{EF_WORKDIR:-$PWD}}"
 [ -n "$EF_FIXED" ] || W="$(cd "$W" 2>/dev/null && pwd -P || printf '%s' "$W")"
 printf 'now %s\n' "$(date +%s.%N 2>/dev/null)"
+read -r up _ < /proc/uptime 2>/dev/null; read -r st < /proc/1/stat 2>/dev/null; st="${{st##*) }}"
+set -- $st; printf 'clock %s %s\n' "$up" "${{20}}"
 printf 'workdir %s\n' "$W"
 [ "$(find / -maxdepth 0 -printf ok 2>/dev/null)" = ok ] || {{ echo "missing GNU find"; exit 0; }}
 while read -r _ _ _ _ m _; do printf 'mount %s\n' "$m"; done < /proc/self/mountinfo
@@ -79,6 +81,11 @@ class Listing:
     now: float
     entries: dict[str, tuple[str, float]] = field(default_factory=dict)
     mounts: list[str] = field(default_factory=list)
+    started: float | None = None
+    """When the container started, on its clock (None: unknown)."""
+    late: frozenset[str] = frozenset()
+    """Entries written after the listed container started (a reused listing, ``pristine.py``):
+    another container may lack them, so one only counts as changed when its ctime says so."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +125,8 @@ def _parse_entries(data: bytes) -> dict[str, tuple[str, float]]:
         try:
             kind, ctime, raw = record.split(b" ", 2)
             path = raw.decode("utf-8", "surrogateescape")
-            parts = path.split("/")
-            if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            framed = f"/{path}/"  # an empty, "." or ".." part shows as "//", "/./", "/../"
+            if "//" in framed or "/./" in framed or "/../" in framed:
                 continue
             entries[path] = (kind.decode("ascii"), float(ctime))
         except ValueError:  # an empty record, or a line a replaced find made up
@@ -132,6 +139,25 @@ def _unescape_mount(text: str) -> str:
     for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
         text = text.replace(code, char)
     return text
+
+
+def _started(now: float, clock: str) -> float | None:
+    """The start of the container's first process, from ``/proc/uptime`` and its
+    ``/proc/1/stat`` start time (clock ticks of 1/100 s, Linux's USER_HZ)."""
+    try:
+        uptime, ticks = clock.split()
+        return now - float(uptime) + int(ticks) / 100
+    except ValueError:
+        return None
+
+
+async def container_clock(sandbox: Sandbox) -> float:
+    """The container's clock now (``date`` as root)."""
+    result = await sandbox.exec("date +%s.%N", user="root", timeout=60)
+    try:
+        return float(result.stdout.strip())
+    except ValueError:
+        raise GradingError("clean-room grading needs GNU date in the image") from None
 
 
 @dataclass
@@ -165,6 +191,7 @@ async def _list(
         listing.now = float(fields.get("now", ""))
     except ValueError:
         raise GradingError("clean-room grading needs GNU date in the image") from None
+    listing.started = _started(listing.now, fields.get("clock", ""))
     code, _, size = fields.get("listed", "").partition(" ")
     if code not in ("0", "1"):
         raise GradingError(f"could not list the container's files: {result.stderr[-500:]}")
@@ -197,10 +224,12 @@ def plan_changes(before: Listing, after: Listing, scope: CarryScope | None = Non
     old = {p: e for p, e in before.entries.items() if not scope.left_out(p)}
     new = {p: e for p, e in after.entries.items() if not scope.left_out(p)}
     gone = {path for path, (kind, _) in old.items() if new.get(path, ("", 0.0))[0] != kind}
+    gone -= {p for p in before.late & gone if p in new and new[p][1] <= since}
     touched = {
         path
         for path, (kind, ctime) in new.items()
-        if kind in _KINDS and (ctime > since or old.get(path, ("", 0.0))[0] != kind)
+        if kind in _KINDS
+        and (ctime > since or (old.get(path, ("", 0.0))[0] != kind and path not in before.late))
     }
     restored = {
         path

@@ -9,6 +9,9 @@ environment (same image and hardening, same sidecars, network and volumes). Into
   ``/logs/artifacts`` when collect hooks wrote it);
 - ``separate`` mode (Harbor's): the declared ``artifacts`` and ``/logs/artifacts`` alone.
 
+An artifact on a volume the fresh container mounts too (a compose volume a sidecar writes, say)
+is not carried: the verifier sees it in place, as Harbor's does, and may mount it read-only.
+
 A declared artifact replaces whatever the image has at its path, and one the agent left absent
 is removed. Nothing else the agent did survives: not its processes, not a pytest or
 ``sitecustomize.py`` it planted, not its ``/logs/verifier`` or ``/tests``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 import uuid
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,15 +74,27 @@ def verifier_input(
     return record
 
 
+def on_shared(path: str, shared: Sequence[str]) -> bool:
+    """Whether ``path`` lies on a mount both containers share (``shared``: mount points)."""
+    path = "/" + path.strip("/")
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in shared)
+
+
 def carried_copies(
-    mode: EnvironmentMode, copies: list[CopiedPath], workdir: str | None
+    mode: EnvironmentMode,
+    copies: list[CopiedPath],
+    workdir: str | None,
+    shared: Sequence[str] = (),
 ) -> list[CopiedPath]:
-    """The copies a verifier of ``mode`` receives: in clean mode, only those the file system's
-    carry leaves out (it already carries the rest)."""
+    """The copies a verifier of ``mode`` receives: none on a volume its container shares with
+    the agent's (``shared``: it sees that file as the agent left it, and may mount it
+    read-only); in clean mode, only those the file system's carry leaves out (it already
+    carries the rest)."""
+    kept = [c for c in copies if not on_shared(c.source, shared)]
     if mode != "clean" or workdir is None:
-        return list(copies)
+        return kept
     scope = CarryScope(workdir=workdir)
-    return [c for c in copies if scope.left_out(c.source.strip("/"))]
+    return [c for c in kept if scope.left_out(c.source.strip("/"))]
 
 
 async def _run(verifier: Sandbox, script: str, what: str) -> None:

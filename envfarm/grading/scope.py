@@ -43,6 +43,7 @@ LEFT_OUT_ROOTS = (
     "logs",
 )
 LEFT_OUT_GLOBS = ("tmp/.envfarm-*", "root/.envfarm-*")
+_GLOB_PREFIXES = tuple(glob.partition("*")[0] for glob in LEFT_OUT_GLOBS)
 _BIN_NAMES = ("python*", "pytest*", "py.test")
 _HOOK_NAMES = frozenset({"sitecustomize.py", "usercustomize.py"})
 _RUNNER_NAMES = frozenset({"pytest", "_pytest", "pluggy", "pytest.py", "py.py", "pluggy.py"})
@@ -76,16 +77,19 @@ class CarryScope:
         parts = self._work.split("/") if self._work else []
         self._ancestors = {"/".join(parts[:i]) for i in range(len(parts))}
         self._mounts = [m.strip("/") for m in self.mounts if m.strip("/")]
+        self._left_out_exact = frozenset(LEFT_OUT_ROOTS) | frozenset(self._mounts)
+        self._left_out_below = tuple(r + "/" for r in self._left_out_exact)
 
     def left_out(self, path: str) -> bool:
-        parts = path.split("/")
-        if CACHE_NAMES & set(parts):
+        """Called for every entry of two listings: cheap tests first (the same rules as
+        ``LEFT_OUT_ROOTS``, ``LEFT_OUT_GLOBS``, ``CACHE_NAMES`` and the mounts)."""
+        if path in self._left_out_exact or path.startswith(self._left_out_below):
             return True
-        if any(_under(path, root) for root in LEFT_OUT_ROOTS):
+        if path.startswith(_GLOB_PREFIXES) and any(fnmatchcase(path, g) for g in LEFT_OUT_GLOBS):
             return True
-        if any(fnmatchcase(path, g) for g in LEFT_OUT_GLOBS):
-            return True
-        return any(_under(path, m) for m in self._mounts)
+        return any(name in path for name in CACHE_NAMES) and bool(
+            CACHE_NAMES.intersection(path.split("/"))
+        )
 
     def _site_of(self, path: str) -> str | None:
         """The site directory ``path`` lies in (its deepest), if any."""

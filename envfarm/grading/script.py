@@ -57,8 +57,8 @@ class TestScriptGrader(Grader):
     async def run_verifier(self, sandbox: Sandbox, task: Task) -> VerifierOutput:
         """Run ``tests/test.sh``; raise only when the sandbox itself fails."""
         verifier = task.config.verifier
-        await sandbox.exec(f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}", user="root")
-        await upload_dir(sandbox, task.tests_dir, TESTS_DIR)
+        fresh_logs = f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}"
+        await upload_dir(sandbox, task.tests_dir, TESTS_DIR, first=fresh_logs)
         env = {**task.config.environment.env, **expand_env(verifier.env, dict(os.environ))}
         result = await sandbox.exec(
             f"bash {TESTS_DIR}/test.sh > {VERIFIER_DIR}/{STDOUT_FILE} 2>&1",

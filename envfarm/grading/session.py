@@ -1,7 +1,8 @@
 """One episode's grading, around the agent: snapshots, hooks, the verifier, flags and artifacts.
 
 The episode runner calls, in order: ``before_agent`` (after provisioning: the first snapshot,
-and the workdir's listing for a clean-room verifier), ``after_agent`` (when the agent has
+and the file system's listing for a clean-room verifier, or both as an earlier episode of the
+image and task took them, ``pristine.py``), ``after_agent`` (when the agent has
 stopped: the second snapshot, the command scan, collect hooks, declared artifacts, the workdir's
 changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, flag policy
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
@@ -21,7 +22,7 @@ import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envfarm.errors import GradingError
@@ -31,6 +32,7 @@ from envfarm.grading.carry import (
     Changes,
     Listing,
     WorkspaceCarry,
+    container_clock,
     list_workspace,
     read_changes,
     settle_carry,
@@ -43,6 +45,13 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
+from envfarm.grading.pristine import (
+    Pristine,
+    PristineCache,
+    default_cache,
+    image_entries,
+    pristine_key,
+)
 from envfarm.grading.scope import CarryScope
 from envfarm.grading.service_artifacts import copy_from_services, service_specs
 from envfarm.grading.snapshot import Snapshot, take_snapshot
@@ -86,6 +95,10 @@ class EpisodeGrading:
     notes: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     """Seconds spent in each part of grading (``Timings.phases``)."""
+    image_id: str | None = None
+    """The id of the sandbox's image: with it, what the container looks like before the agent
+    is taken once per image and task (``pristine.py``)."""
+    pristine: PristineCache | None = field(default_factory=default_cache)
 
     @contextmanager
     def _timed(self, name: str) -> Iterator[None]:
@@ -104,8 +117,53 @@ class EpisodeGrading:
         return self.task.config.verifier_network()
 
     async def before_agent(self) -> None:
-        """The first snapshot and the clean room's listing, side by side."""
-        await asyncio.gather(self._snapshot_before(), self._list_before())
+        """The first snapshot and the clean room's listing, side by side; or, when an earlier
+        episode of this image and task took them (``pristine.py``), its, with this
+        container's clock."""
+        cache = self.pristine if self.image_id else None
+        key = self._pristine_key()
+        found = await cache.lookup(key) if cache is not None else None
+        if found is not None:
+            with self._timed("pristine"):
+                self._reuse(found, await container_clock(self.sandbox))
+            return
+        taken: Pristine | None = None
+        try:
+            await asyncio.gather(self._snapshot_before(), self._list_before())
+            taken = self._taken()
+        finally:
+            if cache is not None:
+                cache.settle(key, taken)
+
+    def _pristine_key(self) -> str:
+        workdir = self.task.config.environment.workdir
+        return pristine_key(
+            self.image_id or "",
+            self.task.content_hash,
+            workdir,
+            listing=self.mode == "clean",
+            snapshot=self.inspect,
+            baseline=self.inspect and self.keep_artifacts,
+            solution=self.allow_solution,
+        )
+
+    def _taken(self) -> Pristine | None:
+        listing = image_entries(self.listing) if self.listing is not None else None
+        if self.listing is not None and listing is None:
+            return None
+        return Pristine(listing, self.before, self.baseline)
+
+    def _reuse(self, found: Pristine, now: float) -> None:
+        if found.snapshot is not None:
+            self.before = found.snapshot.model_copy(update={"now": now})
+            if self.before.missing_tools:
+                missing = ", ".join(self.before.missing_tools)
+                self.notes.append(f"snapshot tools missing: {missing}")
+        self.baseline = found.baseline
+        if self.inspect and self.keep_artifacts and self.baseline is None:
+            self.notes.append("no baseline copy of the workdir (too large or unreadable)")
+        if found.listing is not None:
+            self.listing = replace(found.listing, now=now)
 
     async def _snapshot_before(self) -> None:
         if not self.inspect:
@@ -205,7 +263,8 @@ class EpisodeGrading:
 
     def _carried(self) -> list[CopiedPath]:
         workdir = self.carry.workdir if self.carry else None
-        return [*carried_copies(self.mode, self.copies, workdir), *self.service_copies]
+        shared = verifier_phases(self.sandbox).shared_paths()
+        return [*carried_copies(self.mode, self.copies, workdir, shared), *self.service_copies]
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
         with self._timed("verifier"):

@@ -111,6 +111,11 @@ class VerifierPhases(ABC):
         handed out, before ``fork_clean`` has stopped this sandbox's processes."""
         return
 
+    def shared_paths(self) -> list[str]:
+        """Mount points (absolute) that ``fork_clean``'s sandbox shares with this one, such as
+        volumes: what lies there is the same in both and needs no carrying (default: none)."""
+        return []
+
     @abstractmethod
     async def fork_clean(self, *, network: bool) -> Sandbox:
         """A fresh, started sandbox of this one's environment, for a verifier that trusts

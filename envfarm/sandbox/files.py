@@ -66,8 +66,11 @@ def _entry(path: Path) -> tuple[str, int, int, int]:
     return (str(path), stat.st_size, stat.st_mode, stat.st_mtime_ns)
 
 
-async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True) -> None:
-    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there).
+async def upload_dir(
+    sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True, first: str = ""
+) -> None:
+    """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there);
+    ``first``: a shell command run before, in the same exec (its exit status is ignored).
 
     The archive is staged inside ``dest`` itself, so an upload needs room only where it lands
     (a tmpfs mounted there has it when the agent filled the disk); ``dest`` may be a mount
@@ -79,6 +82,8 @@ async def upload_dir(sandbox: Sandbox, src: Path, dest: str, *, replace: bool = 
         if replace
         else f"mkdir -p {target}"
     )
+    if first:
+        clear = f"{{ {first}; }}; {clear}"
     prepared = await sandbox.exec(clear, timeout=300, user="root")
     if prepared.exit_code != 0:
         raise SandboxError(f"could not prepare {dest} for {src}: {prepared.stderr.strip()}")

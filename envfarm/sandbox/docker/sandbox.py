@@ -125,6 +125,8 @@ def owner_label() -> str:
 
 
 _live: dict[str, Container] = {}
+_image_configs: dict[str, dict[str, Any]] = {}
+"""Image id (content-addressed) -> its ``Config``, read once per process."""
 
 
 def _remove_live_containers() -> None:
@@ -201,13 +203,17 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
     async def _start_main_process(self) -> None:
         if self._channel is None:
             return
-        try:
-            image = await asyncio.to_thread(docker_client().images.get, self.config.image)
-        except docker.errors.DockerException as exc:
-            raise SandboxStartError(f"cannot inspect image {self.config.image!r}: {exc}") from exc
-        argv = main_argv(
-            image.attrs.get("Config") or {}, self.config.entrypoint, self.config.command
-        )
+        assert self._container is not None
+        image_id = str(self._container.attrs.get("Image") or self.config.image)
+        config = _image_configs.get(image_id)
+        if config is None:
+            try:
+                image = await asyncio.to_thread(docker_client().images.get, image_id)
+            except docker.errors.DockerException as exc:
+                what = self.config.image
+                raise SandboxStartError(f"cannot inspect image {what!r}: {exc}") from exc
+            config = _image_configs[image_id] = dict(image.attrs.get("Config") or {})
+        argv = main_argv(config, self.config.entrypoint, self.config.command)
         if argv is None:
             return
         self._main = MainProcess(
@@ -425,6 +431,10 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
         if self._container is None or self._next_fork is not None:
             return
         self._next_fork = (network, asyncio.ensure_future(self._start_fork(network)))
+
+    def shared_paths(self) -> list[str]:
+        """The ``volume:/path[:mode]`` volumes: a fork mounts the same ones."""
+        return [spec.split(":")[1] for spec in self.config.volumes if spec.count(":") >= 1]
 
     async def _start_fork(self, network: bool) -> DockerSandbox:
         config = self.config.model_copy(update={"network": network, "verifier_network": None})

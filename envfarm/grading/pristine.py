@@ -1,0 +1,203 @@
+"""What a fresh container of an image looks like before any agent, taken once per image.
+
+Before the agent, grading needs three things about the container: the clean room's listing of
+its whole file system, the first tamper snapshot, and (for the artifacts) a copy of the
+workdir. For a given image and task they are the same in every episode: the container starts
+from the image's layers, and envfarm puts the same files into it (the task's solution, its bind
+files). So the first episode of an image and task takes them in its own container, as
+before, and the later ones reuse them; an episode then reads only its container's clock (the
+``since`` of the ctime comparisons after the agent must be its own).
+
+In the reused listing, the entries whose ctime is not older than the container that was listed
+are marked *late*: envfarm or the image's entrypoint wrote them after the start, and another
+container may lack them or have them otherwise, so a later episode counts one as changed only
+by its ctime, never because its type differs or it is new. Nothing the agent does can reach
+the cache: it is written before the agent starts.
+
+The key is the image's id (content-addressed), the task's content hash (its solution, bind
+files and compose file), the workdir, what the episode takes (listing, snapshot, copy, the
+solution uploaded), and the scripts that take them. Entries live in memory and, compressed,
+in ``$XDG_CACHE_HOME/envfarm/pristine/`` so later runs reuse them (``ENVFARM_PRISTINE_CACHE=0``
+turns the cache off). Concurrent episodes of one key in a process wait for the first one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from envfarm.grading.carry import LIST_SCRIPT, Listing
+from envfarm.grading.snapshot import SNAPSHOT_SCRIPT, Snapshot
+from envfarm.paths import user_cache_dir
+
+VERSION = 2
+"""Of the stored format; ``READABLE`` versions are read too."""
+READABLE = (1, 2)
+KEY_SALT = "1"
+"""Changed when what a key must cover changes."""
+CTIME_MARGIN_S = 1.0
+DISABLE_VARIABLE = "ENVFARM_PRISTINE_CACHE"
+MAX_BASELINE_BYTES = 8 * 1024 * 1024
+MAX_IN_MEMORY = 256
+
+
+@dataclass(frozen=True)
+class Pristine:
+    listing: Listing | None
+    """Entries as the image has them; ``now`` is the listed container's (replace it)."""
+    snapshot: Snapshot | None
+    baseline: bytes | None
+
+
+def pristine_key(
+    image_id: str,
+    task_hash: str,
+    workdir: str | None,
+    *,
+    listing: bool,
+    snapshot: bool,
+    baseline: bool,
+    solution: bool,
+) -> str:
+    parts = [KEY_SALT, image_id, task_hash, workdir or "", LIST_SCRIPT, SNAPSHOT_SCRIPT]
+    parts += [str(int(flag)) for flag in (listing, snapshot, baseline, solution)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def image_entries(listing: Listing) -> Listing | None:
+    """``listing`` with its entries written after the container started marked ``late`` (None
+    when the start is unknown)."""
+    if listing.started is None:
+        return None
+    cutoff = listing.started - CTIME_MARGIN_S
+    late = frozenset(p for p, (_, ctime) in listing.entries.items() if ctime >= cutoff)
+    return replace(listing, entries=dict(listing.entries), mounts=list(listing.mounts), late=late)
+
+
+def _encode(pristine: Pristine) -> bytes:
+    data: dict[str, Any] = {"version": VERSION}
+    if pristine.listing is not None:
+        listing = pristine.listing
+        data["listing"] = {
+            "workdir": listing.workdir,
+            "mounts": listing.mounts,
+            "entries": [[p, k, c] for p, (k, c) in listing.entries.items()],
+            "late": sorted(listing.late),
+        }
+    if pristine.snapshot is not None:
+        data["snapshot"] = pristine.snapshot.model_dump(mode="json")
+    data["baseline"] = pristine.baseline is not None
+    return gzip.compress(json.dumps(data).encode(), compresslevel=1)
+
+
+def _decode(raw: bytes, baseline: bytes | None) -> Pristine | None:
+    data = json.loads(gzip.decompress(raw))
+    if data.get("version") not in READABLE or bool(data.get("baseline")) != (baseline is not None):
+        return None
+    listing = None
+    if (shown := data.get("listing")) is not None:
+        entries = {str(p): (str(k), float(c)) for p, k, c in shown["entries"]}
+        mounts = [str(m) for m in shown["mounts"]]
+        late = frozenset(str(p) for p in shown.get("late", ()))  # version 1: dropped instead
+        listing = Listing(str(shown["workdir"]), 0.0, entries, mounts, late=late)
+    snapshot = None
+    if (taken := data.get("snapshot")) is not None:
+        snapshot = Snapshot.model_validate(taken)
+    return Pristine(listing, snapshot, baseline)
+
+
+class PristineCache:
+    """Pristine states by key, in memory and (``root`` not None) on disk."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._memory: dict[str, Pristine] = {}
+        self._taking: dict[str, asyncio.Future[Pristine | None]] = {}
+
+    async def lookup(self, key: str) -> Pristine | None:
+        """The cached state, waiting for another episode that is taking it; None: the caller
+        takes it and must ``settle`` the key (with None when it could not)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if (found := self._memory.get(key)) is not None:
+                return found
+            pending = self._taking.get(key)
+            if pending is None or pending.get_loop() is not loop:
+                break
+            if (found := await asyncio.shield(pending)) is not None:
+                return found
+        self._taking[key] = loop.create_future()
+        found = await asyncio.to_thread(self._read, key)
+        if found is not None:
+            self.settle(key, found, store=False)
+        return found
+
+    def settle(self, key: str, pristine: Pristine | None, *, store: bool = True) -> None:
+        pending = self._taking.pop(key, None)
+        if pending is not None and not pending.done():
+            pending.set_result(pristine)
+        if pristine is None:
+            return
+        self._memory[key] = pristine
+        while len(self._memory) > MAX_IN_MEMORY:
+            del self._memory[next(iter(self._memory))]
+        if store and self.root is not None:
+            with contextlib.suppress(OSError):
+                self._write(key, pristine)
+
+    def _read(self, key: str) -> Pristine | None:
+        if self.root is None:
+            return None
+        try:
+            raw = (self.root / f"{key}.json.gz").read_bytes()
+        except OSError:
+            return None
+        baseline = None
+        with contextlib.suppress(OSError):
+            baseline = (self.root / f"{key}.tar").read_bytes()
+        try:
+            return _decode(raw, baseline)
+        except (ValueError, KeyError, TypeError, OSError, EOFError):
+            return None
+
+    def _write(self, key: str, pristine: Pristine) -> None:
+        assert self.root is not None
+        self.root.mkdir(parents=True, exist_ok=True)
+        if pristine.baseline is not None:
+            if len(pristine.baseline) > MAX_BASELINE_BYTES:
+                return
+            _atomic_write(self.root / f"{key}.tar", pristine.baseline)
+        _atomic_write(self.root / f"{key}.json.gz", _encode(pristine))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def default_cache() -> PristineCache | None:
+    """The process's cache (None when ``ENVFARM_PRISTINE_CACHE=0``)."""
+    global _default
+    if os.environ.get(DISABLE_VARIABLE, "1") == "0":
+        return None
+    if _default is None:
+        _default = PristineCache(user_cache_dir() / "pristine")
+    return _default
+
+
+_default: PristineCache | None = None
