@@ -27,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from envfarm.errors import ImageError, UnknownBaseImage
+from envfarm.sandbox.dockerlines import Instruction, instructions
 
 DOCS = "docs/images.md"
 USER_TABLES_ENV = "ENVFARM_ALIASES"
@@ -257,41 +258,6 @@ def task_image_tag(task_id: str, content_hash: str) -> str:
     return f"envfarm-task/{name}:{version}"
 
 
-class _Instruction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    first: int
-    last: int
-    keyword: str
-    args: str
-
-
-def _instructions(text: str) -> list[_Instruction]:
-    """Logical instructions with their physical line span (``\\`` continuations joined)."""
-    lines = text.split("\n")
-    found: list[_Instruction] = []
-    index = 0
-    while index < len(lines):
-        first, parts = index, list[str]()
-        while index < len(lines):
-            line = lines[index]
-            index += 1
-            if parts and line.lstrip().startswith("#"):
-                continue
-            if line.rstrip().endswith("\\"):
-                parts.append(line.rstrip()[:-1])
-                continue
-            parts.append(line)
-            break
-        joined = " ".join(parts).strip()
-        if joined and not joined.startswith("#"):
-            keyword, _, args = joined.partition(" ")
-            found.append(
-                _Instruction(first=first, last=index - 1, keyword=keyword.upper(), args=args)
-            )
-    return found
-
-
 def _substitute(value: str, args: dict[str, str], where: str) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(3)
@@ -317,13 +283,13 @@ def _from_parts(args: str) -> tuple[str, str | None]:
     return words[0], stage
 
 
-def _external_refs(text: str, where: str) -> list[tuple[_Instruction, str, str]]:
+def _external_refs(text: str, where: str) -> list[tuple[Instruction, str, str]]:
     """(instruction, reference as written, resolved reference) for every non-stage base."""
     args: dict[str, str] = {}
     stages: set[str] = set()
     refs = []
     seen_from = False
-    for inst in _instructions(text):
+    for inst in instructions(text):
         if inst.keyword == "ARG" and not seen_from:
             for word in inst.args.split():
                 name, _, value = word.partition("=")

@@ -240,3 +240,25 @@ async def test_a_compose_build_target_builds_that_stage(
     )
     created_tags.append(built.tag)
     assert _run(built.tag, "cat", "/stage") == "tools\n"
+
+
+async def test_run_mounts_build_on_the_classic_builder(
+    tmp_path: Path, created_tags: list[str]
+) -> None:
+    dockerfile = (
+        "FROM debian:bookworm-slim AS tools\nRUN echo tools > /hi\n"
+        "FROM debian:bookworm-slim\nRUN mkdir -p /root/.cache && echo kept > /root/.cache/old\n"
+        "RUN --mount=type=cache,target=/root/.cache \\\n"
+        "    --mount=type=bind,from=tools,source=/hi,target=/tmp/hi \\\n"
+        "    --mount=type=bind,source=hello.txt,target=/etc/hello.txt \\\n"
+        "    ls /root/.cache | wc -l > /cache-entries; \\\n"
+        "    cat /tmp/hi /etc/hello.txt > /copied # note\n"
+    )
+    built = await _build(_task(tmp_path, dockerfile), f"mounts-{RUN_ID}", created_tags)
+    assert any("rewritten for the classic builder" in warning for warning in built.warnings)
+    assert _run(built.tag, "cat", "/copied") == "tools\nhello from the context\n"
+    assert _run(built.tag, "cat", "/cache-entries") == "0\n"
+    listing = _run(built.tag, "sh", "-c", "ls -a /tmp /etc/hello.txt /.envfarm-mounts 2>&1; true")
+    assert "No such file" in listing
+    assert "hi" not in listing.split()
+    assert _run(built.tag, "cat", "/root/.cache/old") == "kept\n"

@@ -57,6 +57,7 @@ from envfarm.sandbox.docker.dockerbuild import (
 from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
 from envfarm.sandbox.docker.pull import pull_image
 from envfarm.sandbox.imagesources import image_sources
+from envfarm.sandbox.runmounts import classic_dockerfile
 
 LABEL_MANAGED = "io.envfarm.managed"
 LABEL_KIND = "io.envfarm.kind"
@@ -298,9 +299,10 @@ async def build_task_image(
     except OSError as exc:
         raise TaskSpecError(str(dockerfile), f"cannot read the Dockerfile: {exc}") from exc
     where = str(dockerfile)
+    text, warnings = classic_dockerfile(text, where)
     host = read_host_config()
     bases = [await _plan_base(ref, where, host) for ref in dockerfile_bases(text, where)]
-    warnings = [warning for base in bases for warning in base.warnings]
+    warnings += [warning for base in bases for warning in base.warnings]
     identity = " ".join(base.identity for base in bases)
     tag = task_image_tag(tag_hint, content_hash)
     async with exclusive(tag):
