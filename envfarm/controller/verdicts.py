@@ -95,11 +95,23 @@ def _no_reward(check: TaskCheck, who: str, trajectory: Trajectory) -> None:
     verifier_fault = error.phase == "grading" and error.type == "GradingError"
     judge_down = verifier_fault and "rubric judging failed" in error.message
     if verifier_fault and not judge_down:
-        check.problems.append(f"{who}: the verifier gave no reward: {error.message[:500]}")
+        check.problems.append(f"{who}: the verifier gave no reward: {clip(error.message)}")
     elif not error.infrastructure:  # the task as configured, refused: it fails the same again
-        check.problems.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
+        check.problems.append(f"{who}: {error.phase} failed ({error.type}): {clip(error.message)}")
     else:
-        check.infra.append(f"{who}: {error.phase} failed ({error.type}): {error.message[:500]}")
+        check.infra.append(f"{who}: {error.phase} failed ({error.type}): {clip(error.message)}")
+
+
+def clip(message: str, limit: int = 1500) -> str:
+    """``message`` within ``limit`` characters: its first line (what failed) and its end (an
+    output's tail, where the error is), whole lines."""
+    if len(message) <= limit:
+        return message
+    first = message.split("\n", 1)[0][:300]
+    tail = message[len(message) - (limit - len(first)) :]
+    if "\n" in tail:
+        tail = tail.split("\n", 1)[1]
+    return f"{first}\n...\n{tail}"
 
 
 def _fmt(value: float) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfarm.controller.verdicts import TaskCheck, judge_nop, judge_oracle
+from envfarm.controller.verdicts import TaskCheck, clip, judge_nop, judge_oracle
 from envfarm.models.trajectory import (
     ErrorInfo,
     Provenance,
@@ -159,3 +159,13 @@ def test_flags_on_the_oracle_are_warnings() -> None:
     judge_oracle(result, [episode(1.0, flags=["tamper:tests-modified"])], judged=False)
     assert result.verdict == "sound"
     assert result.warnings == ["oracle: the reward is flagged tamper:tests-modified"]
+
+
+def test_a_long_message_keeps_its_first_line_and_its_end() -> None:
+    output = "\n".join(f"Get:{n} http://deb.example/debian trixie InRelease" for n in range(200))
+    message = f"tests/test.sh wrote no reward file (exit code 1)\n{output}\ncurl: (6) no host"
+    clipped = clip(message)
+    assert len(clipped) <= 1500
+    assert clipped.startswith("tests/test.sh wrote no reward file (exit code 1)\n...\n")
+    assert clipped.endswith("curl: (6) no host")
+    assert clip("short") == "short"
