@@ -125,8 +125,13 @@ class EpisodeGrading:
         found = await cache.lookup(key) if cache is not None else None
         if found is not None:
             with self._timed("pristine"):
-                self._reuse(found, await container_clock(self.sandbox))
-            return
+                try:
+                    now = await container_clock(self.sandbox)
+                except GradingError:
+                    now = None  # taken afresh below: reuse never changes an outcome
+                if now is not None:
+                    self._reuse(found, now)
+                    return
         taken: Pristine | None = None
         try:
             await asyncio.gather(self._snapshot_before(), self._list_before())
