@@ -28,6 +28,7 @@ from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBack
 from envfarm.sandbox.kubernetes.podfork import LABEL_VERIFIER_OF
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
+from envfarm.spec.network import VERIFIER_NETWORK_ENV
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
@@ -156,7 +157,11 @@ def cluster(tmp_path: Path) -> tuple[MemoryKubeApi, FakePodRuntime, SimulatedKub
 
 async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes(
     cluster: tuple[MemoryKubeApi, FakePodRuntime, SimulatedKubelet],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the strict setting: the verifier's pod is the agent's spec, no network (the default's
+    # public verifier pod is tested in test_k8s_backend.py)
+    monkeypatch.setenv(VERIFIER_NETWORK_ENV, "none")
     api, runtime, _ = cluster
     task = in_mode(load_task(TASKS / "word-count-cli"), "clean", workdir="/app")
     backend = KubernetesBackend(api, KubernetesBackendConfig())
