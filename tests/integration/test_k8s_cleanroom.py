@@ -160,7 +160,7 @@ async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the strict setting: the verifier's pod is the agent's spec, no network (the default's
-    # public verifier pod is tested in test_k8s_backend.py)
+    # public verifier pod: tests/unit/test_network_default.py)
     monkeypatch.setenv(VERIFIER_NETWORK_ENV, "none")
     api, runtime, _ = cluster
     task = in_mode(load_task(TASKS / "word-count-cli"), "clean", workdir="/app")
