@@ -10,7 +10,8 @@ import pytest
 from envfarm.policy import PolicyServer
 from envfarm.testing.fake_engine import FakeEngine
 from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
-from tests.e2e.test_cli_tokens import envfarm, write_fix_command
+from tests.e2e.cli import envfarm
+from tests.e2e.test_cli_tokens import write_fix_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -7,36 +7,20 @@ token ids, logprobs and a version header; `envfarm run` runs as a user runs it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from envfarm.policy import PolicyServer
 from envfarm.testing.fake_vllm import FakeVLLM
+from tests.e2e.cli import envfarm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "fix-lru-cache"
-
-
-async def envfarm(*args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "envfarm",
-        *args,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=1200)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode()
 
 
 def write_fix_command() -> str:

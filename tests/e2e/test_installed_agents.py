@@ -5,9 +5,7 @@ bench/installed_agents.py run, results in bench/RESULTS.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from envfarm.policy import PolicyServer
 from envfarm.spec.task import load_task
 from envfarm.testing.agent_scripts import oracle_planner
 from envfarm.testing.fake_vllm import FakeVLLM
+from tests.e2e.cli import envfarm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -28,21 +27,6 @@ AGENT_TASKS = {
 }
 """Each agent layer is a large install per task image (mini-swe-agent ~700 MB of pip
 packages, Codex ~420 MB of native binaries): two tasks each, one of them without Python."""
-
-
-async def envfarm(*args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "envfarm",
-        *args,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=3000)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode()
 
 
 def sent_tokens(fake: FakeVLLM) -> Counter[tuple[tuple[int, ...], tuple[float, ...]]]:
@@ -89,6 +73,7 @@ async def test_installed_agent_solves_tasks_token_exact(agent: str, tmp_path: Pa
             "2",
             "--out",
             str(out),
+            timeout=3000,
         )
     assert code == 0, stderr[-3000:]
     trajectories = [
