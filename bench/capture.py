@@ -13,8 +13,10 @@ ways interleaved over ``--rounds`` rounds so that a change of the machine's load
   round trip through it; not an HTTP call);
 * relay only: from inside a no-network sandbox straight to the fake server through the port
   relay over the helper stream (the relay's own cost, no capture);
-* relayed: from inside a no-network sandbox to the capture endpoint through the port relay,
-  as an installed agent makes it.
+* relayed: from inside a no-network sandbox to the capture endpoint, served in process by the
+  port relay (``serve_port``), as an installed agent makes it;
+* relayed over TCP: the same through the relay's TCP target, the endpoint's loopback port
+  (one more socket hop each way on envfarm's side).
 
 The capture endpoint's own overhead is relayed minus policy client (what an installed agent's
 call costs beyond the built-in loop's); relayed minus direct is shown too. Target: under 2 ms
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import shlex
 import statistics
@@ -97,11 +100,17 @@ async def main(calls: int, task_dir: Path, rounds: int) -> None:
     backend = DockerBackend()
     task = load_task(task_dir)
     image = await backend.prepare(task)
-    fake = FakeVLLM(commands=["ls"] * (6 * calls + 100) * rounds)
+    fake = FakeVLLM(commands=["ls"])  # every call is the first step: the same answer
     results: dict[str, list[float]] = {}
     cpu: dict[str, float] = {}
 
     async def measure(way: str, run: Awaitable[list[float]]) -> None:
+        # Every way starts from the same heap: what the fake server and the session kept from
+        # the ways before would otherwise make the garbage collector slower for the later ones.
+        fake.requests.clear()
+        fake.replies.clear()
+        capture.session = new_session()
+        gc.collect()
         before = time.process_time()
         values = await run
         cpu[way] = cpu.get(way, 0.0) + (time.process_time() - before) / (calls + 10)
@@ -111,20 +120,25 @@ async def main(calls: int, task_dir: Path, rounds: int) -> None:
         PolicyServer(fake) as server,
         OpenAIPolicy(server.base_url, "m", capture=CaptureOptions(profile="vllm")) as client,
     ):
-        session = CaptureSession(
-            client, sampling=SamplingParams(), limits=CaptureLimits(max_turns=10**9)
-        )
+
+        def new_session() -> CaptureSession:
+            return CaptureSession(
+                client, sampling=SamplingParams(), limits=CaptureLimits(max_turns=10**9)
+            )
+
         async with (
-            CaptureServer(session, model="policy") as capture,
+            CaptureServer(new_session(), model="policy") as capture,
             backend.create(task, image, run_id="bench-capture") as sandbox,
         ):
             assert isinstance(sandbox, ChannelPortForwarding)
             channel = sandbox.channel
             assert channel is not None
             fake_port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+            relay = port_forwarding(sandbox)
             forwards = {
-                "relay only": await port_forwarding(sandbox).forward_port("127.0.0.1", fake_port),
-                "relayed": await port_forwarding(sandbox).forward_port("127.0.0.1", capture.port),
+                "relay only": await relay.forward_port("127.0.0.1", fake_port),
+                "relayed": await relay.serve_port(capture.protocol),
+                "relayed over TCP": await relay.forward_port("127.0.0.1", capture.port),
             }
             for _ in range(rounds):  # the ways interleaved, so a change of load hits them all
                 await measure("direct", host_client(fake_port, calls))

@@ -122,3 +122,29 @@ async def test_a_handler_bug_is_a_500_and_a_stream_is_one_chunk(port: int) -> No
         async with http.head(f"http://127.0.0.1:{port}/h") as response:
             assert response.status == 200
             assert int(response.headers["Content-Length"]) > 0
+
+
+async def test_closing_the_server_lets_the_answer_under_way_finish() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held(request: Request) -> Answer:
+        started.set()
+        await release.wait()
+        return Answer(200, request.body)
+
+    server = HttpServer(held, _error)
+    port = await server.listen("127.0.0.1")
+    idle_reader, _ = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_post("/held", b"late"))
+    await started.wait()
+    closing = asyncio.create_task(server.aclose())
+    assert await asyncio.wait_for(idle_reader.read(), 10) == b""  # an idle one just closes
+    assert not closing.done()
+    release.set()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    assert b"Connection: close" in answer
+    assert answer.endswith(b"\r\n\r\nlate")
+    await closing
+    writer.close()

@@ -13,7 +13,8 @@ write: head and body, a streamed one (server-sent events, all known when the com
 one chunk. Limits: a head of 64 KiB (431), a body of 64 MiB (413); a malformed request gets a
 400 and its connection is closed. A handler's bug is a 500 (logged). A connection lost while
 its request is handled does not cancel the handler: the call is forwarded and recorded all
-the same.
+the same; closing the server waits for the requests under way (up to ``SHUTDOWN_S``, as
+aiohttp's server did), then closes every connection.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 << 10
 MAX_BODY = 64 << 20
+SHUTDOWN_S = 60.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -71,7 +73,7 @@ class HttpConnection(asyncio.Protocol):
         self._head: tuple[str, str, str, dict[str, str]] | None = None
         self._chunks: _Chunked | None = None
         self._task: asyncio.Task[None] | None = None
-        self._eof = self._closed = False
+        self._eof = self._closed = self._stopping = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport
@@ -97,8 +99,16 @@ class HttpConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def stop(self) -> asyncio.Task[None] | None:
+        """Take no more requests: close now when idle, else after the answer under way (the
+        task returned)."""
+        self._stopping = True
+        if self._task is None:
+            self.close()
+        return self._task
+
     def abort(self) -> None:
-        """Close, and cancel the request under way (the server is shutting down)."""
+        """Close, and cancel the request under way."""
         self.close()
         if self._task is not None:
             self._task.cancel()
@@ -187,6 +197,7 @@ class HttpConnection(asyncio.Protocol):
             log.exception("the capture endpoint failed on %s %s", request.method, request.path)
             answer = Answer(500, self._error_body(500, "the capture endpoint failed"))
         self._task = None
+        keep = keep and not self._stopping
         self._answer(answer, version=version, keep=keep, head_only=request.method == "HEAD")
         if not keep:
             self.close()
@@ -295,6 +306,9 @@ class HttpServer:
     async def aclose(self) -> None:
         if self._server is not None:
             self._server.close()
+        under_way = [task for c in list(self._live) if (task := c.stop()) is not None]
+        if under_way:
+            await asyncio.wait(under_way, timeout=SHUTDOWN_S)
         for connection in list(self._live):
             connection.abort()
         if self._server is not None:
