@@ -80,6 +80,8 @@ class HttpConnection(asyncio.Protocol):
         self._live.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
         self._buffer += data
         if self._task is None:
             self._advance()
