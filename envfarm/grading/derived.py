@@ -66,12 +66,22 @@ def derivable(before: Snapshot, listing: Listing) -> bool:
         return False
     if PRUNED & set(work.split("/")) or CarryScope(workdir=before.workdir).left_out(work):
         return False
-    if "\n" in work or "\\" in work:
+    if not _spelled_alike(work):
         return False
     for mount in (m.strip("/") for m in listing.mounts):
         if mount and (_under(work, mount) or _under(mount, work)):
             return False
     return True
+
+
+def _spelled_alike(path: str) -> bool:
+    """Whether the snapshot script's lines name ``path`` as the listing does: no newline or
+    backslash (``sha256sum`` escapes those) and valid UTF-8 (the script's output is decoded)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\n" not in path and "\\" not in path
 
 
 def _under(path: str, root: str) -> bool:
@@ -137,7 +147,7 @@ def derive_workspace(
         inside = path[len(prefix) :]
         if PRUNED & set(inside.split("/")):
             continue
-        if "\n" in path or "\\" in path:
+        if not _spelled_alike(path):
             return None
         counts[kind] += 1
         absolute = "/" + path

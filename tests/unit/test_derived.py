@@ -94,3 +94,15 @@ def test_a_mount_at_or_below_the_workdir_is_not_derivable() -> None:
         assert derivable(before, mounted) == (mount == "/"), mount
     truncated = before.model_copy(update={"workspace_truncated": True})
     assert not derivable(truncated, listing)
+
+
+def test_a_name_the_snapshot_would_spell_otherwise_gives_up() -> None:
+    for name in ("app/a\nb.py", "app/a\\b.py", "app/\udcff.py"):
+        before, partial, listing, changes = _case({name: ("f", OLD)}, None)
+        before.sections["workspace"]["/" + name] = "n" * 64
+        changes.listing.entries["app/src/kept.py"] = ("f", OLD)
+        assert derive_workspace(before, partial, listing, changes) is None, repr(name)
+    before, partial, listing, changes = _case({"app/plain.py": ("f", OLD)}, None)
+    before.sections["workspace"]["/app/plain.py"] = "n" * 64
+    changes.listing.entries["app/src/kept.py"] = ("f", OLD)
+    assert derive_workspace(before, partial, listing, changes) is not None
