@@ -300,7 +300,9 @@ class EpisodeGrading:
         if self.listing is None:
             return None
         with self._timed("carry"):
-            return await read_changes(self.sandbox, self.listing)
+            # the agent's container is only killed after this and the artifacts' copies
+            tidy = any(spec.sidecar is None for spec in self.task.config.artifacts)
+            return await read_changes(self.sandbox, self.listing, tidy=tidy)
 
     def _scope(self, after: Snapshot | None) -> CarryScope:
         assert self.listing is not None
