@@ -182,6 +182,9 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         await _uncancelled(asyncio.ensure_future(super().start()))
         await self._prepare_fork(self)
 
+    def _creates_fork_ahead(self) -> bool:
+        return False
+
     async def _prepare_fork(self, clean: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
         container, and for a fresh one that takes its place (``fork_clean``)."""
@@ -287,16 +290,14 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         return await _blocking(read_path_archive, container_id, path, max_bytes)
 
     async def _teardown(self) -> None:
-        errors: list[SandboxError] = []
-        try:
-            await super()._teardown()
-        except SandboxError as exc:
-            errors.append(exc)
+        errors: list[BaseException] = []
         ids = list(self.sidecar_ids.values())
-        for outcome in await asyncio.gather(
-            *(_blocking(sidecars.remove_container, i) for i in ids), return_exceptions=True
+        for outcome in await asyncio.gather(  # the main container and the sidecars at once
+            super()._teardown(),
+            *(_blocking(sidecars.remove_container, i) for i in ids),
+            return_exceptions=True,
         ):
-            if isinstance(outcome, SandboxError):
+            if isinstance(outcome, BaseException):
                 errors.append(outcome)
         self.sidecar_ids.clear()
         try:  # the network, the volumes, and anything a cancelled start created unrecorded
