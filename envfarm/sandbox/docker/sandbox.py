@@ -487,7 +487,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
     async def fork_clean(self, *, network: bool) -> Sandbox:
         """Kill this container (it stays until teardown), then hand out a fresh one of the same
         configuration (image, limits, aliases, volumes) with ``network``: the one
-        ``prepare_fork`` started, or one started now."""
+        ``prepare_fork`` started (finishing its start during the kill), or one started now."""
         if self._container is None:
             raise SandboxError("sandbox is not started")
         if self._channel is not None:
@@ -496,10 +496,19 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
         if pending is not None and pending[0] != network:  # not the one asked for: removed later
             await asyncio.gather(pending[1], return_exceptions=True)
             pending = None
-        await asyncio.to_thread(kill_container, self._container)
-        if pending is not None:
-            return await pending[1]
-        return await self._start_fork(network)
+        if pending is None:
+            await asyncio.to_thread(kill_container, self._container)
+            return await self._start_fork(network)
+        killed = asyncio.ensure_future(asyncio.to_thread(kill_container, self._container))
+        # the prepared container finishes starting while this one is killed; handed out after
+        kill_outcome, fork_outcome = await asyncio.gather(
+            killed, pending[1], return_exceptions=True
+        )
+        for outcome in (kill_outcome, fork_outcome):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(fork_outcome, DockerSandbox)
+        return fork_outcome
 
     async def _prepare_fork(self, clean: DockerSandbox) -> None:
         """What a fresh main container needs before it runs anything (none here)."""
