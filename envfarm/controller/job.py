@@ -100,7 +100,7 @@ class Job:
                 the same moment by two episodes are handed out by one call), then ack it."""
                 async with handing_out:
                     if self.events.on_group is None:  # nothing to hand out: acknowledge all
-                        _, last = await store.delivered(
+                        _none, last = await store.delivered(
                             job_id, after=self._cursor, limit=0, consumer=CONSUMER
                         )
                         if last > self._cursor:
