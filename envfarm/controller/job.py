@@ -136,7 +136,7 @@ class Job:
             await store.close()
 
 
-PARSED_PER_STEP = 64
+PARSED_PER_STEP = 16
 
 
 async def _parsed(raw: Sequence[str | dict[str, Any]]) -> list[Trajectory]:
