@@ -1,12 +1,13 @@
 """Running an installed agent (``specs.AgentSpec``) in the sandbox, its calls captured.
 
-The capture endpoint (``capture``) serves on envfarm's loopback; the sandbox's port relay
-makes it ``127.0.0.1:PORT`` inside the sandbox, so the agent needs no network and holds no
-key but a placeholder. The agent runs as the task's agent user in its workdir, under the wall
-clock of the episode. It ends by itself (its exit code in ``done_exit_codes``: ``submitted``;
-another: ``error``, graded all the same, like a session that produced nothing), or the capture
-session ends it: a limit (graded as ``max_turns``/``timeout``) or a policy failure, which is
-raised, so the episode is an infrastructure fault and never scored.
+The capture endpoint (``capture``) is served by the sandbox's port relay as ``127.0.0.1:PORT``
+inside the sandbox, in envfarm's process (no socket on envfarm's side), so the agent needs no
+network and holds no key but a placeholder. The agent runs as the task's agent user in its
+workdir, under the wall clock of the episode. It ends by itself (its exit code in
+``done_exit_codes``: ``submitted``; another: ``error``, graded all the same, like a session
+that produced nothing), or the capture session ends it: a limit (graded as
+``max_turns``/``timeout``) or a policy failure, which is raised, so the episode is an
+infrastructure fault and never scored.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ async def run_installed(
         raise TaskSpecError("task.toml: environment.mcp_servers", refusal)
     instruction = spec.agent_instruction(instruction, servers)
     session = CaptureSession(policy, sampling=sampling, limits=limits)
-    async with CaptureServer(session, model=MODEL_ALIAS) as server:
-        forward = await port_forwarding(sandbox).forward_port("127.0.0.1", server.port)
+    async with CaptureServer(session, model=MODEL_ALIAS, listen=False) as server:
+        forward = await port_forwarding(sandbox).serve_port(server.protocol)
         try:
             result = await _run(
                 spec, session, sandbox, instruction, forward.port, workdir, user, servers

@@ -20,6 +20,7 @@ else is dropped and flagged ``tamper:carry_rejected``.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import shlex
 import tarfile
@@ -164,7 +165,7 @@ async def container_clock(sandbox: Sandbox) -> float:
 class _Listed:
     listing: Listing
     tar_size: int | None = None
-    tar_error: str = ""
+    archive: bytes | None = None
 
 
 async def _list(
@@ -197,7 +198,6 @@ async def _list(
         raise GradingError(f"could not list the container's files: {result.stderr[-500:]}")
     if int(size or 0) > MAX_LISTING_BYTES:
         raise GradingError(f"the container's file listing is over {MAX_LISTING_BYTES} bytes")
-    listing.entries = _parse_entries(await sandbox.read_file(out))
     listed = _Listed(listing)
     if since is not None:
         words = fields.get("tar", "").split()
@@ -205,6 +205,17 @@ async def _list(
             tail = lines[-1] if lines else ""
             raise GradingError(f"could not archive the agent's changes: {tail[-1000:]}")
         listed.tar_size = int(words[1])
+        if listed.tar_size > MAX_CARRY_BYTES:
+            raise GradingError(
+                f"the agent's changes are {listed.tar_size} bytes as a tar, over the "
+                f"{MAX_CARRY_BYTES}-byte limit of clean-room grading"
+            )
+    reads = [sandbox.read_file(out)]
+    if listed.tar_size:
+        reads.append(sandbox.read_file(f"{out}.tar"))
+    data, *archive = await asyncio.gather(*reads)
+    listing.entries = _parse_entries(data)
+    listed.archive = archive[0] if archive else None
     return listed
 
 
@@ -310,22 +321,18 @@ class Changes:
     archive: bytes | None
 
 
-async def read_changes(sandbox: Sandbox, before: Listing) -> Changes:
+async def read_changes(sandbox: Sandbox, before: Listing, *, tidy: bool = True) -> Changes:
     """One command lists the container again and archives every entry changed since
-    ``before`` (call after the agent); then the listing and the archive are read."""
+    ``before`` (call after the agent); then the listing and the archive are read, side by
+    side. ``tidy=False``: leave the files (the container is discarded next)."""
     out = f"/tmp/.envfarm-carry-{uuid.uuid4().hex}"
     since = before.now - CTIME_MARGIN_S
     try:
         listed = await _list(sandbox, before.workdir, out, fixed=True, since=since)
-        if (listed.tar_size or 0) > MAX_CARRY_BYTES:
-            raise GradingError(
-                f"the agent's changes are {listed.tar_size} bytes as a tar, over the "
-                f"{MAX_CARRY_BYTES}-byte limit of clean-room grading"
-            )
-        raw = await sandbox.read_file(f"{out}.tar") if listed.tar_size else None
     finally:
-        await sandbox.exec(f"rm -f {shlex.quote(out)}*", user="root", timeout=60)
-    return Changes(listed.listing, raw)
+        if tidy:
+            await sandbox.exec(f"rm -f {shlex.quote(out)}*", user="root", timeout=60)
+    return Changes(listed.listing, listed.archive)
 
 
 def settle_carry(

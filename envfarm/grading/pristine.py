@@ -14,6 +14,11 @@ container may lack them or have them otherwise, so a later episode counts one as
 by its ctime, never because its type differs or it is new. Nothing the agent does can reach
 the cache: it is written before the agent starts.
 
+An episode without the solution (``check``'s nop) differs from the oracle's only under
+``/solution``, which the listing and the workdir copy leave out: when an oracle's state of the
+same image and task is there, it takes that, with the snapshot's ``/solution`` lines replaced
+by what its own container holds there (one small exec, with the clock read).
+
 The key is the image's id (content-addressed), the task's content hash (its solution, bind
 files and compose file), the workdir, what the episode takes (listing, snapshot, copy, the
 solution uploaded), and the scripts that take them. Entries live in memory and, compressed,
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.grading.carry import LIST_SCRIPT, Listing
-from envfarm.grading.snapshot import SNAPSHOT_SCRIPT, Snapshot
+from envfarm.grading.snapshot import MAX_HIDDEN, SNAPSHOT_SCRIPT, Snapshot
 from envfarm.paths import user_cache_dir
 
 VERSION = 2
@@ -84,6 +89,23 @@ def image_entries(listing: Listing) -> Listing | None:
     cutoff = listing.started - CTIME_MARGIN_S
     late = frozenset(p for p, (_, ctime) in listing.entries.items() if ctime >= cutoff)
     return replace(listing, entries=dict(listing.entries), mounts=list(listing.mounts), late=late)
+
+
+def without_solution(oracle: Pristine, solution: dict[str, str]) -> Pristine | None:
+    """The state an oracle's container showed, as a container of the same image and task
+    without the uploaded solution shows it: the same but for ``/solution`` (out of the
+    listing and the workdir copy), whose snapshot lines are replaced by ``solution``, what
+    this container holds there. None when the snapshot's cap on hidden files could tell
+    them apart."""
+    snapshot = oracle.snapshot
+    if snapshot is not None:
+        hidden = snapshot.section("hidden")
+        kept = {p: d for p, d in hidden.items() if not p.startswith("/solution/")}
+        if len(hidden) >= MAX_HIDDEN or len(kept) + len(solution) >= MAX_HIDDEN:
+            return None
+        sections = {**snapshot.sections, "hidden": kept | solution}
+        snapshot = snapshot.model_copy(update={"sections": sections})
+    return replace(oracle, snapshot=snapshot)
 
 
 def _encode(pristine: Pristine) -> bytes:
@@ -142,6 +164,20 @@ class PristineCache:
         found = await asyncio.to_thread(self._read, key)
         if found is not None:
             self.settle(key, found, store=False)
+        return found
+
+    async def peek(self, key: str) -> Pristine | None:
+        """The cached state (waiting for an episode that is taking it), or None; unlike
+        ``lookup``, never leaves the key to the caller."""
+        loop = asyncio.get_running_loop()
+        while (found := self._memory.get(key)) is None:
+            pending = self._taking.get(key)
+            if pending is None or pending.get_loop() is not loop:
+                break
+            if (found := await asyncio.shield(pending)) is not None:
+                return found
+        if found is None and (found := await asyncio.to_thread(self._read, key)) is not None:
+            self._memory.setdefault(key, found)
         return found
 
     def settle(self, key: str, pristine: Pristine | None, *, store: bool = True) -> None:

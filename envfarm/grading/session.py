@@ -45,16 +45,18 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
+from envfarm.grading.derived import Derived, derivable, derive_workspace
 from envfarm.grading.pristine import (
     Pristine,
     PristineCache,
     default_cache,
     image_entries,
     pristine_key,
+    without_solution,
 )
 from envfarm.grading.scope import CarryScope
 from envfarm.grading.service_artifacts import copy_from_services, service_specs
-from envfarm.grading.snapshot import Snapshot, take_snapshot
+from envfarm.grading.snapshot import Snapshot, solution_state, take_snapshot
 from envfarm.grading.tamper import Inspection, inspect_snapshots
 from envfarm.grading.verdict import (
     VerifierOutput,
@@ -119,7 +121,7 @@ class EpisodeGrading:
     async def before_agent(self) -> None:
         """The first snapshot and the clean room's listing, side by side; or, when an earlier
         episode of this image and task took them (``pristine.py``), its, with this
-        container's clock."""
+        container's clock; without the solution, an oracle's episode's will do."""
         cache = self.pristine if self.image_id else None
         key = self._pristine_key()
         found = await cache.lookup(key) if cache is not None else None
@@ -134,13 +136,31 @@ class EpisodeGrading:
                     return
         taken: Pristine | None = None
         try:
+            if found is None and cache is not None and not self.allow_solution:
+                taken = await self._from_oracle(cache)
+                if taken is not None:
+                    return
             await asyncio.gather(self._snapshot_before(), self._list_before())
             taken = self._taken()
         finally:
             if cache is not None:
                 cache.settle(key, taken)
 
-    def _pristine_key(self) -> str:
+    async def _from_oracle(self, cache: PristineCache) -> Pristine | None:
+        """Without the solution (nop), the state an oracle's episode of this image and task
+        took, with this container's ``/solution`` and clock; None when there is none."""
+        oracle = await cache.peek(self._pristine_key(solution=True))
+        if oracle is None:
+            return None
+        with self._timed("pristine"):
+            state = await solution_state(self.sandbox)
+        adapted = without_solution(oracle, state[1]) if state is not None else None
+        if state is None or adapted is None:
+            return None
+        self._reuse(adapted, state[0])
+        return adapted
+
+    def _pristine_key(self, *, solution: bool | None = None) -> str:
         workdir = self.task.config.environment.workdir
         return pristine_key(
             self.image_id or "",
@@ -149,7 +169,7 @@ class EpisodeGrading:
             listing=self.mode == "clean",
             snapshot=self.inspect,
             baseline=self.inspect and self.keep_artifacts,
-            solution=self.allow_solution,
+            solution=self.allow_solution if solution is None else solution,
         )
 
     def _taken(self) -> Pristine | None:
@@ -196,8 +216,9 @@ class EpisodeGrading:
 
         A clean-room verifier's container starts now, while the agent's is inspected (it runs
         nothing until the agent's container is stopped). Without collect hooks, the second
-        snapshot and the clean room's capture run side by side; with hooks, in order (the
-        snapshot must not see what the hooks write, and the capture must carry it)."""
+        snapshot and the clean room's capture run side by side, and the snapshot's workspace
+        comes from the capture's walk (``derived.py``); with hooks, in order (the snapshot
+        must not see what the hooks write, and the capture must carry it)."""
         if self.mode != "shared":
             await verifier_phases(self.sandbox).prepare_fork(network=self.verifier_network)
         if self.mode == "shared" and self.verifier_network != self.task.config.agent_network():
@@ -211,7 +232,12 @@ class EpisodeGrading:
                 self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
             changes = await self._read_changes()
         else:
-            after, changes = await asyncio.gather(self._snapshot_after(), self._read_changes())
+            derive = self._derives()
+            after, changes = await asyncio.gather(
+                self._snapshot_after(derive=derive), self._read_changes()
+            )
+            if derive and changes is not None:
+                after = await self._derive_after(after, changes)
             with self._timed("collect"):
                 self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
         if keep and service_specs(self.task):
@@ -223,24 +249,60 @@ class EpisodeGrading:
                     settle_carry, self.listing, changes, self._scope(after)
                 )
 
-    async def _snapshot_after(self) -> Snapshot | None:
+    def _derives(self) -> bool:
+        """Whether the second snapshot's workspace comes from the clean room's capture."""
+        if self.before is None or self.listing is None:
+            return False
+        return derivable(self.before, self.listing)
+
+    async def _snapshot_after(self, *, derive: bool = False) -> Snapshot | None:
         if self.before is None:
             return None
         with self._timed("snapshot_after"):
-            after = await take_snapshot(self.sandbox, None, before=self.before)
+            after = await take_snapshot(
+                self.sandbox, None, before=self.before, derive_workspace=derive
+            )
+        if not after.workspace_derived:
+            await self._inspect(after)
+        return after
+
+    async def _derive_after(self, partial: Snapshot | None, changes: Changes) -> Snapshot | None:
+        """The second snapshot with its workspace from ``changes``; the full one, taken now,
+        when the capture cannot stand for it."""
+        if partial is None or not partial.workspace_derived:
+            return partial
+        assert self.before is not None
+        assert self.listing is not None
+        with self._timed("snapshot_derive"):
+            derived = await asyncio.to_thread(
+                derive_workspace, self.before, partial, self.listing, changes
+            )
+        if derived is None:
+            self.notes.append("second snapshot taken in full: the capture could not stand for it")
+            return await self._snapshot_after()
+        await self._inspect(derived.snapshot, derived)
+        return derived.snapshot
+
+    async def _inspect(self, after: Snapshot, derived: Derived | None = None) -> None:
+        assert self.before is not None
         self.inspection = inspect_snapshots(self.before, after)
         if self.keep_artifacts and self.inspection.workspace is not None:
+            changed = self.inspection.workspace.changed()
             with self._timed("changed_export"):
-                self.changed_tar = await export_changed(
-                    self.sandbox, self.before.workdir, self.inspection.workspace.changed()
-                )
-        return after
+                if derived is not None:
+                    self.changed_tar = await asyncio.to_thread(derived.changed_tar, changed)
+                else:
+                    self.changed_tar = await export_changed(
+                        self.sandbox, self.before.workdir, changed
+                    )
 
     async def _read_changes(self) -> Changes | None:
         if self.listing is None:
             return None
         with self._timed("carry"):
-            return await read_changes(self.sandbox, self.listing)
+            # the agent's container is only killed after this and the artifacts' copies
+            tidy = any(spec.sidecar is None for spec in self.task.config.artifacts)
+            return await read_changes(self.sandbox, self.listing, tidy=tidy)
 
     def _scope(self, after: Snapshot | None) -> CarryScope:
         assert self.listing is not None

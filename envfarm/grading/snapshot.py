@@ -22,7 +22,9 @@ starts and one after it stops. The script prints sections of ``sha256  path`` li
 
 The second pass is incremental in the workspace: a file whose ctime is not past the first
 pass's start (less a margin for the kernel's coarse file clock; no one can set a ctime back) is
-only named, and keeps the digest the first pass found; only the others are hashed again.
+only named, and keeps the digest the first pass found; only the others are hashed again. When
+the clean room's capture walks the file system anyway, the second pass skips the workspace and
+the host derives it from that walk (``derived.py``).
 
 Site directories come from the interpreter itself before the agent (``python3 -I -S``), merged
 with a fixed list of globs; after the agent, the same list is re-used and the globs re-expanded,
@@ -130,7 +132,9 @@ echo "@@ testcfg"
   printf '%s  %s\n' "$s" "$f"
 done
 echo "@@ workspace"
-if [ "$W" != / ] && [ -d "$W" ]; then
+if [ "$W" != / ] && [ -d "$W" ] && [ -n "$EF_DERIVED" ]; then
+  echo derived  # the host takes it from the clean room's capture (derived.py)
+elif [ "$W" != / ] && [ -d "$W" ]; then
   NEW=()
   if [ -n "$EF_SINCE" ]; then  # after the agent: hash only what changed since the first pass
     NEW=( -newerct "@$EF_SINCE" )
@@ -147,6 +151,18 @@ else
 fi
 exit 0
 """
+
+SOLUTION_SCRIPT = r"""
+export LC_ALL=C
+printf 'now %s\n' "$(date +%s.%N 2>/dev/null)"
+echo "@@ hidden"
+find /solution -type f -print0 2>/dev/null | head -z -n 2000 | xargs -0 -r sha256sum -- 2>/dev/null
+find /solution -type l -print0 2>/dev/null | head -z -n 2000 | xargs -0 -r bash -c \
+  'for p; do printf "L %s  %s\n" "$(readlink -- "$p" | sha256sum | cut -c1-64)" "$p"; done' _
+"""
+"""The container's clock and the ``hidden`` section's lines for ``/solution`` alone, as
+``SNAPSHOT_SCRIPT`` prints them."""
+MAX_HIDDEN = 2000
 
 _HASHED = re.compile(r"^(\\?)([0-9a-f]{64})  (.*)$")
 _OTHER = re.compile(r"^([LBSU]) (\S+)  (.*)$")
@@ -167,6 +183,8 @@ class Snapshot(BaseModel):
     missing_tools: list[str] = Field(default_factory=list)
     workspace_skipped: bool = False
     workspace_truncated: bool = False
+    workspace_derived: bool = False
+    """The script left the workspace to the host (``derived.py``): the section is still empty."""
 
     def section(self, name: str) -> dict[str, str]:
         return self.sections.get(name, {})
@@ -200,6 +218,8 @@ def parse_snapshot(text: str) -> Snapshot:
                 snapshot.sites.append(line)
         elif section == "workspace" and line == "skipped":
             snapshot.workspace_skipped = True
+        elif section == "workspace" and line == "derived":
+            snapshot.workspace_derived = True
         elif hashed := _HASHED.match(line):
             escaped, digest, path = hashed.groups()
             snapshot.sections[section][_unescape(path) if escaped else path] = digest
@@ -210,12 +230,32 @@ def parse_snapshot(text: str) -> Snapshot:
     return snapshot
 
 
+async def solution_state(sandbox: Sandbox) -> tuple[float, dict[str, str]] | None:
+    """The container's clock and what the first snapshot would show under ``/solution``
+    (None when the clock cannot be read)."""
+    result = await sandbox.exec(SOLUTION_SCRIPT, timeout=SNAPSHOT_TIMEOUT_S, user="root")
+    if result.timed_out:
+        return None
+    shown = parse_snapshot("@@ meta\n" + result.stdout)
+    if shown.now is None:
+        return None
+    return shown.now, shown.section("hidden")
+
+
 async def take_snapshot(
-    sandbox: Sandbox, workdir: str | None, before: Snapshot | None = None
+    sandbox: Sandbox,
+    workdir: str | None,
+    before: Snapshot | None = None,
+    *,
+    derive_workspace: bool = False,
 ) -> Snapshot:
     """Run the snapshot script as root. After the agent, pass the ``before`` snapshot: its
-    resolved workdir and site directories are re-used as they were."""
+    resolved workdir and site directories are re-used as they were. ``derive_workspace``:
+    leave the workspace section to the host (``workspace_derived``), which takes it from the
+    clean room's capture."""
     env = {"EF_WORKDIR": workdir or "", "EF_MAX": str(MAX_WORKSPACE_FILES)}
+    if derive_workspace:
+        env["EF_DERIVED"] = "1"
     if before is not None:
         env |= {"EF_WORKDIR": before.workdir, "EF_FIXED": "1", "EF_SITES": "\n".join(before.sites)}
         if before.now is not None:

@@ -104,6 +104,7 @@ async def test_what_the_agent_plants_outside_the_workdir_never_reaches_the_verif
     assert (graded.reward.valid, graded.reward.value) == (True, 0.0), graded.reward
     assert flag in graded.reward.flags
     assert "tamper:carry_withheld" in graded.reward.flags
+    assert "snapshot_derive" in graded.timings.phases  # the workspace came from the capture
     statuses = {t.name: t.status for t in graded.reward.tests}
     assert statuses.get("test_calc::test_add") == "failed", graded.reward
 

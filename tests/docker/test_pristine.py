@@ -59,3 +59,35 @@ async def test_a_later_episode_reuses_the_state_before_the_agent(tmp_path: Path)
     assert received(artifacts, "ep-2")["deleted"] == ["/etc/issue.net"]
     diff = (artifacts / "ep-2" / "workspace" / "diff.patch").read_text()
     assert "+    return a + b" in diff
+
+
+async def test_an_episode_without_the_solution_reuses_the_oracles_state(tmp_path: Path) -> None:
+    from tests.docker.test_cleanroom_system import run_oracle
+
+    task = make_task(tmp_path / "nop-reuse")
+    dockerfile = task.root / "environment" / "Dockerfile"
+    # the image has a /solution of its own: a nop's container holds that, not the oracle's
+    dockerfile.write_text(
+        dockerfile.read_text() + "RUN mkdir -p /solution && echo image > /solution/notes.txt\n"
+    )
+    (task.root / "instruction.md").write_text(f"Fix calc.add ({uuid.uuid4().hex}).\n")
+    task = load_task(task.root)
+    backend = DockerBackend()
+    artifacts = tmp_path / "artifacts"  # kept by all three: the same key but the solution
+    oracle = await run_oracle(task.root, artifacts)
+    assert (oracle.reward.valid, oracle.reward.value) == (True, 1.0)
+    assert "listing" in oracle.timings.phases
+
+    edit = bash("echo agent > /solution/notes.txt")
+    planted = await run_episode(
+        backend, task, [edit], episode_id="ep-planted", artifacts_dir=artifacts
+    )
+    assert "pristine" in planted.timings.phases
+    assert "listing" not in planted.timings.phases
+    assert "snapshot_before" not in planted.timings.phases
+    assert planted.reward.flag_details.get("tamper:hidden_path_planted") == ["/solution/notes.txt"]
+
+    nop = await run_episode(backend, task, [], episode_id="ep-nop", artifacts_dir=artifacts)
+    assert "listing" not in nop.timings.phases
+    assert (nop.reward.valid, nop.reward.value) == (True, 0.0), nop.reward
+    assert not [f for f in nop.reward.flags if f.startswith("tamper:")], nop.reward.flags

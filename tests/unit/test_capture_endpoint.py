@@ -176,3 +176,15 @@ async def test_anthropic_messages_are_translated_both_ways(endpoint: Endpoint) -
     assert (
         endpoint.fake.requests[-1]["max_tokens"] == 32
     )  # the smaller of the agent's and the job's
+
+
+async def test_unknown_routes_get_openais_json_errors(endpoint: Endpoint) -> None:
+    status, body = await endpoint.post("/v1/embeddings", {"input": "x"})
+    assert status == 404
+    assert body["error"]["message"] == "Invalid URL (POST /v1/embeddings)"
+    status, body = await endpoint.post("/v1/models", {})
+    assert status == 405
+    assert body["error"]["type"] == "invalid_request_error"
+    async with aiohttp.ClientSession() as http, http.get(endpoint.url + "/v1/models") as r:
+        assert [model["id"] for model in (await r.json())["data"]] == ["policy"]
+    assert endpoint.fake.requests == []

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from envfarm.grading.carry import Listing, plan_changes
-from envfarm.grading.pristine import Pristine, PristineCache, image_entries, pristine_key
+from envfarm.grading.pristine import (
+    Pristine,
+    PristineCache,
+    image_entries,
+    pristine_key,
+    without_solution,
+)
 from envfarm.grading.snapshot import Snapshot
 
 ODD = "usr/share/caf\udce9"  # a name that is not UTF-8, as the listing decodes it
@@ -91,3 +97,38 @@ def test_the_key_covers_what_the_episode_takes(flag: str) -> None:
     assert pristine_key("sha256:1", "hash", "/app", **(flags | {flag: True})) != base
     assert pristine_key("sha256:2", "hash", "/app", **flags) != base
     assert pristine_key("sha256:1", "other", "/app", **flags) != base
+
+
+def test_peeking_waits_for_the_taker_and_never_takes_the_key() -> None:
+    async def scenario() -> tuple[Pristine | None, Pristine | None, Pristine | None]:
+        cache = PristineCache(None)
+        absent = await cache.peek("k")
+        assert await cache.lookup("k") is None  # peeking left it to be taken
+        peeking = asyncio.ensure_future(cache.peek("k"))
+        await asyncio.sleep(0)
+        assert not peeking.done()
+        cache.settle("k", Pristine(None, None, None))
+        return absent, await peeking, await cache.peek("k")
+
+    absent, waited, later = asyncio.run(scenario())
+    assert absent is None
+    assert waited is not None
+    assert later is waited
+
+
+def test_without_the_solution_only_the_solution_lines_change() -> None:
+    hidden = {"/solution/solve.sh": "a" * 64, "/tests/test.sh": "b" * 64}
+    snapshot = Snapshot(workdir="/app", sections={"hidden": hidden, "site": {"/x.pth": "c" * 64}})
+    oracle = Pristine(None, snapshot, b"tar")
+    own = {"/solution/notes.txt": "d" * 64}
+    adapted = without_solution(oracle, own)
+    assert adapted is not None
+    assert adapted.snapshot is not None
+    assert adapted.snapshot.section("hidden") == {"/tests/test.sh": "b" * 64, **own}
+    assert adapted.snapshot.section("site") == snapshot.section("site")
+    assert adapted.baseline == b"tar"
+    assert oracle.snapshot is snapshot
+    assert snapshot.section("hidden") == hidden
+    full = {f"/tests/t{i}": "e" * 64 for i in range(1999)}
+    crowded = Pristine(None, Snapshot(workdir="/app", sections={"hidden": full}), None)
+    assert without_solution(crowded, own) is None  # the cap could hide a file of either
