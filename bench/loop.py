@@ -61,7 +61,8 @@ def responder(turns: int) -> Any:
 
 
 class GradingBackend(FakeBackend):
-    """Fake sandboxes whose tests/test.sh "passes": it writes a reward of 1."""
+    """Fake sandboxes whose tests/test.sh "passes": it writes a reward of 1. Their clock answers
+    as GNU date does, so grading reuses the image's pristine state as on real images."""
 
     def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
         sandbox = super().create(task, image, run_id=run_id)
@@ -70,6 +71,8 @@ class GradingBackend(FakeBackend):
         def handler(command: str, sandbox: FakeSandbox = sandbox) -> ExecResult:
             if "/tests/test.sh" in command:
                 sandbox.files["/logs/verifier/reward.txt"] = b"1\n"
+            elif command.startswith("date +%s"):
+                return ok(f"{time.time():.9f}\n")
             return ok()
 
         sandbox.handler = handler

@@ -38,8 +38,9 @@ class JobEvents:
         lambda task, image, error: None
     )
     on_episode: Callable[[Trajectory], None] = lambda trajectory: None
-    on_group: Callable[[list[Trajectory]], Awaitable[None] | None] = lambda group: None
-    """A completed group's trajectories, once each, in cursor order."""
+    on_group: Callable[[list[Trajectory]], Awaitable[None] | None] | None = None
+    """A completed group's trajectories, once each, in cursor order (None: groups are only
+    acknowledged, never parsed)."""
 
 
 @dataclass
@@ -98,13 +99,18 @@ class Job:
                 """Hand each completed group to ``on_group`` once, in order (groups completed at
                 the same moment by two episodes are handed out by one call), then ack it."""
                 async with handing_out:
+                    if self.events.on_group is None:  # nothing to hand out: acknowledge all
+                        _none, last = await store.delivered(
+                            job_id, after=self._cursor, limit=0, consumer=CONSUMER
+                        )
+                        if last > self._cursor:
+                            self._cursor = await store.ack(job_id, last, CONSUMER)
+                        return
                     groups, _last = await store.delivered(
                         job_id, after=self._cursor, limit=1_000_000, consumer=CONSUMER
                     )
                     for group in groups:
-                        done = self.events.on_group(
-                            [Trajectory.model_validate_json(t) for t in group.trajectories]
-                        )
+                        done = self.events.on_group(await _parsed(group.trajectories))
                         if done is not None:
                             await done
                         self._cursor = group.cursor
@@ -120,7 +126,7 @@ class Job:
                 admission=Admission() if self.admission else None,
             )
             await worker.run(job_id=job_id)
-            trajectories = [Trajectory.model_validate(t) for t in await store.trajectories(job_id)]
+            trajectories = await _parsed(await store.trajectories(job_id))
             failed = await store.failed_tasks(job_id)
             return JobResult(
                 trajectories=trajectories,
@@ -128,6 +134,24 @@ class Job:
             )
         finally:
             await store.close()
+
+
+PARSED_PER_STEP = 16
+
+
+async def _parsed(raw: Sequence[str | dict[str, Any]]) -> list[Trajectory]:
+    """Trajectories from the store, handing the event loop back every ``PARSED_PER_STEP``: a
+    group of thousands would otherwise hold it for seconds while other episodes wait."""
+    parsed = []
+    for start in range(0, len(raw), PARSED_PER_STEP):
+        if start:
+            await asyncio.sleep(0)
+        for item in raw[start : start + PARSED_PER_STEP]:
+            if isinstance(item, str):
+                parsed.append(Trajectory.model_validate_json(item))
+            else:
+                parsed.append(Trajectory.model_validate(item))
+    return parsed
 
 
 async def _check_unchanged(store: Store, job_id: str, hashes: dict[str, str]) -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections import deque
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.models.trajectory import Trajectory
 
+TOKEN_WINDOW_S = 60.0
+"""``tokens_per_second`` is over the attempts that ended in the last minute."""
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -60,7 +63,9 @@ class WorkerMetrics:
 
     def __init__(self) -> None:
         self.snapshot = MetricsSnapshot()
-        self._tokens: list[tuple[float, int]] = []
+        self._tokens: deque[tuple[float, int]] = deque()
+        """(when, completion tokens) of the attempts of the last ``TOKEN_WINDOW_S``."""
+        self._window_tokens = 0
 
     def attempt(self, trajectory: Trajectory, final: bool) -> None:
         snap = self.snapshot
@@ -76,9 +81,12 @@ class WorkerMetrics:
                 tokens += len(turn.completion_token_ids)
         snap.completion_tokens += tokens
         now = time.monotonic()
-        self._tokens = [(t, n) for t, n in self._tokens if now - t < 60] + [(now, tokens)]
+        self._tokens.append((now, tokens))
+        self._window_tokens += tokens
+        while now - self._tokens[0][0] >= TOKEN_WINDOW_S:
+            self._window_tokens -= self._tokens.popleft()[1]
         window = max(now - self._tokens[0][0], 1.0)
-        snap.tokens_per_second = sum(n for _, n in self._tokens) / window
+        snap.tokens_per_second = self._window_tokens / window
         if final:
             if trajectory.error is not None and trajectory.error.infrastructure:
                 outcome = "infra_error"

@@ -23,13 +23,16 @@ The key is the image's id (content-addressed), the task's content hash (its solu
 files and compose file), the workdir, what the episode takes (listing, snapshot, copy, the
 solution uploaded), and the scripts that take them. Entries live in memory and, compressed,
 in ``$XDG_CACHE_HOME/envfarm/pristine/`` so later runs reuse them (``ENVFARM_PRISTINE_CACHE=0``
-turns the cache off). Concurrent episodes of one key in a process wait for the first one's.
+turns the cache off). Concurrent episodes of one key in a process wait for the first one's;
+a key is written to disk once per process, on a thread (an episode that took its state afresh,
+because its container had no usable clock, does not write it again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import hashlib
 import json
@@ -62,6 +65,7 @@ class Pristine:
     baseline: bytes | None
 
 
+@functools.lru_cache(maxsize=1024)
 def pristine_key(
     image_id: str,
     task_hash: str,
@@ -182,12 +186,27 @@ class PristineCache:
             pending.set_result(pristine)
         if pristine is None:
             return
+        known = key in self._memory
         self._memory[key] = pristine
         while len(self._memory) > MAX_IN_MEMORY:
             del self._memory[next(iter(self._memory))]
-        if store and self.root is not None:
+        if store and self.root is not None and not known:
+            self._store(key, pristine)
+
+    def _store(self, key: str, pristine: Pristine) -> None:
+        """Write the state to disk, on a thread when called on an event loop: at thousands
+        of episodes a second, file system calls must not stall the loop."""
+
+        def write() -> None:
             with contextlib.suppress(OSError):
                 self._write(key, pristine)
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            write()
+        else:
+            loop.run_in_executor(None, write)
 
     def _read(self, key: str) -> Pristine | None:
         if self.root is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 
 from envfarm.grading.base import Graded, Grader
 from envfarm.grading.report_checks import EXIT_CODE_FILE
@@ -37,7 +38,7 @@ _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 _LISTED = re.compile(r"^(\d+) (.+)$")
 
 
-def expand_env(values: dict[str, str], host_env: dict[str, str]) -> dict[str, str]:
+def expand_env(values: Mapping[str, str], host_env: Mapping[str, str]) -> dict[str, str]:
     """Resolve ``${VAR}`` and ``${VAR:-default}`` in [verifier].env from envfarm's environment."""
 
     def substitute(match: re.Match[str]) -> str:
@@ -58,8 +59,10 @@ class TestScriptGrader(Grader):
         """Run ``tests/test.sh``; raise only when the sandbox itself fails."""
         verifier = task.config.verifier
         fresh_logs = f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}"
-        await upload_dir(sandbox, task.tests_dir, TESTS_DIR, first=fresh_logs)
-        env = {**task.config.environment.env, **expand_env(verifier.env, dict(os.environ))}
+        await upload_dir(
+            sandbox, task.tests_dir, TESTS_DIR, first=fresh_logs, identity=task.content_hash
+        )
+        env = {**task.config.environment.env, **expand_env(verifier.env, os.environ)}
         result = await sandbox.exec(
             f"bash {TESTS_DIR}/test.sh > {VERIFIER_DIR}/{STDOUT_FILE} 2>&1",
             timeout=verifier.timeout_sec,

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 from envfarm.errors import GradingError
 from envfarm.grading.report_checks import EXIT_CODE_FILE, check_reports, read_exit_code
@@ -65,13 +66,25 @@ class VerifierOutput:
 
 
 def expected_reports(task: Task) -> list[str]:
-    """Reports the task promises: ``[verifier].reports`` plus those ``test.sh`` names."""
+    """Reports the task promises: ``[verifier].reports`` plus those ``test.sh`` names. Kept
+    per task content hash (which covers test.sh): read once per task, not per episode."""
+    key = (task.tests_dir, task.content_hash, tuple(task.config.verifier.reports))
+    if (known := _EXPECTED.get(key)) is not None:
+        return list(known)
     try:
         script = (task.tests_dir / "test.sh").read_text(encoding="utf-8", errors="replace")
     except OSError:
         script = ""
     named = [m for m in _REPORT_IN_SCRIPT.findall(script) if m not in REWARD_FILES]
-    return list(dict.fromkeys([*task.config.verifier.reports, *named]))
+    expected = list(dict.fromkeys([*task.config.verifier.reports, *named]))
+    if len(_EXPECTED) >= EXPECTED_KEPT:
+        _EXPECTED.pop(next(iter(_EXPECTED)))
+    _EXPECTED[key] = tuple(expected)
+    return expected
+
+
+EXPECTED_KEPT = 1024
+_EXPECTED: dict[tuple[Path, str, tuple[str, ...]], tuple[str, ...]] = {}
 
 
 def add_flags(reward: Reward, found: Iterable[tuple[str, str]]) -> Reward:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import shlex
 import tarfile
 import uuid
@@ -30,10 +31,17 @@ def add_as_root(
         archive.addfile(info)
 
 
-def tar_directory(src: Path) -> bytes:
+def tar_directory(src: Path, identity: str | None = None) -> bytes:
     """``src`` as a tar archive. Archives are kept per directory and reused while no entry's
     name, size, mode or modification time changed: a job uploads the same tests directory to
-    each of its thousands of episodes, and building the archive is most of that upload's cost."""
+    each of its thousands of episodes, and building the archive is most of that upload's cost.
+    ``identity`` (a task's content hash, which covers these files): an archive built under the
+    same identity is reused without listing the directory again (file system calls on the
+    event loop are what stalls it at thousands of episodes)."""
+    if identity is not None:
+        known = _ARCHIVES.get(src)
+        if known is not None and known[2] == identity:
+            return known[1]
     paths = [
         path
         for path in sorted(src.rglob("*"))
@@ -42,6 +50,7 @@ def tar_directory(src: Path) -> bytes:
     signature = tuple(_entry(path) for path in paths)
     cached = _ARCHIVES.get(src)
     if cached is not None and cached[0] == signature:
+        _ARCHIVES[src] = (signature, cached[1], identity)
         return cached[1]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -52,13 +61,17 @@ def tar_directory(src: Path) -> bytes:
         return data
     if len(_ARCHIVES) >= ARCHIVES_KEPT:
         _ARCHIVES.pop(next(iter(_ARCHIVES)))
-    _ARCHIVES[src] = (signature, data)
+    _ARCHIVES[src] = (signature, data, identity)
     return data
 
 
 ARCHIVES_KEPT = 256
 ARCHIVE_KEPT_MAX_BYTES = 8 * 1024 * 1024
-_ARCHIVES: dict[Path, tuple[tuple[tuple[str, int, int, int], ...], bytes]] = {}
+_ARCHIVES: dict[Path, tuple[tuple[tuple[str, int, int, int], ...], bytes, str | None]] = {}
+_UPLOAD_PREFIX = uuid.uuid4().hex[:16]
+"""Staging names are this process's random prefix and a counter: unique as a uuid4 per upload
+would be, without a system call per upload on the event loop."""
+_UPLOADS = itertools.count()
 
 
 def _entry(path: Path) -> tuple[str, int, int, int]:
@@ -67,10 +80,17 @@ def _entry(path: Path) -> tuple[str, int, int, int]:
 
 
 async def upload_dir(
-    sandbox: Sandbox, src: Path, dest: str, *, replace: bool = True, first: str = ""
+    sandbox: Sandbox,
+    src: Path,
+    dest: str,
+    *,
+    replace: bool = True,
+    first: str = "",
+    identity: str | None = None,
 ) -> None:
     """Copy the local directory ``src`` to ``dest`` in the sandbox (replacing what was there);
-    ``first``: a shell command run before, in the same exec (its exit status is ignored).
+    ``first``: a shell command run before, in the same exec (its exit status is ignored);
+    ``identity``: what names the directory's contents (``tar_directory``).
 
     The archive is staged inside ``dest`` itself, so an upload needs room only where it lands
     (a tmpfs mounted there has it when the agent filled the disk); ``dest`` may be a mount
@@ -87,8 +107,8 @@ async def upload_dir(
     prepared = await sandbox.exec(clear, timeout=300, user="root")
     if prepared.exit_code != 0:
         raise SandboxError(f"could not prepare {dest} for {src}: {prepared.stderr.strip()}")
-    staging = f"{dest.rstrip('/')}/.envfarm-upload-{uuid.uuid4().hex}.tar"
-    await sandbox.write_file(staging, tar_directory(src), mode=0o600)
+    staging = f"{dest.rstrip('/')}/.envfarm-upload-{_UPLOAD_PREFIX}{next(_UPLOADS):x}.tar"
+    await sandbox.write_file(staging, tar_directory(src, identity), mode=0o600)
     result = await sandbox.exec(
         f"tar -xf {shlex.quote(staging)} -C {target} --no-same-owner"
         f"; status=$?; rm -f {shlex.quote(staging)}; exit $status",

@@ -9,17 +9,31 @@ write lock from its start or two of them could both read the same free episode.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from envfarm.errors import StoreError
 
 SQLITE_BUSY_TIMEOUT_S = 60
+SERVER_WAIT_S = 60.0
+"""How long opening a store waits for a database server that refuses connections."""
+_NOT_YET = (
+    "connection refused",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "no such file or directory",  # a Unix socket not created yet
+)
+"""What a server not taking connections yet answers (connection errors carry no SQLSTATE)."""
+
+log = logging.getLogger(__name__)
 
 
 def normalize_url(url: str) -> URL:
@@ -72,6 +86,30 @@ def open_engine(url: URL) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def wait_for_server(engine: Engine, label: str, wait_s: float = SERVER_WAIT_S) -> None:
+    """Connect once, retrying while the server is not taking connections: a worker may start
+    while PostgreSQL starts or restarts. Any other refusal (a password, a missing database)
+    raises at once, and a server still away after ``wait_s`` raises its last refusal."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.2
+    while True:
+        try:
+            with engine.connect():
+                return
+        except OperationalError as exc:
+            if not any(reason in str(exc.orig).lower() for reason in _NOT_YET):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise
+            if delay == 0.2:
+                reason = str(exc.orig).splitlines()[0] if exc.orig else exc
+                log.warning(
+                    "job store %s not reachable (%s); waiting up to %.0f s", label, reason, wait_s
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 STORE_FILE = "envfarm.db"

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from envfarm.models.jobs import JobRequest, TaskKey
@@ -85,6 +85,13 @@ def version_seqs(conn: Connection) -> tuple[dict[str, int], int | None]:
     return seqs, current
 
 
+_FINISHED_TRAJECTORY = (
+    update(trajectories)
+    .where(trajectories.c.trajectory_id == bindparam("b_id"))
+    .values(data=bindparam("b_data"), packed=bindparam("b_packed"))
+)
+
+
 def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -> None:
     group = conn.execute(select(groups).where(groups.c.id == group_id)).mappings().one()
     job = conn.execute(select(jobs).where(jobs.c.id == group["job_id"])).mappings().one()
@@ -98,13 +105,14 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
     request = JobRequest.model_validate_json(job["request"])
     if finalize is not None:
         finalize(group_trajectories, request.leave_one_out)
+    finished = []
     for trajectory in group_trajectories:
         text = trajectory.to_json()
-        conn.execute(
-            update(trajectories)
-            .where(trajectories.c.trajectory_id == trajectory.trajectory_id)
-            .values(data=text, packed=packed_text(text))
+        finished.append(
+            {"b_id": trajectory.trajectory_id, "b_data": text, "b_packed": packed_text(text)}
         )
+    if finished:
+        conn.execute(_FINISHED_TRAJECTORY, finished)  # one executemany for the whole group
     seqs, current = version_seqs(conn)
     dispatched = group["dispatch_version"]
     staleness = None

@@ -16,7 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from envfarm.store.groups import version_seqs
@@ -171,6 +171,19 @@ def _staleness_gate_closed(
     return any(lag >= max(bound, 1) for lag in lags)
 
 
+# Built once: a lease of thousands of episodes runs these once per episode.
+_TAKE = (
+    update(episodes)
+    .where(episodes.c.id == bindparam("b_episode"), episodes.c.state == "queued")
+    .values(state="leased", lease_owner=bindparam("b_owner"), lease_expires=bindparam("b_expires"))
+)
+_LEASED = (
+    select(episodes, groups.c.task_hash, groups.c.dispatch_version)
+    .join(groups, groups.c.id == episodes.c.group_id)
+    .where(episodes.c.id == bindparam("b_episode"))
+)
+
+
 def _take(
     conn: Connection,
     candidate: Any,
@@ -181,9 +194,7 @@ def _take(
     seqs: dict[str, int],
 ) -> Lease | None:
     taken = conn.execute(
-        update(episodes)
-        .where(episodes.c.id == candidate["id"], episodes.c.state == "queued")
-        .values(state="leased", lease_owner=worker, lease_expires=expires)
+        _TAKE, {"b_episode": candidate["id"], "b_owner": worker, "b_expires": expires}
     )
     if taken.rowcount != 1:
         return None
@@ -194,15 +205,7 @@ def _take(
             .where(groups.c.id == candidate["group_id"], groups.c.state == "pending")
             .values(state="running", dispatch_version=version)
         )
-    row = (
-        conn.execute(
-            select(episodes, groups.c.task_hash, groups.c.dispatch_version)
-            .join(groups, groups.c.id == episodes.c.group_id)
-            .where(episodes.c.id == candidate["id"])
-        )
-        .mappings()
-        .one()
-    )
+    row = conn.execute(_LEASED, {"b_episode": candidate["id"]}).mappings().one()
     return Lease(
         episode_id=row["id"],
         job_id=row["job_id"],

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 import envfarm
@@ -99,6 +99,41 @@ def _lost_trajectory(row: Any) -> Trajectory:
     )
 
 
+# The statements of recording a result, built once: at thousands of results a second,
+# building and cache-keying SQLAlchemy statements per call cost more than executing them.
+_GROUP_LOCKED = select(groups.c.id).where(groups.c.id == bindparam("b_group")).with_for_update()
+_LEASED_EPISODE = (
+    select(episodes, jobs.c.max_retries)
+    .join(jobs, jobs.c.id == episodes.c.job_id)
+    .where(
+        episodes.c.id == bindparam("b_episode"),
+        episodes.c.state == "leased",
+        episodes.c.lease_owner == bindparam("b_worker"),
+        episodes.c.attempt == bindparam("b_attempt"),
+    )
+)
+_INSERT_ATTEMPT = insert(attempts)
+_INSERT_TRAJECTORY = insert(trajectories)
+_REQUEUE = (
+    update(episodes)
+    .where(episodes.c.id == bindparam("b_episode"))
+    .values(state="queued", attempt=bindparam("b_attempt"), lease_owner=None, lease_expires=None)
+)
+_DONE = (
+    update(episodes)
+    .where(episodes.c.id == bindparam("b_episode"))
+    .values(
+        state="done",
+        lease_owner=None,
+        lease_expires=None,
+        trajectory_id=bindparam("b_trajectory"),
+    )
+)
+_OPEN_IN_GROUP = select(func.count()).where(
+    episodes.c.group_id == bindparam("b_group"), episodes.c.state != "done"
+)
+
+
 def record(
     conn: Connection,
     worker: str,
@@ -107,21 +142,15 @@ def record(
     finalize: Finalize | None,
 ) -> Recorded:
     """Store one attempt's result if ``worker`` still holds the episode's lease."""
-    group = (
-        conn.execute(select(groups).where(groups.c.id == trajectory.group_id).with_for_update())
-        .mappings()
-        .first()
-    )
+    group = conn.execute(_GROUP_LOCKED, {"b_group": trajectory.group_id}).first()
     row = (
         conn.execute(
-            select(episodes, jobs.c.max_retries)
-            .join(jobs, jobs.c.id == episodes.c.job_id)
-            .where(
-                episodes.c.id == trajectory.episode_id,
-                episodes.c.state == "leased",
-                episodes.c.lease_owner == worker,
-                episodes.c.attempt == trajectory.attempt,
-            )
+            _LEASED_EPISODE,
+            {
+                "b_episode": trajectory.episode_id,
+                "b_worker": worker,
+                "b_attempt": trajectory.attempt,
+            },
         )
         .mappings()
         .first()
@@ -142,58 +171,38 @@ def _record(
     error = trajectory.error
     data = trajectory.to_json()
     conn.execute(
-        insert(attempts).values(
-            trajectory_id=trajectory.trajectory_id,
-            episode_id=row["id"],
-            job_id=row["job_id"],
-            attempt=trajectory.attempt,
-            worker=worker,
-            ended_at=time.time(),
-            final=final,
-            valid=trajectory.reward.valid,
-            reward=trajectory.reward.value,
-            error_type=error.type if error else None,
-            error_message=error.message if error else None,
-            infrastructure=bool(error and error.infrastructure),
-            trajectory=None if final else data,
-        )
+        _INSERT_ATTEMPT,
+        {
+            "trajectory_id": trajectory.trajectory_id,
+            "episode_id": row["id"],
+            "job_id": row["job_id"],
+            "attempt": trajectory.attempt,
+            "worker": worker,
+            "ended_at": time.time(),
+            "final": final,
+            "valid": trajectory.reward.valid,
+            "reward": trajectory.reward.value,
+            "error_type": error.type if error else None,
+            "error_message": error.message if error else None,
+            "infrastructure": bool(error and error.infrastructure),
+            "trajectory": None if final else data,
+        },
     )
     if not final:
-        conn.execute(
-            update(episodes)
-            .where(episodes.c.id == row["id"])
-            .values(
-                state="queued",
-                attempt=row["attempt"] + 1,
-                lease_owner=None,
-                lease_expires=None,
-            )
-        )
+        conn.execute(_REQUEUE, {"b_episode": row["id"], "b_attempt": row["attempt"] + 1})
         return Recorded("retry")
     conn.execute(
-        insert(trajectories).values(
-            trajectory_id=trajectory.trajectory_id,
-            episode_id=row["id"],
-            group_id=row["group_id"],
-            job_id=row["job_id"],
-            data=data,
-        )
+        _INSERT_TRAJECTORY,
+        {
+            "trajectory_id": trajectory.trajectory_id,
+            "episode_id": row["id"],
+            "group_id": row["group_id"],
+            "job_id": row["job_id"],
+            "data": data,
+        },
     )
-    conn.execute(
-        update(episodes)
-        .where(episodes.c.id == row["id"])
-        .values(
-            state="done",
-            lease_owner=None,
-            lease_expires=None,
-            trajectory_id=trajectory.trajectory_id,
-        )
-    )
-    open_episodes = conn.execute(
-        select(func.count()).where(
-            episodes.c.group_id == row["group_id"], episodes.c.state != "done"
-        )
-    ).scalar()
+    conn.execute(_DONE, {"b_episode": row["id"], "b_trajectory": trajectory.trajectory_id})
+    open_episodes = conn.execute(_OPEN_IN_GROUP, {"b_group": row["group_id"]}).scalar()
     if open_episodes:
         return Recorded("final")
     complete_group(conn, row["group_id"], finalize)

@@ -35,7 +35,7 @@ from envfarm.models.trajectory import Trajectory
 from envfarm.store import groups as grp
 from envfarm.store import leases as ls
 from envfarm.store import results as rs
-from envfarm.store.engine import is_sqlite, normalize_url, open_engine
+from envfarm.store.engine import is_sqlite, normalize_url, open_engine, wait_for_server
 from envfarm.store.migrate import upgrade
 from envfarm.store.schema import (
     consumers,
@@ -91,6 +91,8 @@ class Store:
             # An in-memory store lives and dies with this process: nothing to migrate later.
             await store.run(lambda: metadata.create_all(store.engine))
         else:
+            if not is_sqlite(store.url):
+                await store.run(lambda: wait_for_server(store.engine, store.label))
             await store.run(lambda: upgrade(store.engine))
         return store
 

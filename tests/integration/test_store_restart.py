@@ -21,6 +21,7 @@ import pytest
 
 from envfarm.client import EnvfarmClient
 from envfarm.controller.groups import finalize_group
+from envfarm.errors import StoreError
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.store.store import Store
@@ -93,3 +94,30 @@ async def test_a_postgresql_restart_ends_the_group_stream_cleanly(
             assert [group.cursor for group in page.groups] == [1]
     finally:
         server.kill()
+
+
+async def test_a_store_opened_while_postgresql_is_down_waits_for_it(
+    cluster: PrivateCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker started during a restart (bench/chaos.py killed one then) waits, then works."""
+    cluster.crash()
+    opening = asyncio.create_task(Store.open(cluster.url, finalize=finalize_group))
+    while not any("not reachable" in r.getMessage() for r in caplog.records):
+        assert not opening.done(), "the store gave up instead of waiting"
+        await asyncio.sleep(0.05)
+    await asyncio.to_thread(cluster.resume)
+    store = await opening
+    try:
+        request = JobRequest(tasks=["r/a"], policy=JobPolicy(base_url="nop"))
+        job_id = await store.create_job(request, {"r/a": "h-a"})
+        assert job_id.startswith("job-")
+    finally:
+        await store.close()
+
+
+async def test_a_refusal_other_than_not_up_yet_is_not_waited_for(
+    cluster: PrivateCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        await Store.open(cluster.url.rsplit("/", 1)[0] + "/no_such_database")
+    assert not any("not reachable" in r.getMessage() for r in caplog.records)
