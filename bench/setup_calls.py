@@ -145,6 +145,20 @@ def main() -> None:
         for offset, duration, kind, label in result["events"]:
             print(f"  {offset:7.3f} +{duration:6.3f}  {kind:7} {label}")
             by_label.setdefault(f"{kind} {label}", []).append(duration)
+    leads = []
+    for result in results:
+        events = result["events"]
+        solved = next(o + d for o, d, _, label in events if "solve.sh" in label)
+        verifier = next(o for o, _, _, label in events if label.startswith("exec cd / ||"))
+        leads.append(verifier - solved)
+    print(
+        "\nmedians: "
+        + ", ".join(
+            f"{key} {statistics.median(r['timings'][key] for r in results):.3f}"
+            for key in ("provision_s", "grading_s", "teardown_s", "total_s")
+        )
+        + f", solve.sh end -> verifier's first command {statistics.median(leads):.3f}"
+    )
     print("\nmedian per call (count over all episodes):")
     for label, durations in sorted(by_label.items(), key=lambda kv: -sum(kv[1])):
         print(f"  {statistics.median(durations):7.3f} s x{len(durations):3}  {label}")
