@@ -290,14 +290,16 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         return await _blocking(read_path_archive, container_id, path, max_bytes)
 
     async def _teardown(self) -> None:
-        errors: list[BaseException] = []
+        errors: list[SandboxError] = []
+        try:
+            await super()._teardown()
+        except SandboxError as exc:
+            errors.append(exc)
         ids = list(self.sidecar_ids.values())
-        for outcome in await asyncio.gather(  # the main container and the sidecars at once
-            super()._teardown(),
-            *(_blocking(sidecars.remove_container, i) for i in ids),
-            return_exceptions=True,
+        for outcome in await asyncio.gather(
+            *(_blocking(sidecars.remove_container, i) for i in ids), return_exceptions=True
         ):
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, SandboxError):
                 errors.append(outcome)
         self.sidecar_ids.clear()
         try:  # the network, the volumes, and anything a cancelled start created unrecorded
