@@ -190,3 +190,43 @@ async def test_containers_are_labelled_for_the_reaper(base_image: str) -> None:
         all=True, filters={"label": f"{LABEL_RUN}=test-sandbox"}
     )
     assert labelled == [], "a test left a sandbox behind"
+
+
+def _run_containers(run_id: str) -> list[dict[str, object]]:
+    found = docker_client().api.containers(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})
+    return list(found)
+
+
+async def test_clean_room_created_ahead_is_fresh_and_removed(base_image: str) -> None:
+    run_id = f"test-ahead-{os.getpid()}"
+    sandbox = _sandbox(base_image, run_id=run_id, clean_room_network=False)
+    async with sandbox:
+        await sandbox.exec("echo agent > /tmp/left-by-agent")
+        for _ in range(200):  # the clean room's container is created, not started
+            states = sorted(str(c["State"]) for c in _run_containers(run_id))
+            if states == ["created", "running"]:
+                break
+            await asyncio.sleep(0.05)
+        assert states == ["created", "running"]
+        await sandbox.prepare_fork(network=False)
+        clean = await sandbox.fork_clean(network=False)
+        assert isinstance(clean, DockerSandbox)
+        assert clean.container_id != sandbox.container_id
+        result = await clean.exec("cat /tmp/left-by-agent || echo fresh")
+        assert result.stdout.strip().endswith("fresh")
+    assert _run_containers(run_id) == []
+
+
+async def test_clean_room_created_ahead_but_never_started_is_removed(base_image: str) -> None:
+    run_id = f"test-unused-{os.getpid()}"
+    sandbox = _sandbox(base_image, run_id=run_id, clean_room_network=False)
+    async with sandbox:
+        await sandbox.exec("true")
+        await sandbox.prepare_fork(network=True)  # another network: the one ahead is unused
+        clean = await sandbox.fork_clean(network=True)
+        assert (await clean.exec("echo ok")).stdout == "ok\n"
+    assert _run_containers(run_id) == []
+    other = _sandbox(base_image, run_id=f"{run_id}-b", clean_room_network=False)
+    async with other:  # never graded at all
+        await other.exec("true")
+    assert _run_containers(f"{run_id}-b") == []

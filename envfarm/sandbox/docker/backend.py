@@ -80,6 +80,9 @@ class DockerBackend(SandboxBackend, AgentImages):
             command=task.main_command,
         )
         if task.compose is None and env.healthcheck is None:
+            if not shared:
+                verifier_network = task.config.verifier_network()
+                config = config.model_copy(update={"clean_room_network": verifier_network})
             return DockerSandbox(config)
         known = self._service_images.get((str(task.root), task.content_hash))
         return DockerEnvironment(config, task, service_images=known)

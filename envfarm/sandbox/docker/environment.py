@@ -182,6 +182,9 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         await _uncancelled(asyncio.ensure_future(super().start()))
         await self._prepare_fork(self)
 
+    def _creates_fork_ahead(self) -> bool:
+        return False
+
     async def _prepare_fork(self, clean: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
         container, and for a fresh one that takes its place (``fork_clean``)."""
