@@ -243,7 +243,7 @@ class EnvfarmClient:
     ) -> AsyncIterator[Any]:
         """Pages one after another, the next asked for (by the cursor the server names in a
         header) before this one is parsed, so the server reads the store while this process
-        parses; a large page is parsed in a thread so the request goes out meanwhile."""
+        parses; a JSON page whose group spans the server named is parsed a group at a time."""
         cursor = after
         ended = False
         acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
