@@ -103,10 +103,29 @@ def group_json(group: RawGroup, packed: bool) -> bytes:
 
 
 def page_json(page: RawGroupPage, packed: bool) -> bytes:
-    if not packed:
-        return page.json()
-    groups = b",".join(group_json(group, True) for group in page.groups)
-    return b'{"groups":[' + groups + b'],"next_cursor":' + dumps(page.next_cursor) + b"}"
+    return page_json_spans(page, packed)[0]
+
+
+def page_json_spans(page: RawGroupPage, packed: bool) -> tuple[bytes, list[tuple[int, int]]]:
+    """The page as ``GroupPage`` JSON, and where each group's object lies in it (start, end):
+    a client parses one group at a time, which costs it half as much as one large parse."""
+    parts, spans, at = [b'{"groups":['], [], len(b'{"groups":[')
+    for index, group in enumerate(page.groups):
+        if index:
+            parts.append(b",")
+            at += 1
+        text = group_json(group, packed)
+        parts.append(text)
+        spans.append((at, at + len(text)))
+        at += len(text)
+    parts.append(b'],"next_cursor":' + dumps(page.next_cursor) + b"}")
+    return b"".join(parts), spans
+
+
+def spans_header(spans: list[tuple[int, int]]) -> str:
+    """``Envfarm-Group-Spans``: each group's ``start-end`` byte offsets in the (uncompressed)
+    JSON body, comma-separated."""
+    return ",".join(f"{start}-{end}" for start, end in spans)
 
 
 def head_of(trajectory: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,15 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.api.encodings import SSE, Compressor, encode_page, negotiate
+from envfarm.api.encodings import (
+    JSON,
+    SSE,
+    Compressor,
+    encode_page,
+    negotiate,
+    page_json_spans,
+    spans_header,
+)
 from envfarm.api.problems import (
     FieldError,
     ProblemError,
@@ -28,6 +36,8 @@ MAX_WAIT_S = 300.0
 MAX_LIMIT = 1000
 CONSUMER_PATTERN = r"^[A-Za-z0-9_.:@-]{1,128}$"
 NEXT_CURSOR = "Envfarm-Next-Cursor"
+GROUP_SPANS = "Envfarm-Group-Spans"
+MAX_SPANS = 200  # a header line stays far below the 8 KB clients accept
 
 
 class Body(BaseModel):
@@ -165,7 +175,13 @@ async def job_groups(
         page = await service.groups(
             job_id, after=after, limit=limit, wait_s=wait, consumer=consumer
         )
-        body = compressor.whole(encode_page(page, encoding))
+        if encoding.media_type == JSON:
+            text, spans = page_json_spans(page, encoding.packed)
+            if spans and len(spans) <= MAX_SPANS:
+                headers[GROUP_SPANS] = spans_header(spans)
+        else:
+            text = encode_page(page, encoding)
+        body = compressor.whole(text)
         if page.groups:  # a client may ask for the next page before it parses this one
             headers[NEXT_CURSOR] = str(page.groups[-1].cursor)
         return Response(body, media_type=encoding.content_type, headers=headers)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 
@@ -42,6 +42,7 @@ from envfarm.models.jobs import (
     TaskInfo,
 )
 
+T = TypeVar("T")
 STREAM_READ_TIMEOUT_S = 90.0
 SEND_YIELDS = 8
 JSON, NDJSON = "application/json", "application/x-ndjson"
@@ -179,7 +180,9 @@ class EnvfarmClient:
         """Every group of the job from ``after`` (default: the consumer's acknowledged
         cursor) until the job has ended and its last group was yielded."""
 
-        def decode(raw: Raw) -> list[DeliveredGroup]:
+        def decode(raw: Raw) -> list[DeliveredGroup] | SpannedPage[DeliveredGroup]:
+            if raw.spans:
+                return SpannedPage(raw.body, raw.spans, stream_group)
             return GroupPage.model_validate(loads(raw.body)).groups
 
         fetch = self._page_fetcher(job_id, consumer, limit, JSON, accept_encodings(compression))
@@ -206,7 +209,8 @@ class EnvfarmClient:
         fetch = self._page_fetcher(job_id, consumer, limit, ENCODINGS[encoding],
                                    accept_encodings(compression))  # fmt: skip
         async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
-                                       lambda raw: decode_groups(raw.media_type, raw.body),
+                                       lambda raw: decode_groups(raw.media_type, raw.body,
+                                                                 raw.spans),
                                        ack_every, ack_interval_s):  # fmt: skip
             yield group
 
@@ -233,13 +237,13 @@ class EnvfarmClient:
         ack: bool,
         wait_s: float,
         fetch: Callable[[int | None, float], Awaitable[Raw]],
-        decode: Callable[[Raw], list[Any]],
+        decode: Callable[[Raw], list[Any] | SpannedPage[Any]],
         ack_every: int,
         ack_interval_s: float,
     ) -> AsyncIterator[Any]:
         """Pages one after another, the next asked for (by the cursor the server names in a
         header) before this one is parsed, so the server reads the store while this process
-        parses; a large page is parsed in a thread so the request goes out meanwhile."""
+        parses; a JSON page whose group spans the server named is parsed a group at a time."""
         cursor = after
         ended = False
         acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
@@ -407,13 +411,39 @@ def stream_group(data: bytes) -> DeliveredGroup:
     return DeliveredGroup.model_validate(loads(data))
 
 
-def decode_groups(media_type: str, body: bytes) -> list[LazyGroup]:
+class SpannedPage(Generic[T]):
+    """A JSON page's groups, each parsed from its span of the body when it is read: parsing
+    one group at a time keeps the freshly made objects few enough to stay in the CPU's
+    caches, which makes it about twice as fast as parsing the whole page (bench/RESULTS.md),
+    and a group the consumer has finished with is freed before the next is parsed."""
+
+    def __init__(
+        self, body: bytes, spans: tuple[tuple[int, int], ...], parse: Callable[[bytes], T]
+    ) -> None:
+        self._body, self._spans, self._parse = body, spans, parse
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def __getitem__(self, index: int) -> T:
+        start, end = self._spans[index]
+        return self._parse(self._body[start:end])
+
+    def __iter__(self) -> Iterator[T]:
+        for index in range(len(self._spans)):
+            yield self[index]
+
+
+def decode_groups(media_type: str, body: bytes, spans: tuple[tuple[int, int], ...] = ()
+                  ) -> list[LazyGroup] | SpannedPage[LazyGroup]:  # fmt: skip
     """The groups of one answer in the form the server chose."""
     kind = media_type.split(";")[0].strip().lower()
     if kind == ARROW:
         return arrow_groups(body) if body else []
     if kind == NDJSON:
         return list(ndjson_groups(iter(body.split(b"\n"))))
+    if spans:
+        return SpannedPage(body, spans, json_group)
     return [json_group(group) for group in json_group_list(body)]
 
 

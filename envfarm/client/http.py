@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - the fallback when orjson is not instal
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 NEXT_CURSOR = "Envfarm-Next-Cursor"
+GROUP_SPANS = "Envfarm-Group-Spans"
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
 
@@ -43,6 +44,34 @@ class Raw:
     next_cursor: int | None = None
     """The cursor of the page's last group, from a header: the next page can be asked for
     before this one is parsed."""
+    spans: tuple[tuple[int, int], ...] = ()
+    """Each group's (start, end) in ``body``, from a header, when they hold up (see
+    ``group_spans``); empty otherwise."""
+
+
+def group_spans(header: str, body: bytes) -> tuple[tuple[int, int], ...]:
+    """The ``Envfarm-Group-Spans`` of a JSON page, checked against the body: ascending,
+    inside it, each from a ``{`` to a ``}`` and separated by commas. Anything else (a proxy
+    that rewrote the body, an older server) gives none, and the page is parsed whole."""
+    spans: list[tuple[int, int]] = []
+    end = 0
+    try:
+        for part in header.split(","):
+            first, _, last = part.partition("-")
+            start, stop = int(first), int(last)
+            if not end < start < stop <= len(body):
+                return ()
+            if body[start : start + 1] != b"{" or body[stop - 1 : stop] != b"}":
+                return ()
+            if spans and body[end:start] != b",":
+                return ()
+            spans.append((start, stop))
+            end = stop
+    except ValueError:
+        return ()
+    if not spans or body[: spans[0][0]] != b'{"groups":[' or body[end : end + 2] != b"],":
+        return ()
+    return tuple(spans)
 
 
 class Backoff:
@@ -144,7 +173,8 @@ class Transport:
             body = decompress(data, response.headers.get("Content-Encoding"))
             following = response.headers.get(NEXT_CURSOR, "")
             next_cursor = int(following) if following.isdigit() else None
-            return Raw(response.headers.get("Content-Type", ""), body, next_cursor)
+            spans = group_spans(response.headers.get(GROUP_SPANS, ""), body)
+            return Raw(response.headers.get("Content-Type", ""), body, next_cursor, spans)
 
         return await self.exchange(  # type: ignore[no-any-return]
             "GET", path, answer, params=params, extra_timeout_s=extra_timeout_s,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -11,6 +12,8 @@ import pytest_asyncio
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.client import EnvfarmClient
+from envfarm.client.client import decode_groups
+from envfarm.client.http import group_spans
 from tests.unit.api_double import MemoryService
 
 JOB = {"tasks": ["alpha"], "policy": {"base_url": "oracle"}, "group_size": 2}
@@ -87,3 +90,50 @@ async def test_an_unknown_accept_is_a_406_and_gzip_is_announced(
             assert answer.headers["Content-Encoding"] == "gzip"
             assert answer.headers["Content-Type"].startswith("application/json")
             assert (await answer.json())["groups"][0]["cursor"] == 1
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/json; arrays=packed"])
+async def test_a_json_page_names_the_span_of_each_group_in_its_body(
+    served: tuple[MemoryService, EnvfarmClient, str], accept: str
+) -> None:
+    service, client, url = served
+    job_id = await job_with_tokens(service, client, 3)
+    async with aiohttp.ClientSession() as http:
+        target = f"{url}/v1/jobs/{job_id}/groups"
+        async with http.get(
+            target, headers={"Accept": accept, "Accept-Encoding": "gzip"}
+        ) as answer:
+            body = await answer.read()
+            header = answer.headers["Envfarm-Group-Spans"]
+    spans = group_spans(header, body)
+    assert len(spans) == 3
+    whole = json.loads(body)["groups"]
+    assert [json.loads(body[start:end]) for start, end in spans] == whole
+
+
+PAGE = b'{"groups":[{"cursor":1},{"cursor":2}],"next_cursor":2}'
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["", "11-23", "11-23,24-37,38-40", "11-24,24-36", "12-23,24-36", "11-23,25-36", "a-b",
+     "11-23,24-99", "24-36,11-23"],
+)  # fmt: skip
+def test_spans_that_do_not_fit_the_body_are_ignored(header: str) -> None:
+    assert group_spans("11-23,24-36", PAGE) == ((11, 23), (24, 36))  # as the server writes them
+    assert group_spans(header, PAGE) == ()
+
+
+async def test_a_page_whose_spans_do_not_fit_is_parsed_whole(
+    served: tuple[MemoryService, EnvfarmClient, str],
+) -> None:
+    service, client, _ = served
+    job_id = await job_with_tokens(service, client, 2)
+    expected = [g async for g in client.groups(job_id, consumer="spans", ack=False)]
+    body = json.dumps({"groups": [g.model_dump(mode="json") for g in expected]}).encode()
+    assert group_spans("0-5", body) == ()
+    page = decode_groups("application/json", body, group_spans("0-5", body))
+    assert [g.cursor for g in page] == [1, 2]
+    assert [t.trajectory_id for t in page[1].trajectories] == [
+        t["trajectory_id"] for t in expected[1].trajectories
+    ]
