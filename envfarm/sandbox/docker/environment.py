@@ -183,6 +183,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         await self._prepare_fork(self)
 
     def _creates_fork_ahead(self) -> bool:
+        """Not beside sidecars: the fork takes the ``main`` network alias when it starts."""
         return False
 
     async def _prepare_fork(self, clean: DockerSandbox) -> None:

@@ -155,8 +155,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
             self._fork_created = asyncio.ensure_future(self._create_fork(network))
 
     def _creates_fork_ahead(self) -> bool:
-        """Whether a clean room's container can be created ahead (a main container with
-        sidecars is not: its fork takes the network alias when it starts)."""
+        """Whether a clean room can be created ahead (not beside sidecars: see environment.py)."""
         return True
 
     async def create(self) -> None:
@@ -183,7 +182,6 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
         except (docker.errors.DockerException, SandboxError) as exc:
             self._close_helper_socket()
             raise start_error(exc, f"could not start a container: {exc}") from exc
-        _live[self.container_id] = self._container
 
     async def _start_main_process(self) -> None:
         if self._channel is None:
@@ -278,6 +276,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
             },
             **kwargs,
         )
+        _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:
                 join_default_bridge(container.id or "")
@@ -292,6 +291,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
                 upload_helper(container, self._helper, gvisor=self._gvisor)
         except (docker.errors.DockerException, SandboxError):
             container.remove(force=True, v=True)
+            _live.pop(str(container.id), None)
             raise
         return container
 
