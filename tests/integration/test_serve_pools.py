@@ -18,17 +18,22 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 TASK_ID = "durable/pooled"
 
 
-def sandboxes() -> list[str]:
+def sandboxes(*, started: bool = False) -> list[str]:
+    """The task's containers; ``started``: running ones only (each pooled sandbox also holds
+    its clean room's container, created but not started)."""
     labels = [f"{LABEL_TASK}={TASK_ID}", f"{LABEL_KIND}=sandbox"]
-    found = docker.from_env().containers.list(all=True, filters={"label": labels})
+    filters: dict[str, str | list[str] | bool] = {"label": labels}
+    if started:
+        filters["status"] = "running"
+    found = docker.from_env().containers.list(all=True, filters=filters)
     return [c.id for c in found if c.id is not None]
 
 
 def wait_for_sandboxes(count: int) -> list[str]:
-    """Wait, with a budget, until ``count`` sandboxes exist: the pool refills, and finished
-    episodes' containers (and their verifiers') are torn down after their results."""
+    """Wait, with a budget, until ``count`` started sandboxes exist: the pool refills, and
+    finished episodes' containers (and their verifiers') are torn down after their results."""
     deadline = time.monotonic() + 120
-    while len(found := sandboxes()) != count and time.monotonic() < deadline:
+    while len(found := sandboxes(started=True)) != count and time.monotonic() < deadline:
         time.sleep(0.5)
     return found
 
