@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 from envfarm.grading.carry import CTIME_MARGIN_S, Changes, Listing
 from envfarm.grading.scope import CarryScope
-from envfarm.grading.snapshot import MAX_WORKSPACE_FILES, Snapshot
+from envfarm.grading.snapshot import (
+    LARGE_FILE_BYTES,
+    MAX_WORKSPACE_FILES,
+    WORKSPACE_PRUNED,
+    Snapshot,
+)
 from envfarm.grading.workspace import CHANGED_TOTAL_BYTES
 
-PRUNED = frozenset(
-    {".git", ".hg", ".svn", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache"}
-    | {".ruff_cache", ".tox", ".venv", "venv"}
-)
-"""The names the snapshot script prunes in the workspace (its ``PRUNE``)."""
-LARGE_BYTES = 8 * 1024 * 1024
+PRUNED = frozenset(WORKSPACE_PRUNED)
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def _digest(kind: str, member: tarfile.TarInfo, content: bytes | None) -> str | 
         return "L:" + hashlib.sha256(target).hexdigest()
     if not member.isfile() or content is None:
         return None
-    if member.size >= LARGE_BYTES:
+    if member.size >= LARGE_FILE_BYTES:
         return f"B:{member.size}:{int(member.mtime)}"
     return hashlib.sha256(content).hexdigest()
 

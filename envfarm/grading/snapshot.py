@@ -42,16 +42,21 @@ from envfarm.sandbox.base import Sandbox
 
 MAX_WORKSPACE_FILES = 20_000
 SNAPSHOT_TIMEOUT_S = 180.0
+WORKSPACE_PRUNED = (
+    *(".git", ".hg", ".svn", "node_modules", "__pycache__", ".pytest_cache", ".mypy_cache"),
+    *(".ruff_cache", ".tox", ".venv", "venv"),
+)
+"""The trees the workspace section leaves out (by name, anywhere under the workdir)."""
+LARGE_FILE_BYTES = 8 * 1024 * 1024
+"""Files of this size and more are known by size and mtime, not by a content hash."""
 
-SNAPSHOT_SCRIPT = r"""
+_SCRIPT = r"""
 set +e
 export LC_ALL=C
 W="${EF_WORKDIR:-$PWD}"
 [ -n "$EF_FIXED" ] || W="$(cd "$W" 2>/dev/null && pwd -P || printf '%s' "$W")"
 MAX="${EF_MAX:-20000}"
-PRUNE=( \( -name .git -o -name .hg -o -name .svn -o -name node_modules -o -name __pycache__ \
-  -o -name .pytest_cache -o -name .mypy_cache -o -name .ruff_cache -o -name .tox -o -name .venv \
-  -o -name venv \) -prune )
+PRUNE=( \( @PRUNE@ \) -prune )
 hash0() { xargs -0 -r sha256sum -- 2>/dev/null; }
 stat0() { xargs -0 -r stat -L -c 'S %s:%Z:%i  %n' -- 2>/dev/null; }
 links0() {
@@ -138,12 +143,12 @@ elif [ "$W" != / ] && [ -d "$W" ]; then
   NEW=()
   if [ -n "$EF_SINCE" ]; then  # after the agent: hash only what changed since the first pass
     NEW=( -newerct "@$EF_SINCE" )
-    find -H "$W" "${PRUNE[@]}" -o -type f -size -8388608c ! -newerct "@$EF_SINCE" \
+    find -H "$W" "${PRUNE[@]}" -o -type f -size -@LARGE@c ! -newerct "@$EF_SINCE" \
       -printf 'U -  %p\n' 2>/dev/null | head -n "$MAX"
   fi
-  find -H "$W" "${PRUNE[@]}" -o -type f -size -8388608c "${NEW[@]}" -print0 2>/dev/null \
+  find -H "$W" "${PRUNE[@]}" -o -type f -size -@LARGE@c "${NEW[@]}" -print0 2>/dev/null \
     | head -z -n "$MAX" | hash0
-  find -H "$W" "${PRUNE[@]}" -o -type f -size +8388607c -print0 2>/dev/null | head -z -n "$MAX" \
+  find -H "$W" "${PRUNE[@]}" -o -type f -size +@LARGE_1@c -print0 2>/dev/null | head -z -n "$MAX" \
     | xargs -0 -r stat -c 'B %s:%Y  %n' -- 2>/dev/null
   find -H "$W" "${PRUNE[@]}" -o -type l -print0 2>/dev/null | head -z -n "$MAX" | links0
 else
@@ -151,6 +156,11 @@ else
 fi
 exit 0
 """
+SNAPSHOT_SCRIPT = (
+    _SCRIPT.replace("@PRUNE@", " -o ".join(f"-name {name}" for name in WORKSPACE_PRUNED))
+    .replace("@LARGE_1@", str(LARGE_FILE_BYTES - 1))
+    .replace("@LARGE@", str(LARGE_FILE_BYTES))
+)
 
 SOLUTION_SCRIPT = r"""
 export LC_ALL=C
