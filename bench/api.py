@@ -12,9 +12,15 @@ a real process on loopback. Measured in one run:
 - memory: the server's resident memory with one job of ``--queued`` queued episodes against
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
 
+Every mode is run once untimed first (the server's first answers import encoders and warm the
+store's cache), then ``--rounds`` rounds, each measuring the baseline and every mode in an
+order rotated by one per round, each mode as a fresh consumer. A mode's ratio is its rate over
+the same round's baseline; the table shows each mode's median rate and median ratio, so a
+minute of the machine's load lands on one round's figures, not on one mode's.
+
 Prints a table and, last, one JSON object.
 
-    python bench/api.py [--groups 500] [--group-size 4] [--queued 100000] [--db URL]
+    python bench/api.py [--groups 500] [--group-size 4] [--rounds 3] [--queued 100000] [--db URL]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -148,10 +155,9 @@ MODES = (
 )  # fmt: skip
 
 
-async def consume(url: str, job_id: str, mode: str) -> tuple[int, float]:
+async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int, float]:
     kind, *form = mode.split()
     compression = form[1] if len(form) > 1 else None
-    consumer = mode.replace(" ", "_")
     async with EnvfarmClient(url) as client:
         started, count = time.perf_counter(), 0
         last = (await client.job(job_id)).last_cursor
@@ -197,6 +203,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", type=int, default=500)
     parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--db", default=None, help="database URL (default: a SQLite file)")
     args = parser.parse_args()
@@ -206,12 +213,27 @@ async def main() -> None:
         started = time.perf_counter()
         done = await fill(db, args.groups, args.group_size)
         fill_s = time.perf_counter() - started
-        count, base_s = await baseline(db, done)
-        results = {"baseline": (count, base_s)}
         proc, url = serve(db, work)
+        rates: dict[str, list[float]] = {"baseline": [], **{mode: [] for mode in MODES}}
+        ratios: dict[str, list[float]] = {mode: [] for mode in MODES}
         try:
             for mode in MODES:
-                results[mode] = await consume(url, done, mode)
+                await consume(url, done, mode, f"warm-up_{mode}".replace(" ", "_"))
+            for round_ in range(args.rounds):
+                count, base_s = await baseline(db, done)
+                rates["baseline"].append(count / base_s)
+                order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
+                for mode in order:
+                    count, seconds = await consume(
+                        url, done, mode, f"r{round_}_{mode}".replace(" ", "_")
+                    )
+                    rates[mode].append(count / seconds)
+                    ratios[mode].append(rates[mode][-1] / rates["baseline"][-1])
+                print(
+                    f"round {round_ + 1}: baseline {rates['baseline'][-1]:.0f} traj/s, "
+                    + ", ".join(f"{m} {ratios[m][-1]:.2f}x" for m in MODES),
+                    flush=True,
+                )
         finally:
             proc.terminate()
             proc.wait()
@@ -233,20 +255,26 @@ async def main() -> None:
                 proc.wait()
         empty_rss, loaded_rss = rss["empty"], rss["queued"]
         db_bytes = (work / "bench.db").stat().st_size if args.db is None else None
-    rates = {mode: n / s for mode, (n, s) in results.items()}
-    print(f"{'mode':<30} {'trajectories':>12} {'seconds':>8} {'traj/s':>9} {'vs store':>9}")
-    for mode, (n, s) in results.items():
-        print(f"{mode:<30} {n:>12} {s:>8.2f} {rates[mode]:>9.0f} "
-              f"{rates[mode] / rates['baseline']:>8.2f}x")  # fmt: skip
+    rate = {mode: statistics.median(values) for mode, values in rates.items()}
+    ratio = {mode: statistics.median(values) for mode, values in ratios.items()}
+    spread = {mode: (min(values), max(values)) for mode, values in ratios.items()}
+    trajectories = args.groups * args.group_size
+    print(f"{trajectories} trajectories a figure, {args.rounds} rounds; medians")
+    print(f"{'mode':<30} {'traj/s':>9} {'vs store':>9} {'range':>13}")
+    print(f"{'baseline':<30} {rate['baseline']:>9.0f} {1:>8.2f}x")
+    for mode in MODES:
+        low, high = spread[mode]
+        print(f"{mode:<30} {rate[mode]:>9.0f} {ratio[mode]:>8.2f}x {low:>6.2f}-{high:.2f}x")
     per_1000 = (loaded_rss - empty_rss) / (args.queued / 1000)
     print(f"server RSS: {empty_rss:.1f} MB empty, {loaded_rss:.1f} MB with {args.queued} queued "
           f"episodes (+ {per_1000:.3f} MB per 1,000); store filled in {fill_s:.1f}s")  # fmt: skip
     figures = {
         "groups": args.groups,
         "group_size": args.group_size,
-        "store_traj_per_s": round(rates["baseline"]),
-        **{f"{mode}_traj_per_s": round(rates[mode]) for mode in MODES},
-        **{f"{mode}_vs_store": round(rates[mode] / rates["baseline"], 3) for mode in MODES},
+        "rounds": args.rounds,
+        "store_traj_per_s": round(rate["baseline"]),
+        **{f"{mode}_traj_per_s": round(rate[mode]) for mode in MODES},
+        **{f"{mode}_vs_store": round(ratio[mode], 3) for mode in MODES},
         "server_rss_empty_mb": round(empty_rss, 1),
         "server_rss_queued_mb": round(loaded_rss, 1),
         "queued_episodes": args.queued,

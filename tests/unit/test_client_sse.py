@@ -14,9 +14,9 @@ STREAM = (
     b"event: end\ndata: {}\n\n"
 )
 EXPECTED = [
-    Event(event="group", data=json.dumps({"cursor": 1, "x": "a\nb"}), id="1"),
-    Event(event="group", data="first\nsecond", id="2"),
-    Event(event="end", data="{}", id="2"),
+    Event(event="group", data=json.dumps({"cursor": 1, "x": "a\nb"}).encode(), id="1"),
+    Event(event="group", data=b"first\nsecond", id="2"),
+    Event(event="end", data=b"{}", id="2"),
 ]
 
 
@@ -42,3 +42,13 @@ def test_large_data_lines_and_unfinished_events() -> None:
     assert parser.feed(b"\n") == []
     [event] = parser.feed(b"\n")
     assert (event.id, len(event.data)) == ("9", len(payload))
+
+
+def test_fields_without_values_and_a_space_only_once_stripped() -> None:
+    parser = EventParser()
+    events = parser.feed(b"data\n\nevent: x\ndata:  two spaces\nretry: soon\nid: a\0b\n\n")
+    assert events == [
+        Event(event="message", data=b"", id=None),
+        Event(event="x", data=b" two spaces", id=None),
+    ]
+    assert parser.retry_ms is None
