@@ -14,9 +14,11 @@ default settings: clean-room grading, tamper snapshots, artifacts).
 The two alternate, job by job: single-container tasks at concurrency 4, compose tasks at
 concurrency 1, a warm-up round then ``--rounds`` rounds. In each round a bare ``docker run --rm
 IMAGE true`` per task image (and, for compose tasks, a network and the sidecars started to
-healthy) is measured too. Printed: wall-time ratios, a per-phase table for both (setup, agent,
-grading, teardown), and envfarm's own overhead per episode (episode minus the time inside
-``solve.sh`` and ``test.sh``) against the bare start-and-remove. ``--envfarm-tree DIR`` adds
+healthy) is measured too, one at a time and again with the job's concurrency of them at once
+(the episodes of a job at concurrency 4 share the engine and the cores the same way). Printed:
+wall-time ratios, a per-phase table for both (setup, agent, grading, teardown), and envfarm's
+own overhead per episode (episode minus the time inside ``solve.sh`` and ``test.sh``) against
+both bare start-and-remove figures. ``--envfarm-tree DIR`` adds
 envfarm from another source tree (a checkout of the commit to compare with) to every round, so
 a change is measured against its baseline in the same run. Usage:
 
@@ -38,6 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -368,6 +371,15 @@ def bare_start(bench: BenchTask) -> float:
     return time.perf_counter() - started
 
 
+def bare_starts_at(group: list[BenchTask], concurrency: int) -> list[float]:
+    """Each of ``bare_start`` with ``concurrency`` of them running at once, as the job's
+    episodes do: on 2 cores four container starts at once each take longer than one alone."""
+    if concurrency <= 1:
+        return [bare_start(b) for b in group]
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(bare_start, [*group, *group][: max(len(group), concurrency)]))
+
+
 # ---------------------------------------------------------------- the run and its report
 
 
@@ -411,10 +423,11 @@ def report(
         print(f"\n{kind}: {max(map(len, walls.values()))} rounds, {n} episodes per job")
         for system, wall in walls.items():
             print(f"  job wall per round, {system}: {[round(w, 1) for w in wall]}")
-        base = bare.get(kind, [])
+        base, together = bare.get(kind, []), bare.get(f"{kind} together", [])
         print(
             f"  bare start-and-remove{' with sidecars to healthy' if kind == 'compose' else ''}:"
-            f" median {_median(base):.2f}s, per round {[round(b, 2) for b in base]}"
+            f" median {_median(base):.2f}s one at a time, {_median(together):.2f}s with the"
+            f" job's concurrency at once; one at a time: {[round(b, 2) for b in base]}"
         )
         for system, wall in walls.items():
             if system == "harbor":
@@ -427,7 +440,8 @@ def report(
             print(
                 f"  {system} overhead per episode (episode - solve.sh - test.sh): median "
                 f"{_median(overhead):.2f}s (solve+test median {_median(inside):.2f}s); "
-                f"overhead / bare = {_median(overhead) / _median(base):.2f}x"
+                f"overhead / bare = {_median(overhead) / _median(base):.2f}x one at a time, "
+                f"{_median(overhead) / _median(together):.2f}x at the job's concurrency"
             )
         print("  per-phase medians:")
         print("\n".join(phase_table(results, kind)))
@@ -465,7 +479,7 @@ async def main(args: argparse.Namespace) -> None:
                 harbor_copy(bench, copies / kind)
             harbor_dirs[kind] = copies / kind
     results: list[JobResult] = []
-    bare: dict[str, list[float]] = {"single": [], "compose": []}
+    bare: dict[str, list[float]] = {kind: [] for k in kinds for kind in (k, f"{k} together")}
     variants = [Variant(f"envfarm[{t.name}]", t.resolve()) for t in args.envfarm_tree or []]
     for round_no in range(0 if args.warm_up else 1, args.rounds + 1):
         warm = round_no == 0
@@ -491,8 +505,10 @@ async def main(args: argparse.Namespace) -> None:
                 if not warm:
                     results.append(result)
             samples = [bare_start(b) for b in group]
+            together = bare_starts_at(group, concurrency)
             if not warm:
                 bare[kind] += samples
+                bare[f"{kind} together"] += together
     report(results, bare, versions)
 
 

@@ -115,7 +115,9 @@ async def test_an_entrypoint_that_fails_at_start_is_a_start_error(
         f"FROM {base_image}\n"
         'ENTRYPOINT ["sh", "-c", "echo missing licence file >&2; exit 3", "--"]\n'
     )
-    docker_client().images.build(path=str(tmp_path), tag=tag, labels={"io.envfarm.managed": "true"})
+    docker_client().images.build(
+        path=str(tmp_path), tag=tag, labels={"io.envfarm.managed": "true"}, rm=True, forcerm=True
+    )
     sandbox = DockerSandbox(DockerSandboxConfig(image=tag, run_id="test-entrypoint"))
     try:
         with pytest.raises(SandboxStartError) as caught:
