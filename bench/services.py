@@ -29,8 +29,8 @@ from envfarm.errors import SandboxError
 from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, owner_label
 from envfarm.sandbox.docker.networks import create_network, remove_network, subnet_pool
-from envfarm.sandbox.docker.sandbox import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, owner_label
 from envfarm.spec.task import Task, load_task
 
 TASK = Path(__file__).resolve().parent.parent / "tasks" / "pg-schema-migration"

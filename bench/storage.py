@@ -23,14 +23,8 @@ from collections.abc import Awaitable, Callable
 
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.images import ensure_base_image
-from envfarm.sandbox.docker.sandbox import (
-    LABEL_KIND,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    DockerSandbox,
-    DockerSandboxConfig,
-    owner_label,
-)
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper
 from envfarm.sandbox.docker.storage import storage_support
 

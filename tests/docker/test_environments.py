@@ -17,9 +17,9 @@ from envfarm.errors import SandboxStartError
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.labels import LABEL_RUN
 from envfarm.sandbox.docker.networks import DEFAULT_POOL, DEFAULT_PREFIX
 from envfarm.sandbox.docker.reaper import reap_orphans
-from envfarm.sandbox.docker.sandbox import LABEL_RUN
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.spec import load_task
 

@@ -21,8 +21,9 @@ from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.labels import LABEL_RUN
 from envfarm.sandbox.docker.runtimes import registered_runtimes
-from envfarm.sandbox.docker.sandbox import LABEL_RUN, DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import HELPER_PATH, attach_helper, ensure_helper
 from envfarm.spec.task import Task, load_task
 

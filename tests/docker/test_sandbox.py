@@ -11,7 +11,8 @@ import pytest
 
 from envfarm.errors import SandboxGone, SandboxStartError
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.sandbox import LABEL_RUN, DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.docker.labels import LABEL_RUN
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

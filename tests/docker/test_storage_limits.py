@@ -14,14 +14,8 @@ from pathlib import Path
 import pytest
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.sandbox import (
-    LABEL_KIND,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    DockerSandbox,
-    DockerSandboxConfig,
-    owner_label,
-)
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.storage import REMEDY, storage_support
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

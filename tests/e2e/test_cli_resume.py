@@ -13,7 +13,7 @@ from pathlib import Path
 
 import docker
 
-from envfarm.sandbox.docker.sandbox import LABEL_TASK
+from envfarm.sandbox.docker.labels import LABEL_TASK
 
 REPO = Path(__file__).resolve().parents[2]
 TASK_ID = "test/resumable"

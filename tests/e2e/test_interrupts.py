@@ -11,8 +11,8 @@ from pathlib import Path
 
 import docker
 
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_TASK
 from envfarm.sandbox.docker.reaper import reap_orphans
-from envfarm.sandbox.docker.sandbox import LABEL_KIND, LABEL_TASK
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import docker
 import pytest
 
 from envfarm.client import EnvfarmClient
-from envfarm.sandbox.docker.sandbox import LABEL_KIND, LABEL_TASK
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_TASK
 from tests.integration.serve_process import ServeProcess
 from tests.integration.test_durability import consume, job_body, task_dir
 

@@ -41,17 +41,16 @@ from envfarm.sandbox.base import ServiceFiles
 from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import read_path_archive
 from envfarm.sandbox.docker.images import ensure_base_image
-from envfarm.sandbox.docker.networks import create_network, drop_default_route
-from envfarm.sandbox.docker.sandbox import (
+from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
     LABEL_MANAGED,
     LABEL_OWNER,
     LABEL_RUN,
     LABEL_TASK,
-    DockerSandbox,
-    DockerSandboxConfig,
     owner_label,
 )
+from envfarm.sandbox.docker.networks import create_network, drop_default_route
+from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
 from envfarm.sandbox.health import HealthPolicy, wait_healthy

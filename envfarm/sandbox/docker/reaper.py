@@ -18,8 +18,8 @@ import docker.errors
 from envfarm.errors import SandboxError
 from envfarm.processes import pid_alive
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER
 from envfarm.sandbox.docker.networks import remove_network
-from envfarm.sandbox.docker.sandbox import LABEL_MANAGED, LABEL_OWNER
 
 MANAGED: dict[str, str | list[str] | bool] = {"label": [f"{LABEL_MANAGED}=true"]}
 

@@ -34,7 +34,6 @@ import asyncio
 import atexit
 import contextlib
 import functools
-import os
 import socket
 import time
 from pathlib import Path
@@ -53,6 +52,14 @@ from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.containers import kill_container, read_archived
 from envfarm.sandbox.docker.excess import PIDS_RESERVE, VERIFIER_TMPFS, limits_and_helper
+from envfarm.sandbox.docker.labels import (
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_TASK,
+    owner_label,
+)
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
 from envfarm.sandbox.docker.networks import (
@@ -72,17 +79,7 @@ from envfarm.sandbox.docker.sandboxd import (
 )
 from envfarm.sandbox.docker.storage import storage_options
 
-LABEL_MANAGED = "io.envfarm.managed"
-LABEL_KIND = "io.envfarm.kind"
-LABEL_RUN = "io.envfarm.run"
-LABEL_OWNER = "io.envfarm.owner"
-LABEL_TASK = "io.envfarm.task"
-
 GONE_SETTLE_S = 2.0
-
-
-def owner_label() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 _live: dict[str, Container] = {}

@@ -48,6 +48,7 @@ from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build
 from envfarm.sandbox.docker.hostconfig import read_host_config
 from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
 
 HELPER_DIR = "/.envfarm"
 HELPER_PATH = f"{HELPER_DIR}/sandboxd"
@@ -229,7 +230,7 @@ def helper_mounts(binary: Path, image: str, *, gvisor: bool = False) -> list[Mou
                 command=["true"],
                 entrypoint=[],
                 host_config=api.create_host_config(mounts=[mount]),
-                labels={"io.envfarm.managed": "true", "io.envfarm.kind": "probe"},
+                labels={LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()},
             )
         except docker.errors.ImageNotFound:
             return []  # the sandbox's own create will say so
