@@ -24,12 +24,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from envfarm.api.arrow_page import page_arrow
 from envfarm.api.problems import ProblemError, problem
 from envfarm.models.jobs import RawGroup, RawGroupPage
 from envfarm.models.packing import (
-    ARRAY_FIELDS,
-    FLOAT_ARRAYS,
-    INT_ARRAYS,
     dumps,
     loads,
     packed_trajectory,
@@ -145,51 +143,9 @@ def page_ndjson(page: RawGroupPage, packed: bool) -> bytes:
     return b"".join(group_ndjson(group, packed) for group in page.groups)
 
 
-def page_arrow(page: RawGroupPage) -> bytes:
-    import pyarrow as pa  # the parquet extra; negotiate() answered 406 without it
-
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in ("cursor", "group", "trajectory_id", "episode_id", "reward", "valid", "body")
-    }
-    arrays: dict[str, list[Any]] = {name: [] for name in ARRAY_FIELDS}
-    for group in page.groups:
-        meta = group.meta.model_dump_json()
-        for text in group.trajectories:
-            body: dict[str, Any] = loads(text)
-            reward = body.get("reward") or {}
-            for name in ARRAY_FIELDS:
-                arrays[name].append([turn.pop(name, None) for turn in body.get("turns") or ()])
-            columns["cursor"].append(group.cursor)
-            columns["group"].append(meta)
-            columns["trajectory_id"].append(body.get("trajectory_id"))
-            columns["episode_id"].append(body.get("episode_id"))
-            columns["reward"].append(reward.get("value"))
-            columns["valid"].append(bool(reward.get("valid")))
-            columns["body"].append(dumps(body).decode())
-    types = {
-        "cursor": pa.int64(),
-        "group": pa.string(),
-        "trajectory_id": pa.string(),
-        "episode_id": pa.string(),
-        "reward": pa.float64(),
-        "valid": pa.bool_(),
-        "body": pa.string(),
-    }
-    fields = [pa.field(name, kind) for name, kind in types.items()]
-    fields += [pa.field(name, pa.list_(pa.list_(pa.int32()))) for name in INT_ARRAYS]
-    fields += [pa.field(name, pa.list_(pa.list_(pa.float32()))) for name in FLOAT_ARRAYS]
-    schema = pa.schema(fields)
-    batch = pa.record_batch([*columns.values(), *arrays.values()], schema=schema)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
-
-
 def encode_page(page: RawGroupPage, encoding: Encoding) -> bytes:
     if encoding.media_type == ARROW:
-        return page_arrow(page)
+        return page_arrow(page, [packed_texts(group) for group in page.groups])
     if encoding.media_type == NDJSON:
         return page_ndjson(page, encoding.packed)
     return page_json(page, encoding.packed)
