@@ -2,8 +2,10 @@
 
 A run keeps its job in ``OUT/envfarm.db`` (the controller's store) and its command line here,
 without API keys, so a resumed run uses the very same tasks, policy and options; keys come
-again from ``--api-key`` / ``ENVFARM_API_KEY`` (and the judge's). Finished episodes are not
-redone: the store knows them, and episodes that were in flight are retried.
+again from ``--api-key`` / ``ENVFARM_API_KEY`` (and the judge's). The process-wide settings a
+flag or the environment chose (``--offline``, ``--verifier-network``) are saved as they were in
+effect and put back on resume. Finished episodes are not redone: the store knows them, and
+episodes that were in flight are retried.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 import click
 
+from envfarm.sandbox.imagesources import offline, set_offline
+from envfarm.spec.network import set_verifier_network_default, verifier_network_default
 from envfarm.store.engine import STORE_FILE, default_url
 
 MANIFEST = "run.json"
@@ -29,7 +33,9 @@ def save_manifest(out: Path, params: dict[str, Any]) -> None:
     saved = {k: v for k, v in params.items() if k not in (*SECRETS, "resume")}
     saved["paths"] = [str(Path(p).resolve()) for p in saved.get("paths", ())]
     saved["out_dir"] = str(out)
-    (out / MANIFEST).write_text(json.dumps({"params": saved}, indent=2) + "\n", encoding="utf-8")
+    settings = {"offline": offline(), "verifier_network": verifier_network_default()}
+    manifest = {"params": saved, "settings": settings}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
 def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
@@ -40,9 +46,17 @@ def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
             param_hint="--resume",
         )
     try:
-        params: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))["params"]
-    except (ValueError, KeyError, TypeError) as exc:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        params: dict[str, Any] = manifest["params"]
+        settings: dict[str, Any] = manifest.get("settings") or {}  # absent before they were kept
+        if settings.get("verifier_network") not in (None, "task-default", "none"):
+            raise ValueError(f"verifier_network {settings['verifier_network']!r}")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise click.BadParameter(f"{path}: unreadable ({exc})", param_hint="--resume") from exc
+    if settings.get("offline"):
+        set_offline()
+    if settings.get("verifier_network") is not None:
+        set_verifier_network_default(settings["verifier_network"])
     params["paths"] = tuple(Path(p) for p in params["paths"])
     params["out_dir"] = out
     for name in ("policies",):
