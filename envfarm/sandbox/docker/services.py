@@ -196,11 +196,14 @@ def stopped_reason(container_id: str) -> str | None:
 
 
 def remove_container(container_id: str) -> None:
+    """Gone, or being removed by another call (the route helper's own removal thread)."""
     try:
         docker_client().api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         return
     except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "already in progress" in str(exc):
+            return
         raise SandboxError(f"could not remove container {container_id[:12]}: {exc}") from exc
 
 
