@@ -4,9 +4,9 @@ A store is filled with completed groups of realistic trajectories (token ids, lo
 output) by the store's own lease/record path, then ``envfarm serve --no-worker`` serves it as
 a real process on loopback. Measured in one run:
 
-- the baseline: the same groups read straight from the store, in this process
-  (``Store.delivered``: each trajectory's JSON and its packed copy), and, printed beside it,
-  the same read of the JSON alone, as the store read before it kept packed copies;
+- the baseline: the same groups read straight from the store, in this process, as a JSON
+  answer reads them (``Store.delivered(forms="json")``: each trajectory's JSON text, not its
+  packed copy);
 - long-poll: ``GET /v1/jobs/{id}/groups`` pages with background acks, through
   ``envfarm.client``, in the JSON form and in compact forms (packed JSON, packed NDJSON,
   Arrow), packed NDJSON also with gzip and zstd;
@@ -39,14 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sqlalchemy import select
-from sqlalchemy.engine import Connection
-
 from envfarm.client import EnvfarmClient
 from envfarm.controller.groups import finalize_group
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, ToolResult, Trajectory, Turn
-from envfarm.store.schema import episodes, groups, trajectories
 from envfarm.store.store import Store
 
 TURNS, PROMPT_TOKENS, COMPLETION_TOKENS = 8, 600, 150
@@ -119,41 +115,13 @@ async def baseline(url: str, job_id: str) -> tuple[int, float]:
     try:
         started, count, after = time.perf_counter(), 0, 0
         while True:
-            page, _ = await store.delivered(job_id, after=after, limit=100, consumer="baseline")
+            page, _ = await store.delivered(
+                job_id, after=after, limit=100, consumer="baseline", forms="json"
+            )
             if not page:
                 break
             count += sum(len(g.trajectories) for g in page if g.json())
             after = page[-1].cursor
-        return count, time.perf_counter() - started
-    finally:
-        await store.close()
-
-
-async def baseline_json_column(url: str, job_id: str) -> tuple[int, float]:
-    """The store read as it was before the store kept a packed copy of each trajectory: the
-    groups in cursor order and each trajectory's JSON text, not its packed copy too. The issue's
-    baseline was this read; ``Store.delivered`` (``baseline``) now reads both columns."""
-    store = await Store.open(url)
-
-    def read(conn: Connection) -> int:
-        rows = conn.execute(
-            select(groups.c.id).where(groups.c.job_id == job_id).order_by(groups.c.cursor)
-        ).all()
-        count = spliced = 0
-        for (group_id,) in rows:
-            texts = conn.execute(
-                select(trajectories.c.data)
-                .join(episodes, episodes.c.id == trajectories.c.episode_id)
-                .where(trajectories.c.group_id == group_id)
-                .order_by(episodes.c.index)
-            ).all()
-            spliced += len(",".join(t.data for t in texts))  # as RawGroup.json() splices them
-            count += len(texts)
-        return count if spliced else 0
-
-    try:
-        started = time.perf_counter()
-        count = await store.transaction(read)
         return count, time.perf_counter() - started
     finally:
         await store.close()
@@ -250,8 +218,7 @@ async def main() -> None:
         done = await fill(db, args.groups, args.group_size)
         fill_s = time.perf_counter() - started
         proc, url = serve(db, work)
-        rates: dict[str, list[float]] = {"baseline": [], "JSON column only": []}
-        rates |= {mode: [] for mode in MODES}
+        rates: dict[str, list[float]] = {"baseline": [], **{mode: [] for mode in MODES}}
         ratios: dict[str, list[float]] = {mode: [] for mode in MODES}
         try:
             for mode in MODES:
@@ -259,8 +226,6 @@ async def main() -> None:
             for round_ in range(args.rounds):
                 count, base_s = await baseline(db, done)
                 rates["baseline"].append(count / base_s)
-                count, json_s = await baseline_json_column(db, done)
-                rates["JSON column only"].append(count / json_s)
                 order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
                 for mode in order:
                     count, seconds = await consume(
@@ -301,11 +266,6 @@ async def main() -> None:
     print(f"{trajectories} trajectories a figure, {args.rounds} rounds; medians")
     print(f"{'mode':<30} {'traj/s':>9} {'vs store':>9} {'range':>13}")
     print(f"{'baseline':<30} {rate['baseline']:>9.0f} {1:>8.2f}x")
-    json_only = rate["JSON column only"]
-    print(
-        f"{'store read, JSON column only':<30} {json_only:>9.0f} "
-        f"{json_only / rate['baseline']:>8.2f}x   (the baseline before the packed copies)"
-    )
     for mode in MODES:
         low, high = spread[mode]
         print(f"{mode:<30} {rate[mode]:>9.0f} {ratio[mode]:>8.2f}x {low:>6.2f}-{high:.2f}x")
@@ -317,7 +277,6 @@ async def main() -> None:
         "group_size": args.group_size,
         "rounds": args.rounds,
         "store_traj_per_s": round(rate["baseline"]),
-        "store_json_column_traj_per_s": round(rate["JSON column only"]),
         **{f"{mode}_traj_per_s": round(rate[mode]) for mode in MODES},
         **{f"{mode}_vs_store": round(ratio[mode], 3) for mode in MODES},
         "server_rss_empty_mb": round(empty_rss, 1),

@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.api.encodings import (
+    ARROW,
     JSON,
     SSE,
     Compressor,
@@ -173,8 +174,9 @@ async def job_groups(
     headers["Vary"] = "Accept, Accept-Encoding"
     if encoding.media_type != SSE:
         page = await service.groups(
-            job_id, after=after, limit=limit, wait_s=wait, consumer=consumer
-        )
+            job_id, after=after, limit=limit, wait_s=wait, consumer=consumer,
+            packed=encoding.packed or encoding.media_type == ARROW,
+        )  # fmt: skip
         if encoding.media_type == JSON:
             text, spans = page_json_spans(page, encoding.packed)
             if spans and len(spans) <= MAX_SPANS:

@@ -35,6 +35,7 @@ class JobService(Protocol):
         limit: int,
         wait_s: float,
         consumer: str = "default",
+        packed: bool = False,
     ) -> RawGroupPage: ...
 
     async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None: ...

@@ -68,7 +68,7 @@ async def _events(
     while True:
         view = await service.job(job_id) if wait_s == 0 else None
         page = await service.groups(
-            job_id, after=cursor, limit=limit, wait_s=wait_s, consumer=consumer
+            job_id, after=cursor, limit=limit, wait_s=wait_s, consumer=consumer, packed=packed
         )
         for group in page.groups:
             data = group_json(group, packed)

@@ -86,15 +86,18 @@ class Controller:
         limit: int,
         wait_s: float,
         consumer: str = "default",
+        packed: bool = False,
     ) -> RawGroupPage:
         """Completed groups after ``after`` (default: the consumer's last ack), waiting up to
-        ``wait_s`` for the first one when none is there yet."""
+        ``wait_s`` for the first one when none is there yet. ``packed``: the answer sends the
+        packed copies, so the JSON text is read only where a trajectory has none."""
         deadline = time.monotonic() + wait_s
         while True:
             changed = self.worker.changed if self.worker is not None else None
             found, _ = await self.store.delivered(
-                job_id, after=after, limit=limit, consumer=consumer, max_bytes=PAGE_BYTES
-            )
+                job_id, after=after, limit=limit, consumer=consumer, max_bytes=PAGE_BYTES,
+                forms="packed" if packed else "json",
+            )  # fmt: skip
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 break

@@ -46,7 +46,7 @@ from envfarm.store.schema import (
     policy_versions,
     workers,
 )
-from envfarm.store.views import delivered_group, job_row, job_view
+from envfarm.store.views import Forms, delivered_group, delivered_size, job_row, job_view
 
 T = TypeVar("T")
 VERSIONS_LOCK_KEY = 0x76657273  # "vers": publications take the next sequence number one at a time
@@ -286,10 +286,12 @@ class Store:
         limit: int,
         consumer: str,
         max_bytes: int | None = None,
+        forms: Forms = "both",
     ) -> tuple[list[RawGroup], int]:
         """Completed groups with a cursor above ``after`` (default: the consumer's ack), in
         order, and the job's last cursor. ``max_bytes``: stop after the group that brings the
-        trajectories' text past it (a page always holds at least one group)."""
+        trajectories' text past it (a page always holds at least one group). ``forms``: which
+        of each trajectory's texts to read (``views.delivered_group``)."""
 
         def read(conn: Connection) -> tuple[list[RawGroup], int]:
             job = job_row(conn, job_id)
@@ -303,8 +305,8 @@ class Store:
             found: list[RawGroup] = []
             size = 0
             for row in rows:
-                found.append(delivered_group(conn, row))
-                size += sum(len(text) for text in found[-1].trajectories)
+                found.append(delivered_group(conn, row, forms))
+                size += delivered_size(found[-1])
                 if max_bytes is not None and size >= max_bytes:
                     break
             return found, int(job["last_cursor"])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, literal, select
 from sqlalchemy.engine import Connection
 
 from envfarm.errors import JobNotFound
@@ -19,6 +19,8 @@ from envfarm.models.jobs import (
 )
 from envfarm.store.schema import attempts, consumers, episodes, groups, jobs, trajectories
 
+Forms = Literal["json", "packed", "both"]
+
 
 def job_row(conn: Connection, job_id: str) -> Any:
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
@@ -27,9 +29,19 @@ def job_row(conn: Connection, job_id: str) -> Any:
     return row
 
 
-def delivered_group(conn: Connection, group: Any) -> RawGroup:
+def delivered_group(conn: Connection, group: Any, forms: Forms = "both") -> RawGroup:
+    """``forms``: what the answer sends. ``json`` reads each trajectory's JSON text alone;
+    ``packed`` reads its packed copy, and its JSON text only where there is no copy (the
+    others' JSON text is then ""); ``both`` reads both."""
+    data, packed = trajectories.c.data, trajectories.c.packed
+    if forms == "json":
+        columns = [data, literal(None).label("packed")]
+    elif forms == "packed":
+        columns = [case((packed.is_(None), data), else_=literal("")).label("data"), packed]
+    else:
+        columns = [data, packed]
     rows = conn.execute(
-        select(trajectories.c.data, trajectories.c.packed)
+        select(*columns)
         .join(episodes, episodes.c.id == trajectories.c.episode_id)
         .where(trajectories.c.group_id == group["id"])
         .order_by(episodes.c.index)
@@ -44,6 +56,13 @@ def delivered_group(conn: Connection, group: Any) -> RawGroup:
         zero_variance=group["zero_variance"],
     )
     return RawGroup(meta, [row.data for row in rows], [row.packed for row in rows])
+
+
+def delivered_size(group: RawGroup) -> int:
+    """The characters of the trajectories' text read for the answer (a page's budget)."""
+    stored = group.packed or [None] * len(group.trajectories)
+    pairs = zip(group.trajectories, stored, strict=True)
+    return sum(len(p) if p is not None else len(t) for t, p in pairs)
 
 
 def job_view(conn: Connection, row: Any) -> JobView:

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy import update
 
 from envfarm.api.encodings import Encoding, encode_page
 from envfarm.controller.groups import finalize_group
@@ -15,6 +16,7 @@ from envfarm.models.jobs import JobPolicy, JobRequest, RawGroup, RawGroupPage
 from envfarm.models.packing import packed_text
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 from envfarm.store.leases import Lease
+from envfarm.store.schema import trajectories
 from envfarm.store.store import Store
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -91,3 +93,36 @@ async def test_delivered_groups_carry_packed_copies_equal_to_packing_on_the_fly(
     assert stored == encode_page(RawGroupPage(fresh), Encoding("application/json", packed=True))
     one, _ = await store.delivered(job_id, after=0, limit=10, consumer="c", max_bytes=1)
     assert [g.cursor for g in one] == [1]  # a page past its byte budget still holds a group
+
+
+async def test_a_delivery_reads_only_the_texts_its_answer_sends(store: Store) -> None:
+    job_id = await new_job(store, 2, 2)
+    for lease in await store.lease("w1", 4, 60, ["hash-t"]):
+        await store.record("w1", result(lease), True)
+    both, _ = await store.delivered(job_id, after=0, limit=10, consumer="c")
+    json_only, _ = await store.delivered(job_id, after=0, limit=10, consumer="c", forms="json")
+    packed, _ = await store.delivered(job_id, after=0, limit=10, consumer="c", forms="packed")
+    for full, plain, compact in zip(both, json_only, packed, strict=True):
+        assert plain.trajectories == full.trajectories
+        assert plain.packed == [None] * len(full.trajectories)
+        assert compact.packed == full.packed
+        assert compact.trajectories == [""] * len(full.trajectories)
+    as_packed = Encoding("application/json", packed=True)
+    assert encode_page(RawGroupPage(packed), as_packed) == encode_page(
+        RawGroupPage(both), as_packed
+    )
+    arrow = Encoding("application/vnd.apache.arrow.stream")
+    assert encode_page(RawGroupPage(packed), arrow) == encode_page(RawGroupPage(both), arrow)
+
+    first = both[0].meta.group_id
+    await store.transaction(  # a group completed before the store kept packed copies
+        lambda conn: conn.execute(
+            update(trajectories).where(trajectories.c.group_id == first).values(packed=None)
+        )
+    )
+    [old, new], _ = await store.delivered(job_id, after=0, limit=10, consumer="c", forms="packed")
+    assert old.trajectories == both[0].trajectories
+    assert old.packed == [None] * len(both[0].trajectories)
+    assert encode_page(RawGroupPage([old, new]), as_packed) == encode_page(
+        RawGroupPage(both), as_packed
+    )

@@ -114,6 +114,7 @@ class MemoryService:
         limit: int,
         wait_s: float,
         consumer: str = "default",
+        packed: bool = False,
     ) -> RawGroupPage:
         await self.job(job_id)
         start = self.acked.get((job_id, consumer), 0) if after is None else after
