@@ -11,15 +11,13 @@ form's decimal ids into Python lists and those into Arrow arrays cost the server
 from __future__ import annotations
 
 import base64
-import sys
 from array import array
 from typing import Any
 
 from envfarm.models.jobs import RawGroupPage
-from envfarm.models.packing import ARRAY_FIELDS, FLOAT_ARRAYS, INT_ARRAYS, dumps, loads, pack
+from envfarm.models.packing import ARRAY_FIELDS, FLOAT_ARRAYS, INT_ARRAYS, LITTLE, dumps, loads
 
 HEAD_COLUMNS = ("cursor", "group", "trajectory_id", "episode_id", "reward", "valid", "body")
-LITTLE = sys.byteorder == "little"
 
 
 class _TokenColumn:
@@ -32,8 +30,7 @@ class _TokenColumn:
         self.missing: list[bool] = []
 
     def add(self, value: Any) -> None:
-        if isinstance(value, list):  # a copy stored before packing existed
-            value = pack(value, self.code)
+        """A turn's packed array (``encodings.packed_texts`` packs every list), or None."""
         data = base64.b64decode(value) if isinstance(value, str) else b""
         self.chunks.append(data)
         self.offsets.append(self.offsets[-1] + len(data) // 4)

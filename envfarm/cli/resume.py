@@ -17,7 +17,11 @@ from typing import Any
 import click
 
 from envfarm.sandbox.imagesources import offline, set_offline
-from envfarm.spec.network import set_verifier_network_default, verifier_network_default
+from envfarm.spec.network import (
+    CHOICES,
+    set_verifier_network_default,
+    verifier_network_default,
+)
 from envfarm.store.engine import STORE_FILE, default_url
 
 MANIFEST = "run.json"
@@ -49,7 +53,7 @@ def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         params: dict[str, Any] = manifest["params"]
         settings: dict[str, Any] = manifest.get("settings") or {}  # absent before they were kept
-        if settings.get("verifier_network") not in (None, "task-default", "none"):
+        if settings.get("verifier_network") not in (None, *CHOICES):
             raise ValueError(f"verifier_network {settings['verifier_network']!r}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise click.BadParameter(f"{path}: unreadable ({exc})", param_hint="--resume") from exc

@@ -60,9 +60,7 @@ def delivered_group(conn: Connection, group: Any, forms: Forms = "both") -> RawG
 
 def delivered_size(group: RawGroup) -> int:
     """The characters of the trajectories' text read for the answer (a page's budget)."""
-    stored = group.packed or [None] * len(group.trajectories)
-    pairs = zip(group.trajectories, stored, strict=True)
-    return sum(len(p) if p is not None else len(t) for t, p in pairs)
+    return sum(map(len, group.trajectories)) + sum(len(p or "") for p in group.packed or ())
 
 
 def job_view(conn: Connection, row: Any) -> JobView:
