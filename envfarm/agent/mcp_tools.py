@@ -23,14 +23,15 @@ import json
 import logging
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.mcp import McpServer
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,10 @@ class McpTools:
             await self._stack.aclose()
 
     async def _connect(self, server: McpServer) -> None:
+        # imported here: the SDK takes most of a second to import, and most jobs have no server
+        from mcp.client.session import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
         assert server.url is not None
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()

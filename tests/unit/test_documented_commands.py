@@ -50,9 +50,12 @@ def _subcommand(words: list[str]) -> tuple[click.Command, list[str]]:
     command: click.Command = cli
     path: list[str] = []
     for word in words[1:]:
-        if not isinstance(command, click.Group) or word not in command.commands:
+        found = None
+        if isinstance(command, click.Group):
+            found = command.get_command(click.Context(command), word)
+        if found is None:
             break
-        command = command.commands[word]
+        command = found
         path.append(word)
     return command, path
 

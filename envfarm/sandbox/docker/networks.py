@@ -28,15 +28,14 @@ import contextlib
 import ipaddress
 import os
 import random
-import threading
 from typing import Any
 
 import docker.errors
-from docker.models.containers import Container
 from docker.types import IPAMConfig, IPAMPool
 
 from envfarm.errors import SandboxError, SandboxStartError
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.containers import remove_in_background
 
 POOL_VARIABLE = "ENVFARM_NETWORK_POOL"
 PREFIX_VARIABLE = "ENVFARM_NETWORK_PREFIX"
@@ -216,14 +215,9 @@ def drop_default_route(container_id: str, helper_image: str, labels: dict[str, s
     except docker.errors.DockerException as exc:
         raise SandboxStartError(f"could not remove the main container's route: {exc}") from exc
     finally:
-        threading.Thread(target=_remove_quietly, args=(helper,), daemon=True).start()
+        remove_in_background(helper)
     if status.get("StatusCode") != 0:
         raise SandboxStartError(
             f"could not remove the main container's default route (exit "
             f"{status.get('StatusCode')}): {output or 'no output'}"
         )
-
-
-def _remove_quietly(container: Container) -> None:
-    with contextlib.suppress(docker.errors.DockerException):
-        container.remove(force=True)

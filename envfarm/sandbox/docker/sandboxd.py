@@ -34,6 +34,7 @@ import platform
 import socket
 import tarfile
 import tempfile
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,6 +46,7 @@ from docker.types import Mount
 from envfarm.errors import ImageError, SandboxStartError
 from envfarm.sandbox.aliases import images_dir
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.containers import remove_in_background
 from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build
 from envfarm.sandbox.docker.hostconfig import read_host_config
 from envfarm.sandbox.docker.images import ensure_base_image
@@ -211,6 +213,27 @@ _image_users: dict[str, str] = {}
 
 
 _bind_mountable: dict[str, bool] = {}
+_probing = threading.Lock()
+
+
+def _probe_bind_mount(mount: Mount, image: str) -> bool | None:
+    """Whether the engine accepts ``mount`` (None: ``image`` is missing). The probe is
+    removed off the caller's path."""
+    api = docker_client().api
+    try:
+        probe = api.create_container(
+            image,
+            command=["true"],
+            entrypoint=[],
+            host_config=api.create_host_config(mounts=[mount]),
+            labels={LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()},
+        )
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError:
+        return False
+    remove_in_background(probe["Id"])
+    return True
 
 
 def helper_mounts(binary: Path, image: str, *, gvisor: bool = False) -> list[Mount]:
@@ -222,23 +245,12 @@ def helper_mounts(binary: Path, image: str, *, gvisor: bool = False) -> list[Mou
     on another machine, or in another mount namespace, refuses a source path it lacks.
     """
     mount = Mount(HELPER_PATH, str(binary), type="bind", read_only=True)
-    if str(binary) not in _bind_mountable:
-        api = docker_client().api
-        try:
-            probe = api.create_container(
-                image,
-                command=["true"],
-                entrypoint=[],
-                host_config=api.create_host_config(mounts=[mount]),
-                labels={LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()},
-            )
-        except docker.errors.ImageNotFound:
-            return []  # the sandbox's own create will say so
-        except docker.errors.APIError:
-            _bind_mountable[str(binary)] = False
-        else:
-            api.remove_container(probe["Id"], force=True)
-            _bind_mountable[str(binary)] = True
+    with _probing:  # one probe for the episodes that start together
+        if str(binary) not in _bind_mountable:
+            found = _probe_bind_mount(mount, image)
+            if found is None:
+                return []  # the sandbox's own create will say so
+            _bind_mountable[str(binary)] = found
     if not _bind_mountable[str(binary)]:
         return []
     if not gvisor:

@@ -16,7 +16,6 @@ without a disk limit: envfarm says so in one warning, never silently.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import SandboxError
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.containers import remove_in_background
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,5 @@ def _detect(image: str, labels: dict[str, str]) -> StorageSupport:
         return found.model_copy(update={"enforced": False, "reason": reason})
     except docker.errors.DockerException as exc:
         raise SandboxError(f"could not probe the engine's disk limits: {exc}") from exc
-    with contextlib.suppress(docker.errors.DockerException):
-        probe.remove(force=True, v=True)
+    remove_in_background(probe)  # the answer is known: the creation was accepted
     return found
