@@ -115,12 +115,12 @@ class WorkspaceCarry:
     """Archive members dropped by the host's check, and why."""
 
 
-def _ancestors(path: str) -> list[str]:
+def ancestors(path: str) -> list[str]:
     parts = path.split("/")
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _parse_entries(data: bytes) -> dict[str, tuple[str, float]]:
+def parse_entries(data: bytes) -> dict[str, tuple[str, float]]:
     entries: dict[str, tuple[str, float]] = {}
     for record in data.split(b"\0"):
         try:
@@ -214,7 +214,7 @@ async def _list(
     if listed.tar_size:
         reads.append(sandbox.read_file(f"{out}.tar"))
     data, *archive = await asyncio.gather(*reads)
-    listing.entries = _parse_entries(data)
+    listing.entries = parse_entries(data)
     listed.archive = archive[0] if archive else None
     return listed
 
@@ -250,16 +250,14 @@ def plan_changes(before: Listing, after: Listing, scope: CarryScope | None = Non
     withheld: dict[str, str] = {}
     for path in sorted(gone | touched):
         why = scope.withheld(path)
-        if why is not None and not any(a in withheld for a in _ancestors(path)):
+        if why is not None and not any(a in withheld for a in ancestors(path)):
             withheld[path] = why
     kept = restored | set(withheld)
-    kept |= {a for path in kept for a in _ancestors(path)}
+    kept |= {a for path in kept for a in ancestors(path)}
     held = restored | set(withheld)
-    carry = [
-        path for path in sorted(touched - kept) if not any(a in held for a in _ancestors(path))
-    ]
+    carry = [path for path in sorted(touched - kept) if not any(a in held for a in ancestors(path))]
     removed = gone - kept
-    delete = sorted(p for p in removed if not any(a in removed for a in _ancestors(p)))
+    delete = sorted(p for p in removed if not any(a in removed for a in ancestors(p)))
     return Plan(
         carry=carry, delete=delete, restored=sorted(restored), withheld=sorted(withheld.items())
     )
@@ -289,7 +287,7 @@ def check_archive(
             elif not (member.isfile() or member.isdir() or member.issym()):
                 problem = "not a regular file, directory or symlink"
             else:
-                for parent in _ancestors(name):
+                for parent in ancestors(name):
                     was_dir = before.entries.get(parent, ("", 0.0))[0] == "d"
                     if parent not in dirs and (parent in links or not was_dir):
                         problem = f"below {parent}, which is not a directory"

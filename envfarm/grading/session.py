@@ -46,6 +46,7 @@ from envfarm.grading.cleanroom import (
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.derived import Derived, derivable, derive_workspace
+from envfarm.grading.inplace import plan_in_place, walk
 from envfarm.grading.pristine import (
     Pristine,
     PristineCache,
@@ -66,7 +67,13 @@ from envfarm.grading.verdict import (
 )
 from envfarm.grading.workspace import capture_baseline, export_changed, unified_diff
 from envfarm.models.trajectory import Reward, Trajectory, Turn
-from envfarm.sandbox.base import ProcessLogs, Sandbox, verifier_phases
+from envfarm.sandbox.base import (
+    InPlaceGrading,
+    ProcessLogs,
+    Sandbox,
+    in_place_grading,
+    verifier_phases,
+)
 from envfarm.spec.config import EnvironmentMode
 from envfarm.spec.task import Task
 
@@ -101,6 +108,8 @@ class EpisodeGrading:
     """The id of the sandbox's image: with it, what the container looks like before the agent
     is taken once per image and task (``pristine.py``)."""
     pristine: PristineCache | None = field(default_factory=default_cache)
+    in_place: bool = False
+    """The clean room is the agent's container, restarted (``inplace.py``)."""
 
     @contextmanager
     def _timed(self, name: str) -> Iterator[None]:
@@ -218,7 +227,12 @@ class EpisodeGrading:
         nothing until the agent's container is stopped). Without collect hooks, the second
         snapshot and the clean room's capture run side by side, and the snapshot's workspace
         comes from the capture's walk (``derived.py``); with hooks, in order (the snapshot
-        must not see what the hooks write, and the capture must carry it)."""
+        must not see what the hooks write, and the capture must carry it). A clean room that
+        can be the agent's container restarted takes ``_after_agent_in_place`` instead."""
+        restartable = self._restartable()
+        if restartable is not None:
+            await self._after_agent_in_place(turns, restartable)
+            return
         if self.mode != "shared":
             await verifier_phases(self.sandbox).prepare_fork(network=self.verifier_network)
         if self.mode == "shared" and self.verifier_network != self.task.config.agent_network():
@@ -248,6 +262,53 @@ class EpisodeGrading:
                 self.carry = await asyncio.to_thread(
                     settle_carry, self.listing, changes, self._scope(after)
                 )
+
+    def _restartable(self) -> InPlaceGrading | None:
+        if self.mode != "clean" or self.listing is None or self.task.config.verifier.collect:
+            return None
+        return in_place_grading(self.sandbox)
+
+    async def _after_agent_in_place(self, turns: list[Turn], sandbox: InPlaceGrading) -> None:
+        """The second snapshot (before the restart empties the tmpfs mounts, where a reward
+        file may have been planted), the restart, the helper's walk; then grade in place when
+        nothing needs the image's copy of a file, else capture from the restarted container
+        (nothing of the agent's runs there now) for a fresh one."""
+        assert self.listing is not None
+        self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
+        after = await self._snapshot_after()
+        with self._timed("restart"):
+            await sandbox.restart_clean(network=self.verifier_network)
+        walked = await self._walk(sandbox)
+        with self._timed("collect"):
+            self.hooks, self.copies = await collect(
+                self.sandbox, self.task, keep=self.keep_artifacts
+            )
+        if self.keep_artifacts and service_specs(self.task):
+            with self._timed("collect"):
+                self.service_copies = await copy_from_services(self.sandbox, self.task)
+        with self._timed("carry_plan"):
+            planned = plan_in_place(self.listing, walked, self._scope(after))
+        if planned is not None:
+            with self._timed("tidy"):
+                await sandbox.remove_files(planned.remove)
+            self.carry, self.in_place = planned.carry, True
+            return
+        self.notes.append("graded in a fresh container: the agent changed a watched or test file")
+        phases = verifier_phases(self.sandbox)
+        await phases.prepare_fork(network=self.verifier_network)
+        if not self.keep_artifacts:  # the fresh container receives the declared artifacts
+            self.copies = (await collect(self.sandbox, self.task, keep=True))[1]
+        changes = await self._read_changes()
+        assert changes is not None
+        with self._timed("carry_plan"):
+            self.carry = await asyncio.to_thread(
+                settle_carry, self.listing, changes, self._scope(after)
+            )
+
+    async def _walk(self, sandbox: InPlaceGrading) -> Listing:
+        assert self.listing is not None
+        with self._timed("walk"):
+            return await walk(sandbox, self.listing)
 
     def _derives(self) -> bool:
         """Whether the second snapshot's workspace comes from the clean room's capture."""
@@ -314,7 +375,7 @@ class EpisodeGrading:
         )
 
     async def grade(self) -> Reward:
-        if self.mode == "shared":
+        if self.mode == "shared" or self.in_place:
             return await self._grade_in(self.sandbox)
         if self.mode == "clean" and self.carry is None:
             raise GradingError("clean-room grading: the workdir was not captured")

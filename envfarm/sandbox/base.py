@@ -128,6 +128,39 @@ class VerifierPhases(ABC):
         stops the fork when done. SandboxError when the backend cannot do it."""
 
 
+class InPlaceGrading(ABC):
+    """The optional capability of a sandbox that can be its own clean room: restarted with
+    nothing of the agent's running, its files listed and removed by envfarm's own helper, not
+    the image's tools (``grading/inplace.py``)."""
+
+    @abstractmethod
+    def grades_in_place(self) -> bool:
+        """Whether ``restart_clean`` may stand for ``VerifierPhases.fork_clean`` here (asked
+        once the sandbox has started)."""
+
+    @abstractmethod
+    async def restart_clean(self, *, network: bool) -> None:
+        """Kill every process of the sandbox and start it again on the same file system, with
+        ``network`` (as ``enter_verifier_phase``). SandboxError when it cannot be done."""
+
+    @abstractmethod
+    async def walk_files(self) -> bytes:
+        """The helper's listing of the sandbox's root file system, mounts left out: records
+        ``<type> <ctime> <path relative to />``, each ended by a NUL."""
+
+    @abstractmethod
+    async def remove_files(self, paths: list[str]) -> None:
+        """Have the helper remove each absolute path with everything below it, never following
+        a symlink or entering a mount. SandboxError when an entry could not be removed."""
+
+
+def in_place_grading(sandbox: Sandbox) -> InPlaceGrading | None:
+    """``sandbox`` as ``InPlaceGrading`` when its backend offers it and it can here."""
+    if isinstance(sandbox, InPlaceGrading) and sandbox.grades_in_place():
+        return sandbox
+    return None
+
+
 class ProcessLogs(ABC):
     """The optional capability of a sandbox that runs processes of its image's own (an
     ``ENTRYPOINT``): their output, kept with the episode's artifacts under ``processes/``."""

@@ -25,6 +25,8 @@
  *   write_data  {eof}                                  more in write_data frames until eof)
  *   cancel      {}                                  -> nothing: kills the exec, drops the transfer
  *   reclaim_processes {min_free?}                   -> done {tasks, limit, killed}
+ *   walk        {path, out}                         -> done {entries, bytes}
+ *   remove      {paths}                             -> done {removed, failed}
  *   any                                             -> error {errno, message, path?} instead
  *
  * Requests are served concurrently: execs run side by side, reads send one chunk per turn of
@@ -65,11 +67,20 @@
  * reach the container's pids limit) each exec's user may have N processes (RLIMIT_NPROC), and
  * `reclaim_processes` kills what finished commands left running once the container is within
  * `min_free` of `--pids-limit`, so the verifier can still start.
+ *
+ * walk and remove are the helper's own file system work, for grading in the agent's container
+ * (envfarm/grading/inplace.py): there the image's find and rm may be the agent's. walk writes
+ * every entry of the file system `path` lies on (never crossing a mount) to `out` as records
+ * "<type> <ctime> <path relative to />" each ended by a NUL, type as find's %y, ctime as
+ * seconds.nanoseconds; remove deletes each path with everything below it, never following a
+ * symlink and never descending into a mount. Both run as root, in the loop: nothing else runs
+ * in the container when grading asks for them.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
@@ -1198,6 +1209,84 @@ static void reclaim_processes(long long id, const jv *req) {
     send_frame(&b, NULL, 0);
 }
 
+/* ---------------------------------------------------------------- walk and remove */
+
+static FILE *walk_out;
+static const char *walk_root;
+static size_t walk_entries, walk_failed;
+
+static char type_letter(mode_t mode) {
+    if (S_ISREG(mode)) return 'f';
+    if (S_ISDIR(mode)) return 'd';
+    if (S_ISLNK(mode)) return 'l';
+    if (S_ISFIFO(mode)) return 'p';
+    if (S_ISSOCK(mode)) return 's';
+    if (S_ISCHR(mode)) return 'c';
+    if (S_ISBLK(mode)) return 'b';
+    return 'U';
+}
+
+static int walk_entry(const char *path, const struct stat *st, int flag, struct FTW *at) {
+    if (at->level == 0) return 0;
+    if (flag == FTW_NS) return 0; /* vanished, or unreadable parent: nothing to stat */
+    const char *relative = path + strlen(walk_root);
+    while (*relative == '/') relative++;
+    fprintf(walk_out, "%c %lld.%09ld %s", type_letter(st->st_mode), (long long)st->st_ctim.tv_sec,
+            (long)st->st_ctim.tv_nsec, relative);
+    fputc('\0', walk_out);
+    walk_entries++;
+    return 0;
+}
+
+static void walk_tree(long long id, const jv *req) {
+    const char *root = jstr(req, "path"), *out = jstr(req, "out");
+    if (!root || !out) return send_error(id, EINVAL, "walk needs a path and an out file", NULL);
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return send_error(id, errno, NULL, out);
+    walk_out = fdopen(fd, "w");
+    if (!walk_out) {
+        close(fd);
+        return send_error(id, errno, NULL, out);
+    }
+    setvbuf(walk_out, NULL, _IOFBF, 1 << 20);
+    walk_root = root;
+    walk_entries = 0;
+    int failed = nftw(root, walk_entry, 64, FTW_PHYS | FTW_MOUNT) != 0;
+    int err = errno;
+    long bytes = ftell(walk_out);
+    if (fclose(walk_out) != 0 && !failed) failed = 1, err = errno;
+    walk_out = NULL;
+    if (failed) return send_error(id, err, "walk failed", root);
+    buf b = head(id, "done");
+    bprintf(&b, ",\"entries\":%zu,\"bytes\":%ld", walk_entries, bytes);
+    send_frame(&b, NULL, 0);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *at) {
+    (void)st;
+    (void)at;
+    int done = flag == FTW_DP ? rmdir(path) : unlink(path);
+    if (done != 0 && errno != ENOENT) walk_failed++;
+    return 0;
+}
+
+static void remove_paths(long long id, const jv *req) {
+    const jv *paths = jget(req, "paths");
+    if (!paths || paths->type != J_ARR) return send_error(id, EINVAL, "remove needs paths", NULL);
+    size_t removed = 0;
+    walk_failed = 0;
+    for (size_t i = 0; i < paths->n; i++) {
+        const char *path = paths->kids[i].type == J_STR ? paths->kids[i].str : NULL;
+        struct stat st;
+        if (!path || *path != '/' || lstat(path, &st) != 0) continue;
+        if (nftw(path, remove_entry, 64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0) walk_failed++;
+        if (lstat(path, &st) != 0) removed++;
+    }
+    buf b = head(id, "done");
+    bprintf(&b, ",\"removed\":%zu,\"failed\":%zu", removed, walk_failed);
+    send_frame(&b, NULL, 0);
+}
+
 static void cancel(long long id) {
     relay_cancel(id);
     for (job *j = jobs; j; j = j->next)
@@ -1232,6 +1321,10 @@ static void dispatch(const char *text, size_t text_len, const char *payload, siz
         start_job(id, &req);
     } else if (!strcmp(op, "reclaim_processes")) {
         reclaim_processes(id, &req);
+    } else if (!strcmp(op, "walk")) {
+        walk_tree(id, &req);
+    } else if (!strcmp(op, "remove")) {
+        remove_paths(id, &req);
     } else if (!strcmp(op, "read_file")) {
         open_read(id, &req);
     } else if (!strcmp(op, "write_file")) {

@@ -102,7 +102,12 @@ async def test_an_episode_with_the_derived_snapshot_flags_and_withholds_a_plante
     task = make_task(tmp_path / "derived-episode")
     artifacts = tmp_path / "artifacts"
     trajectory = await run_episode(
-        DockerBackend(), task, [bash(AGENT)], episode_id="ep", artifacts_dir=artifacts
+        # a fresh clean room: the derived snapshot is that route's
+        DockerBackend(restart_clean_room=False),
+        task,
+        [bash(AGENT)],
+        episode_id="ep",
+        artifacts_dir=artifacts,
     )
     assert trajectory.error is None, trajectory.error
     assert (trajectory.reward.valid, trajectory.reward.value) == (True, 1.0)

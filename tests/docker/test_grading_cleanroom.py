@@ -1,6 +1,7 @@
 """Clean-room grading on the real engine: the verifier runs in a fresh container that receives
-the agent's file system changes but the watched paths (and declared artifacts); sidecars carry
-over."""
+the agent's file system changes but the watched paths (and declared artifacts), or in the
+agent's container restarted when nothing needs the image's copy (``test_inplace_cleanroom.py``);
+sidecars carry over."""
 
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ async def test_what_the_agent_plants_outside_the_workdir_never_reaches_the_verif
     assert (graded.reward.valid, graded.reward.value) == (True, 0.0), graded.reward
     assert flag in graded.reward.flags
     assert "tamper:carry_withheld" in graded.reward.flags
-    assert "snapshot_derive" in graded.timings.phases  # the workspace came from the capture
+    # the watched path needs the image's copy: a fresh container, not the agent's restarted
+    assert {"restart", "fork"} <= set(graded.timings.phases)
     statuses = {t.name: t.status for t in graded.reward.tests}
     assert statuses.get("test_calc::test_add") == "failed", graded.reward
 

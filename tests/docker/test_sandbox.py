@@ -200,7 +200,8 @@ def _run_containers(run_id: str) -> list[dict[str, object]]:
 
 async def test_clean_room_created_ahead_is_fresh_and_removed(base_image: str) -> None:
     run_id = f"test-ahead-{os.getpid()}"
-    sandbox = _sandbox(base_image, run_id=run_id, clean_room_network=False)
+    fresh = {"clean_room_network": False, "restart_clean_room": False}
+    sandbox = _sandbox(base_image, run_id=run_id, **fresh)
     async with sandbox:
         await sandbox.exec("echo agent > /tmp/left-by-agent")
         for _ in range(200):  # the clean room's container is created, not started
@@ -220,14 +221,15 @@ async def test_clean_room_created_ahead_is_fresh_and_removed(base_image: str) ->
 
 async def test_clean_room_created_ahead_but_never_started_is_removed(base_image: str) -> None:
     run_id = f"test-unused-{os.getpid()}"
-    sandbox = _sandbox(base_image, run_id=run_id, clean_room_network=False)
+    fresh = {"clean_room_network": False, "restart_clean_room": False}
+    sandbox = _sandbox(base_image, run_id=run_id, **fresh)
     async with sandbox:
         await sandbox.exec("true")
         await sandbox.prepare_fork(network=True)  # another network: the one ahead is unused
         clean = await sandbox.fork_clean(network=True)
         assert (await clean.exec("echo ok")).stdout == "ok\n"
     assert _run_containers(run_id) == []
-    other = _sandbox(base_image, run_id=f"{run_id}-b", clean_room_network=False)
+    other = _sandbox(base_image, run_id=f"{run_id}-b", **fresh)
     async with other:  # never graded at all
         await other.exec("true")
     assert _run_containers(f"{run_id}-b") == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import tarfile
 
-from envfarm.grading.carry import Listing, _parse_entries, check_archive, plan_changes
+from envfarm.grading.carry import Listing, check_archive, parse_entries, plan_changes
 from envfarm.grading.cleanroom import carried_copies
 from envfarm.grading.collect import CopiedPath
 from envfarm.grading.scope import CarryScope
@@ -98,7 +98,7 @@ def test_test_files_the_agent_touched_stay_as_the_image_has_them() -> None:
 
 def test_parse_entries_skips_paths_that_leave_the_workdir() -> None:
     data = b"f 1.5 ok.py\0f 2 ../etc/passwd\0f 2 /abs\0f x bad-ctime\0d 3 a/./b\0l 4 a/link\0\0"
-    assert _parse_entries(data) == {"ok.py": ("f", 1.5), "a/link": ("l", 4.0)}
+    assert parse_entries(data) == {"ok.py": ("f", 1.5), "a/link": ("l", 4.0)}
 
 
 def _tar(*members: tuple[str, bytes, str]) -> bytes:

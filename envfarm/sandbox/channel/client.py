@@ -25,6 +25,8 @@ lengths big endian, header_len 1..1 MiB, payload_len 0..16 MiB. Every header has
   write_file  {path, mode, mkdir, user?, eof}     -> done {size}   (payload: first bytes;
   write_data  {eof}                                  more in write_data frames until eof)
   cancel      {}                                  -> nothing: kills the exec, drops the transfer
+  walk        {path, out}                         -> done {entries, bytes}
+  remove      {paths}                             -> done {removed, failed}
   any                                             -> error {errno, message, path?} instead
 
 Many requests may be in flight at once; the helper serves them concurrently (execs side by
@@ -286,6 +288,35 @@ class Channel(asyncio.Protocol):
         if answer.get("type") != "done":
             raise answer_error(answer, None)
         return int(answer.get("killed") or 0)
+
+    async def walk(self, path: str, out: str) -> int:
+        """Have the helper list the file system ``path`` lies on into the file ``out`` (as
+        root, not crossing mounts; records as ``sandboxd.c`` says); how many entries."""
+        answer, _ = await self._request({"op": "walk", "path": path, "out": out})
+        if answer.get("type") != "done":
+            raise answer_error(answer, path)
+        return int(answer.get("entries") or 0)
+
+    async def listing(self, path: str, scratch: str) -> bytes:
+        """``walk`` into the file ``scratch``, read it, remove it."""
+        try:
+            await self.walk(path, scratch)
+            return await self.read_file(scratch)
+        finally:
+            await self.remove([scratch])
+
+    async def remove(self, paths: Sequence[str]) -> int:
+        """Have the helper remove each absolute path with everything below it (as root, never
+        following a symlink or entering a mount); how many are gone. SandboxError when some
+        entry could not be removed."""
+        if not paths:
+            return 0
+        answer, _ = await self._request({"op": "remove", "paths": list(paths)})
+        if answer.get("type") != "done":
+            raise answer_error(answer, None)
+        if answer.get("failed"):
+            raise SandboxError(f"the helper could not remove {answer['failed']} entries")
+        return int(answer.get("removed") or 0)
 
     async def exec(
         self,

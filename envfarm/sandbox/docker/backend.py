@@ -36,8 +36,10 @@ from envfarm.spec.task import Task
 class DockerBackend(SandboxBackend, AgentImages):
     name = "docker"
 
-    def __init__(self, runtime: str | None = None) -> None:
+    def __init__(self, runtime: str | None = None, *, restart_clean_room: bool = True) -> None:
         self.runtime = runtime
+        self.restart_clean_room = restart_clean_room
+        """False: a clean-room verifier always gets a fresh container (``grading/inplace.py``)."""
         self._service_images: dict[tuple[str, str], dict[str, str]] = {}
 
     async def prepare(self, task: Task) -> PreparedImage:
@@ -78,6 +80,7 @@ class DockerBackend(SandboxBackend, AgentImages):
             task_id=task.id,
             entrypoint=task.main_entrypoint,
             command=task.main_command,
+            restart_clean_room=self.restart_clean_room,
         )
         if task.compose is None and env.healthcheck is None:
             if not shared:

@@ -198,6 +198,11 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
             labels = self.labels("helper", MAIN_SERVICE)
             await _blocking(drop_default_route, clean.container_id, helper, labels)
 
+    async def _restarted(self) -> None:
+        """A restarted main container's network namespace is new: its default route is back."""
+        if not self.config.network:
+            await self._network_taken_away()
+
     async def _network_taken_away(self) -> None:
         """The verifier phase left the bridge: the environment network's default route is
         back (it leads nowhere, but ``no-network`` means no route)."""

@@ -20,13 +20,32 @@ import contextlib
 import shlex
 from typing import Any
 
+import docker.errors
+
 from envfarm.errors import EnvfarmError, SandboxStartError
 from envfarm.sandbox.channel.client import Channel, ExecOutcome
+from envfarm.sandbox.docker.client import docker_client
 
 IDLE_COMMAND = ("sh", "-c", "sleep infinity")
 MAIN_LOG = "/.envfarm/main.log"
 START_GRACE_S = 1.0
 TAIL_CHARS = 2000
+
+
+_image_configs: dict[str, dict[str, Any]] = {}
+"""Image id (content-addressed) -> its ``Config``, read once per process."""
+
+
+async def image_config(image_id: str, name: str) -> dict[str, Any]:
+    """The ``Config`` of the image ``image_id`` (``name``: how the task calls it)."""
+    config = _image_configs.get(image_id)
+    if config is None:
+        try:
+            image = await asyncio.to_thread(docker_client().images.get, image_id)
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"cannot inspect image {name!r}: {exc}") from exc
+        config = _image_configs[image_id] = dict(image.attrs.get("Config") or {})
+    return config
 
 
 def main_argv(

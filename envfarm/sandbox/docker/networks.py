@@ -187,6 +187,23 @@ def switch_default_bridge(container_id: str, joined: bool) -> None:
         raise SandboxError(f"could not {what} the verifier phase's network: {exc}") from exc
 
 
+def switch_stopped_default_bridge(container_id: str, joined: bool) -> None:
+    """``switch_default_bridge`` for a stopped container, which may have been created without
+    a network (``none``, left for the bridge). Blocking."""
+    api = docker_client().api
+    try:
+        if joined:
+            networks = api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
+            if "none" in networks:
+                api.disconnect_container_from_network(container_id, "none")
+            join_default_bridge(container_id)
+        else:
+            leave_default_bridge(container_id)
+    except docker.errors.DockerException as exc:
+        what = "give" if joined else "take away"
+        raise SandboxError(f"could not {what} the verifier phase's network: {exc}") from exc
+
+
 def drop_default_route(container_id: str, helper_image: str, labels: dict[str, str]) -> None:
     """Remove the IPv4 default route(s) in the running container's network namespace.
 

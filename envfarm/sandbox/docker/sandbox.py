@@ -21,9 +21,9 @@ limits keep the helper alive when the agent's commands exceed them (``excess.py`
 
 The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
-``fork_clean`` (clean-room grading) kills the container, keeping it until teardown, and hands
-out a fresh one of the same configuration, started by ``prepare_fork`` as the agent stopped
-(it runs nothing but the helper until then). Teardown removes the container and its forks at
+For clean-room grading ``restart_clean`` kills and restarts the container (grading/inplace.py);
+``fork_clean`` kills it, keeping it until teardown, and hands out a fresh one of the same
+configuration, started by ``prepare_fork`` as the agent stopped (it runs only the helper). Teardown removes the container and its forks at
 once: each removal is the engine deleting a file system (about a second here), and nothing
 orders them.
 """
@@ -36,55 +36,53 @@ import contextlib
 import functools
 import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
 import docker
 import docker.errors
 from docker.models.containers import Container
-from docker.types import LogConfig, Mount
+from docker.types import Mount
 
 from envfarm.errors import EnvironmentUnsupported, SandboxError, SandboxGone, SandboxStartError
-from envfarm.sandbox.base import ExecResult, ProcessLogs, ProcessReclaim, Sandbox, VerifierPhases
+from envfarm.sandbox.base import (
+    ExecResult,
+    InPlaceGrading,
+    ProcessLogs,
+    ProcessReclaim,
+    Sandbox,
+    VerifierPhases,
+)
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker import dockerexec
-from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.containers import kill_container, read_archived
-from envfarm.sandbox.docker.excess import PIDS_RESERVE, VERIFIER_TMPFS, limits_and_helper
-from envfarm.sandbox.docker.labels import (
-    LABEL_KIND,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    LABEL_RUN,
-    LABEL_TASK,
-    owner_label,
-)
+from envfarm.sandbox.docker.create import create_container
+from envfarm.sandbox.docker.excess import PIDS_RESERVE
 from envfarm.sandbox.docker.limits import start_error
-from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, main_argv
+from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, image_config, main_argv
 from envfarm.sandbox.docker.networks import (
     join_default_bridge,
     leave_default_bridge,
-    network_options,
     switch_default_bridge,
+    switch_stopped_default_bridge,
 )
 from envfarm.sandbox.docker.runtimes import is_gvisor
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig as DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import (
+    HELPER_DIR,
     HELPER_PATH,
     attach_helper,
     ensure_helper,
     helper_mounts,
     upload_helper,
 )
-from envfarm.sandbox.docker.storage import storage_options
 
 GONE_SETTLE_S = 2.0
 
 
 _live: dict[str, Container] = {}
-_image_configs: dict[str, dict[str, Any]] = {}
-"""Image id (content-addressed) -> its ``Config``, read once per process."""
 
 
 def _remove_live_containers() -> None:
@@ -97,7 +95,9 @@ def _remove_live_containers() -> None:
 atexit.register(_remove_live_containers)
 
 
-class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, ChannelPortForwarding):
+class DockerSandbox(
+    Sandbox, VerifierPhases, InPlaceGrading, ProcessReclaim, ProcessLogs, ChannelPortForwarding
+):
     def __init__(self, config: DockerSandboxConfig) -> None:
         self.config = config
         self._container: Container | None = None
@@ -152,8 +152,55 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
             self._fork_created = asyncio.ensure_future(self._create_fork(network))
 
     def _creates_fork_ahead(self) -> bool:
-        """Whether a clean room can be created ahead (not beside sidecars: see environment.py)."""
-        return True
+        """Whether a clean room can be created ahead (not beside sidecars: see environment.py;
+        not when this container can be its own clean room, ``restart_clean``)."""
+        return not self.grades_in_place()
+
+    def grades_in_place(self) -> bool:
+        """The helper comes from a read-only bind mount, so the restarted container's is
+        envfarm's whatever the agent wrote; no process of the image's own runs (it would start
+        again from the agent's files)."""
+        if not self.config.restart_clean_room or self._channel is None:
+            return False
+        return bool(self._helper_mounts) and self._main is None
+
+    async def restart_clean(self, *, network: bool) -> None:
+        """Kill the container and start it again: a fresh init and helper, the same file
+        system, its tmpfs mounts empty; the network changed while nothing runs."""
+        if self._container is None or self._helper is None:
+            raise SandboxError("sandbox is not started")
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        await asyncio.to_thread(kill_container, self._container)
+        if network != self.config.network:
+            await asyncio.to_thread(switch_stopped_default_bridge, self.container_id, network)
+            self.config = self.config.model_copy(update={"network": network})
+        attach = functools.partial(attach_helper, upload=False, gvisor=self._gvisor)
+        try:
+            self._helper_socket = (
+                await asyncio.to_thread(attach, self._container, self._helper)
+            ).sock
+            await asyncio.to_thread(self._container.start)
+        except (docker.errors.DockerException, SandboxError) as exc:
+            self._close_helper_socket()
+            raise start_error(exc, f"could not restart the container: {exc}") from exc
+        await self._connect_channel(self._helper_socket)
+        await self._restarted()
+
+    async def _restarted(self) -> None:
+        """What a restarted main container needs before grading (none here)."""
+
+    async def walk_files(self) -> bytes:
+        return await self._require_channel().listing("/", f"{HELPER_DIR}/walk-{uuid.uuid4().hex}")
+
+    async def remove_files(self, paths: list[str]) -> None:
+        await self._require_channel().remove(paths)
+
+    def _require_channel(self) -> Channel:
+        if self._channel is None:
+            raise SandboxError("the sandbox has no helper channel")
+        return self._channel
 
     async def create(self) -> None:
         """Create the container, helper attached, without starting it."""
@@ -185,14 +232,7 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
             return
         assert self._container is not None
         image_id = str(self._container.attrs.get("Image") or self.config.image)
-        config = _image_configs.get(image_id)
-        if config is None:
-            try:
-                image = await asyncio.to_thread(docker_client().images.get, image_id)
-            except docker.errors.DockerException as exc:
-                what = self.config.image
-                raise SandboxStartError(f"cannot inspect image {what!r}: {exc}") from exc
-            config = _image_configs[image_id] = dict(image.attrs.get("Config") or {})
+        config = await image_config(image_id, self.config.image)
         argv = main_argv(config, self.config.entrypoint, self.config.command)
         if argv is None:
             return
@@ -232,47 +272,8 @@ class DockerSandbox(Sandbox, VerifierPhases, ProcessReclaim, ProcessLogs, Channe
     def _create_container(self) -> Container:
         """Create, not run: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
-        kwargs: dict[str, Any] = {}
-        if cfg.runtime:
-            kwargs["runtime"] = cfg.runtime
-        if cfg.channel:
-            kwargs.update(stdin_open=True, user="0:0", log_config=LogConfig(type="none"))
-        kwargs["mounts"] = self._helper_mounts
-        probe = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
-        kwargs.update(storage_options(cfg.storage_mb, cfg.image, probe))
-        if "storage_opt" in kwargs and cfg.channel:  # room for grading on a full disk
-            kwargs["tmpfs"] = VERIFIER_TMPFS
-        limits = limits_and_helper(HELPER_PATH, cfg.memory_mb, cfg.pids_limit, gvisor=self._gvisor)
-        container = docker_client().containers.create(
-            cfg.image,
-            command=limits.helper if cfg.channel else ["sleep", "infinity"],
-            entrypoint=[],
-            init=True,
-            hostname="sandbox",
-            working_dir=cfg.workdir,
-            environment=cfg.env,
-            volumes=cfg.volumes,
-            **network_options(
-                cfg.network or self._network_changes(),
-                cfg.network_name,
-                cfg.network_aliases,
-            ),
-            cap_drop=["ALL"],
-            cap_add=cfg.cap_add,
-            security_opt=["no-new-privileges"],
-            mem_limit=f"{limits.memory_mb}m",
-            memswap_limit=f"{limits.memory_mb}m",
-            nano_cpus=int(cfg.cpus * 1e9),
-            pids_limit=limits.pids,
-            labels={
-                LABEL_MANAGED: "true",
-                LABEL_KIND: "sandbox",
-                LABEL_RUN: cfg.run_id,
-                LABEL_OWNER: owner_label(),
-                LABEL_TASK: cfg.task_id,
-            },
-            **kwargs,
-        )
+        network = cfg.network or self._network_changes()
+        container = create_container(cfg, self._helper_mounts, network=network, gvisor=self._gvisor)
         _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:

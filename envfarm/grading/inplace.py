@@ -1,0 +1,92 @@
+"""The clean room in place: the verifier in the agent's own container, restarted.
+
+A clean-room verifier must see what the agent left on the file system and nothing the agent
+left running. A fresh container (``cleanroom.py``) gives it both, at the price of a second
+container per episode (on the btrfs driver a container's removal is the engine's costliest
+work, 0.4-1.2 s of its CPU) and of carrying the changes across as an archive. Where the sandbox
+can (``InPlaceGrading``), the agent's container is restarted instead. The engine kills every
+process of it (nothing outlives that, not even an init or a helper the agent tampered with),
+then starts it again with a fresh init and helper from read-only bind mounts, its tmpfs mounts
+empty. Its file system holds every change the agent made, as the carried archive would.
+
+What carrying would not hand the verifier is decided on a listing that the helper takes
+itself (``sandboxd.c``, walk: the image's ``find`` may be the agent's), against the listing
+taken before the agent, by the same rules (``scope.py``, ``carry.plan_changes``):
+
+- a watched path or a test file the agent changed or deleted needs the image's copy, which this
+  container no longer has: grading falls back to a fresh container, carried as before;
+- what the agent added or changed where carrying leaves things out (the hidden paths
+  ``/tests``, ``/solution`` and ``/logs``, envfarm's own paths, caches such as ``__pycache__``,
+  envfarm's temporary files) is removed by the helper, so a planted reward file or bytecode
+  never reaches the verifier; what the image had there stays, and so do mounts.
+
+Sidecars, volumes and networks are shared either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envfarm.grading.carry import (
+    CTIME_MARGIN_S,
+    Listing,
+    WorkspaceCarry,
+    ancestors,
+    parse_entries,
+    plan_changes,
+)
+from envfarm.grading.scope import CarryScope
+from envfarm.sandbox.base import InPlaceGrading
+
+
+@dataclass(frozen=True)
+class InPlace:
+    carry: WorkspaceCarry
+    """What the verifier receives, as carrying would have given it (no archive: it is there)."""
+    remove: list[str]
+    """Absolute paths the helper removes first (the top-most of what carrying leaves out)."""
+
+
+async def walk(sandbox: InPlaceGrading, before: Listing) -> Listing:
+    """The sandbox's entries now, listed by its helper (call after ``restart_clean``)."""
+    entries = parse_entries(await sandbox.walk_files())
+    return Listing(before.workdir, before.now, entries, list(before.mounts))
+
+
+def plan_in_place(before: Listing, after: Listing, scope: CarryScope) -> InPlace | None:
+    """What grading in place needs done, or None when only a fresh container can grade."""
+    plan = plan_changes(before, after, scope)
+    if plan.withheld or plan.restored:
+        return None
+    carry = WorkspaceCarry(
+        workdir=before.workdir,
+        archive=None,
+        carried=plan.carry,
+        deleted=plan.delete,
+        restored=[],
+    )
+    return InPlace(carry, left_out_removals(before, after, scope))
+
+
+def left_out_removals(before: Listing, after: Listing, scope: CarryScope) -> list[str]:
+    """The top-most entries, added or changed since ``before``, that carrying leaves out,
+    without an older entry below them, a mount, or a mount's parent directory."""
+    since = before.now - CTIME_MARGIN_S
+    kept: set[str] = set()
+    for mount in scope.mounts:
+        relative = mount.strip("/")
+        if relative:
+            kept |= {relative, *ancestors(relative)}
+    new: list[str] = []
+    for path, (_, ctime) in after.entries.items():
+        if not scope.left_out(path):
+            continue
+        if ctime > since:
+            new.append(path)
+        else:
+            kept.update(ancestors(path))
+    chosen: set[str] = set()
+    for path in sorted(new):
+        if path not in kept and not any(a in chosen for a in ancestors(path)):
+            chosen.add(path)
+    return sorted(f"/{path}" for path in chosen)
