@@ -23,9 +23,9 @@ The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
 For clean-room grading ``restart_clean`` kills and restarts the container (grading/inplace.py);
 ``fork_clean`` kills it, keeping it until teardown, and hands out a fresh one of the same
-configuration, started by ``prepare_fork`` as the agent stopped (it runs only the helper). Teardown removes the container and its forks at
-once: each removal is the engine deleting a file system (about a second here), and nothing
-orders them.
+configuration, started by ``prepare_fork`` as the agent stopped (it runs only the helper).
+Teardown removes the container and its forks at once: each removal is the engine deleting a
+file system (about a second here), and nothing orders them.
 """
 
 from __future__ import annotations
