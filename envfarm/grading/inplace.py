@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from envfarm.errors import SandboxError, SandboxGone
 from envfarm.grading.carry import (
     CTIME_MARGIN_S,
     Listing,
@@ -51,6 +52,24 @@ async def walk(sandbox: InPlaceGrading, before: Listing) -> Listing:
     """The sandbox's entries now, listed by its helper (call after ``restart_clean``)."""
     entries = parse_entries(await sandbox.walk_files())
     return Listing(before.workdir, before.now, entries, list(before.mounts))
+
+
+async def settle_in_place(
+    sandbox: InPlaceGrading, before: Listing, scope: CarryScope
+) -> InPlace | str:
+    """After ``restart_clean``: the helper's walk, the plan, the removals. The plan carried
+    out, or why a fresh container must grade (the helper could not list or remove: a path too
+    deep, an entry it may not delete; a dead sandbox still raises)."""
+    try:
+        planned = plan_in_place(before, await walk(sandbox, before), scope)
+        if planned is None:
+            return "the agent changed or deleted a test file or a watched path"
+        await sandbox.remove_files(planned.remove)
+    except SandboxGone:
+        raise
+    except SandboxError as exc:
+        return f"the helper could not list or tidy the file system ({exc})"
+    return planned
 
 
 def plan_in_place(before: Listing, after: Listing, scope: CarryScope) -> InPlace | None:

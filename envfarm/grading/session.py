@@ -46,7 +46,7 @@ from envfarm.grading.cleanroom import (
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.derived import Derived, derivable, derive_workspace
-from envfarm.grading.inplace import plan_in_place, walk
+from envfarm.grading.inplace import InPlace, settle_in_place
 from envfarm.grading.pristine import (
     Pristine,
     PristineCache,
@@ -278,7 +278,6 @@ class EpisodeGrading:
         after = await self._snapshot_after()
         with self._timed("restart"):
             await sandbox.restart_clean(network=self.verifier_network)
-        walked = await self._walk(sandbox)
         with self._timed("collect"):
             self.hooks, self.copies = await collect(
                 self.sandbox, self.task, keep=self.keep_artifacts
@@ -286,14 +285,12 @@ class EpisodeGrading:
         if self.keep_artifacts and service_specs(self.task):
             with self._timed("collect"):
                 self.service_copies = await copy_from_services(self.sandbox, self.task)
-        with self._timed("carry_plan"):
-            planned = plan_in_place(self.listing, walked, self._scope(after))
-        if planned is not None:
-            with self._timed("tidy"):
-                await sandbox.remove_files(planned.remove)
-            self.carry, self.in_place = planned.carry, True
+        with self._timed("walk"):
+            settled = await settle_in_place(sandbox, self.listing, self._scope(after))
+        if isinstance(settled, InPlace):
+            self.carry, self.in_place = settled.carry, True
             return
-        self.notes.append("graded in a fresh container: the agent changed a watched or test file")
+        self.notes.append(f"graded in a fresh container: {settled}")
         phases = verifier_phases(self.sandbox)
         await phases.prepare_fork(network=self.verifier_network)
         if not self.keep_artifacts:  # the fresh container receives the declared artifacts
@@ -304,11 +301,6 @@ class EpisodeGrading:
             self.carry = await asyncio.to_thread(
                 settle_carry, self.listing, changes, self._scope(after)
             )
-
-    async def _walk(self, sandbox: InPlaceGrading) -> Listing:
-        assert self.listing is not None
-        with self._timed("walk"):
-            return await walk(sandbox, self.listing)
 
     def _derives(self) -> bool:
         """Whether the second snapshot's workspace comes from the clean room's capture."""
