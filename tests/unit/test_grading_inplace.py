@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from envfarm.errors import TaskSpecError
 from envfarm.grading.carry import Listing
 from envfarm.grading.inplace import left_out_removals, plan_in_place
 from envfarm.grading.scope import CarryScope
+from envfarm.sandbox.docker.backend import clean_room_restarts
 
 START = 1_700_000_000.0
 OLD, NEW = START - 100, START + 50
@@ -94,3 +98,11 @@ def test_grading_in_place_records_what_carrying_would_have_given() -> None:
     assert planned.carry.deleted == ["etc/old"]
     assert planned.carry.archive is None
     assert planned.remove == []
+
+
+def test_the_clean_room_route_is_chosen_by_the_environment() -> None:
+    assert clean_room_restarts({}) is True
+    assert clean_room_restarts({"ENVFARM_CLEAN_ROOM": "fresh"}) is False
+    assert clean_room_restarts({"ENVFARM_CLEAN_ROOM": " Restart "}) is True
+    with pytest.raises(TaskSpecError, match="ENVFARM_CLEAN_ROOM"):
+        clean_room_restarts({"ENVFARM_CLEAN_ROOM": "sometimes"})

@@ -17,8 +17,11 @@ not added up, and waiting for a shared base another task is building counts, onc
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import Mapping
 
+from envfarm.errors import TaskSpecError
 from envfarm.sandbox.agent_layer import AgentImages, AgentLayer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.agent_layer import build_agent_image
@@ -32,14 +35,30 @@ from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.spec.task import Task
 
+CLEAN_ROOM_ENV = "ENVFARM_CLEAN_ROOM"
+
+
+def clean_room_restarts(env: Mapping[str, str] | None = None) -> bool:
+    """``ENVFARM_CLEAN_ROOM``: ``restart`` (the default: the agent's container restarted where
+    that grades the same) or ``fresh`` (always a fresh container)."""
+    value = (os.environ if env is None else env).get(CLEAN_ROOM_ENV, "").strip().lower()
+    if value not in ("", "restart", "fresh"):
+        raise TaskSpecError(CLEAN_ROOM_ENV, f"expected restart or fresh, got {value!r}")
+    return value != "fresh"
+
 
 class DockerBackend(SandboxBackend, AgentImages):
     name = "docker"
 
-    def __init__(self, runtime: str | None = None, *, restart_clean_room: bool = True) -> None:
+    def __init__(
+        self, runtime: str | None = None, *, restart_clean_room: bool | None = None
+    ) -> None:
         self.runtime = runtime
-        self.restart_clean_room = restart_clean_room
-        """False: a clean-room verifier always gets a fresh container (``grading/inplace.py``)."""
+        self.restart_clean_room = (
+            clean_room_restarts() if restart_clean_room is None else restart_clean_room
+        )
+        """False: a clean-room verifier always gets a fresh container (``grading/inplace.py``);
+        None: as ``ENVFARM_CLEAN_ROOM`` says."""
         self._service_images: dict[tuple[str, str], dict[str, str]] = {}
 
     async def prepare(self, task: Task) -> PreparedImage:
