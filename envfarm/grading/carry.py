@@ -37,6 +37,7 @@ MAX_LISTING_BYTES = 256 * 1024 * 1024
 MAX_CARRY_BYTES = 512 * 1024 * 1024
 LIST_TIMEOUT_S = 300.0
 _KINDS = frozenset("fdl")
+_NONE = ("", 0.0)
 _PRUNE = " -o ".join(
     [f"-name {name}" for name in sorted(CACHE_NAMES)]
     + [f"-path ./{root}" for root in LEFT_OUT_ROOTS]
@@ -230,22 +231,25 @@ async def list_workspace(sandbox: Sandbox, workdir: str | None) -> Listing:
 
 
 def plan_changes(before: Listing, after: Listing, scope: CarryScope | None = None) -> Plan:
+    """The changes first, then the scope's rules on them alone (a listing holds every entry of
+    the file system, its changes a few)."""
     scope = scope or CarryScope(workdir=before.workdir, mounts=before.mounts)
     since = before.now - CTIME_MARGIN_S
-    old = {p: e for p, e in before.entries.items() if not scope.left_out(p)}
-    new = {p: e for p, e in after.entries.items() if not scope.left_out(p)}
-    gone = {path for path, (kind, _) in old.items() if new.get(path, ("", 0.0))[0] != kind}
+    old, new = before.entries, after.entries
+    gone = {path for path, (kind, _) in old.items() if new.get(path, _NONE)[0] != kind}
     gone -= {p for p in before.late & gone if p in new and new[p][1] <= since}
     touched = {
         path
         for path, (kind, ctime) in new.items()
         if kind in _KINDS
-        and (ctime > since or (old.get(path, ("", 0.0))[0] != kind and path not in before.late))
+        and (ctime > since or (old.get(path, _NONE)[0] != kind and path not in before.late))
     }
+    gone = {path for path in gone if not scope.left_out(path)}
+    touched = {path for path in touched if not scope.left_out(path)}
     restored = {
         path
-        for path, (kind, _) in old.items()
-        if kind != "d" and (path in gone or path in touched) and scope.test_file(path)
+        for path in gone | touched
+        if old.get(path, _NONE)[0] not in ("", "d") and scope.test_file(path)
     }
     withheld: dict[str, str] = {}
     for path in sorted(gone | touched):

@@ -25,6 +25,8 @@ Sidecars, volumes and networks are shared either way.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envfarm.errors import SandboxError, SandboxGone
@@ -50,7 +52,7 @@ class InPlace:
 
 async def walk(sandbox: InPlaceGrading, before: Listing) -> Listing:
     """The sandbox's entries now, listed by its helper (call after ``restart_clean``)."""
-    entries = parse_entries(await sandbox.walk_files())
+    entries = await asyncio.to_thread(parse_entries, await sandbox.walk_files())
     return Listing(before.workdir, before.now, entries, list(before.mounts))
 
 
@@ -61,7 +63,8 @@ async def settle_in_place(
     out, or why a fresh container must grade (the helper could not list or remove: a path too
     deep, an entry it may not delete; a dead sandbox still raises)."""
     try:
-        planned = plan_in_place(before, await walk(sandbox, before), scope)
+        after = await walk(sandbox, before)
+        planned = await asyncio.to_thread(plan_in_place, before, after, scope)
         if planned is None:
             return "the agent changed or deleted a test file or a watched path"
         await sandbox.remove_files(planned.remove)
@@ -89,23 +92,30 @@ def plan_in_place(before: Listing, after: Listing, scope: CarryScope) -> InPlace
 
 def left_out_removals(before: Listing, after: Listing, scope: CarryScope) -> list[str]:
     """The top-most entries, added or changed since ``before``, that carrying leaves out,
-    without an older entry below them, a mount, or a mount's parent directory."""
+    without an older entry below them, a mount, or a mount's parent directory. (What carrying
+    leaves out, it leaves out below too: an older entry below a new one is left out as well.)"""
     since = before.now - CTIME_MARGIN_S
+    changed = (path for path, (_, ctime) in after.entries.items() if ctime > since)
+    new = sorted(path for path in changed if scope.left_out(path))
+    if not new:
+        return []
     kept: set[str] = set()
     for mount in scope.mounts:
         relative = mount.strip("/")
         if relative:
             kept |= {relative, *ancestors(relative)}
-    new: list[str] = []
+    tops = _top_most(new)
+    below = tuple(f"{top}/" for top in tops)
     for path, (_, ctime) in after.entries.items():
-        if not scope.left_out(path):
-            continue
-        if ctime > since:
-            new.append(path)
-        else:
+        if ctime <= since and path.startswith(below):
             kept.update(ancestors(path))
+    return sorted(f"/{path}" for path in _top_most(p for p in new if p not in kept))
+
+
+def _top_most(paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` (sorted) with none of the others above them."""
     chosen: set[str] = set()
-    for path in sorted(new):
-        if path not in kept and not any(a in chosen for a in ancestors(path)):
+    for path in paths:
+        if not any(a in chosen for a in ancestors(path)):
             chosen.add(path)
-    return sorted(f"/{path}" for path in chosen)
+    return sorted(chosen)
