@@ -152,21 +152,28 @@ class Worker:
             await self._shutdown()
 
     async def _ended(self, job_id: str) -> bool:
+        if self._running:
+            return False
         status = (await self.store.statuses([job_id])).get(job_id)
-        return status is not None and is_terminal(status) and not self._running
+        return status is not None and is_terminal(status)
 
     async def _tick(self) -> None:
+        """Heartbeat when due; with a free slot, the open work (its images wanted) and leases.
+        A full worker reads nothing: an episode's end wakes it, and the last read's wants
+        stand."""
+        if time.monotonic() - self._renewed > self.config.lease_s / 3:
+            await self._heartbeat()
+        free = self.config.concurrency - len(self._running)
+        if free <= 0:
+            return
         work = await self.store.open_work()
         for keys in work.values():
             for task_id, task_hash in keys:
                 task = self.tasks.get(task_id)
                 if task is not None and task.content_hash == task_hash:
                     self._images.want(task)
-        if time.monotonic() - self._renewed > self.config.lease_s / 3:
-            await self._heartbeat()
-        free = self.config.concurrency - len(self._running)
         ready = self._images.ready()
-        if free > 0 and ready:
+        if ready:
             for lease in await self.store.lease(self.id, free, self.config.lease_s, ready):
                 running = asyncio.create_task(self._episode(lease))
                 self._running[lease.episode_id] = (lease, running)
