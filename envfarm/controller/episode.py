@@ -182,8 +182,10 @@ class EpisodeRunner:
         reclaimed = 0
         with _phase(traj, "grading"):
             reclaimed = await reclaim_processes(sandbox)  # the agent's fork bomb is its own
-            await grading.after_agent(traj.turns)
+            # before a clean room in place restarts the container, which resets the start
+            # time its changes are dated against
             evidence = await self.rubrics.evidence(sandbox, task, traj)
+            await grading.after_agent(traj.turns)
             traj.reward = await grading.grade()
             traj.reward = await self.rubrics.grade(traj.reward, task, traj, evidence)
         traj.reward = grading.finish(traj.reward)

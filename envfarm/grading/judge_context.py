@@ -7,8 +7,9 @@ commit dates have second precision), it is ``git diff`` against the newest such 
 untracked files (commits the agent made are part of its changes);
 otherwise it is the full text of every file whose ctime is newer (ctime cannot be set back by
 ``touch``; deleted files are not visible without git). Caches (``.git``, ``__pycache__``,
-``.pytest_cache``, ``node_modules``, ...) are skipped. Call it before the verifier runs, so the
-verifier's own files are not taken for the agent's. Both texts are size-capped.
+``.pytest_cache``, ``node_modules``, ...) are skipped. Call it as the agent stops, before
+grading restarts the container (a clean room in place: the start moves) or the verifier runs
+(its own files are not the agent's). Both texts are size-capped.
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ class EpisodeGrading:
             self.hooks, self.copies = await collect(
                 self.sandbox, self.task, keep=self.keep_artifacts
             )
-        if self.keep_artifacts and service_specs(self.task):
+        if service_specs(self.task):  # the verifier receives them, as a fresh one would
             with self._timed("collect"):
                 self.service_copies = await copy_from_services(self.sandbox, self.task)
         with self._timed("walk"):
@@ -368,6 +368,9 @@ class EpisodeGrading:
 
     async def grade(self) -> Reward:
         if self.mode == "shared" or self.in_place:
+            if self.in_place and self.service_copies:
+                with self._timed("apply"):
+                    await apply_copies(self.sandbox, self.service_copies)
             return await self._grade_in(self.sandbox)
         if self.mode == "clean" and self.carry is None:
             raise GradingError("clean-room grading: the workdir was not captured")
