@@ -207,9 +207,9 @@ def lint_network(task: Task) -> list[Finding]:
             info(
                 "network",
                 "no network field is set: the agent has no network (envfarm's default) and "
-                "the verifier, in a fresh container, has public network access (Harbor's "
-                f"default); {VERIFIER_NETWORK_ENV}=none or --verifier-network none keeps it "
-                "offline",
+                "the verifier, once no process of the agent's runs, has public network access "
+                f"(Harbor's default); {VERIFIER_NETWORK_ENV}=none or --verifier-network none "
+                "keeps it offline",
             )
         )
     elif config.verifier_network_set() is None:

@@ -202,7 +202,8 @@ def test_the_verifiers_network_default_is_stated(
     default = make_task(tmp_path / "default", files=downloads)
     stated, download = network(default)
     assert stated.severity == "info"
-    assert "the verifier, in a fresh container, has public network access" in stated.message
+    said = "the verifier, once no process of the agent's runs, has public network access"
+    assert said in stated.message
     assert (download.severity, download.message.split(":")[0]) == (
         "warning",
         "test.sh line 2 (`pip install`) downloads at grading time",
