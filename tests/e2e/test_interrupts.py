@@ -27,6 +27,11 @@ def slow_task(root: Path, name: str) -> Path:
     return task
 
 
+def _default_sigint() -> None:
+    """A suite started in the background ignores SIGINT, and so would the run it starts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_run(task: Path, out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "envfarm", "run", str(task), "--out", str(out)],
@@ -34,6 +39,7 @@ def start_run(task: Path, out: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
 
 
