@@ -257,11 +257,8 @@ class EpisodeGrading:
         if keep and service_specs(self.task):
             with self._timed("collect"):
                 self.service_copies = await copy_from_services(self.sandbox, self.task)
-        if self.listing is not None and changes is not None:
-            with self._timed("carry_plan"):
-                self.carry = await asyncio.to_thread(
-                    settle_carry, self.listing, changes, self._scope(after)
-                )
+        if changes is not None:
+            await self._plan_carry(changes, after)
 
     def _restartable(self) -> InPlaceGrading | None:
         if self.mode != "clean" or self.listing is None or self.task.config.verifier.collect:
@@ -297,6 +294,10 @@ class EpisodeGrading:
             self.copies = (await collect(self.sandbox, self.task, keep=True))[1]
         changes = await self._read_changes()
         assert changes is not None
+        await self._plan_carry(changes, after)
+
+    async def _plan_carry(self, changes: Changes, after: Snapshot | None) -> None:
+        assert self.listing is not None
         with self._timed("carry_plan"):
             self.carry = await asyncio.to_thread(
                 settle_carry, self.listing, changes, self._scope(after)

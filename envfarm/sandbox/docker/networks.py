@@ -190,18 +190,15 @@ def switch_default_bridge(container_id: str, joined: bool) -> None:
 def switch_stopped_default_bridge(container_id: str, joined: bool) -> None:
     """``switch_default_bridge`` for a stopped container, which may have been created without
     a network (``none``, left for the bridge). Blocking."""
-    api = docker_client().api
-    try:
-        if joined:
+    if joined:
+        api = docker_client().api
+        try:
             networks = api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
             if "none" in networks:
                 api.disconnect_container_from_network(container_id, "none")
-            join_default_bridge(container_id)
-        else:
-            leave_default_bridge(container_id)
-    except docker.errors.DockerException as exc:
-        what = "give" if joined else "take away"
-        raise SandboxError(f"could not {what} the verifier phase's network: {exc}") from exc
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"could not give the verifier phase's network: {exc}") from exc
+    switch_default_bridge(container_id, joined)
 
 
 def drop_default_route(container_id: str, helper_image: str, labels: dict[str, str]) -> None:
