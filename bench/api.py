@@ -8,9 +8,10 @@ a real process on loopback. Measured in one run:
   answer reads them (``Store.delivered(forms="json")``: each trajectory's JSON text, not its
   packed copy);
 - long-poll: ``GET /v1/jobs/{id}/groups`` pages with background acks, through
-  ``envfarm.client``, in the JSON form and in compact forms (packed JSON, packed NDJSON,
+  ``envfarm.client``, in the JSON form (parsed into models, and read lazily as a trainer that
+  wants token ids and rewards reads it) and in compact forms (packed JSON, packed NDJSON,
   Arrow), packed NDJSON also with gzip and zstd;
-- streaming: the server-sent-event variant of the same route, JSON and packed;
+- streaming: the server-sent-event variant of the same route, JSON (models, lazy) and packed;
 - memory: the server's resident memory with one job of ``--queued`` queued episodes against
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
 
@@ -153,10 +154,12 @@ def rss_mb(pid: int) -> float:
 
 
 MODES = (
-    "long-poll", "long-poll packed", "long-poll ndjson-packed", "long-poll arrow",
-    "long-poll ndjson-packed gzip", "long-poll ndjson-packed zstd", "stream", "stream packed",
-    "stream packed gzip", "stream packed zstd",
+    "long-poll models", "long-poll json", "long-poll packed", "long-poll ndjson-packed",
+    "long-poll arrow", "long-poll ndjson-packed gzip", "long-poll ndjson-packed zstd",
+    "stream models", "stream json", "stream packed", "stream packed gzip", "stream packed zstd",
 )  # fmt: skip
+"""``models``: the JSON form parsed into ``DeliveredGroup`` models (``groups()``, ``stream()``);
+every other mode is read lazily (``lazy_groups()``, ``lazy_stream()``) as a trainer reads it."""
 
 
 async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int, float]:
@@ -165,7 +168,7 @@ async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int,
     async with EnvfarmClient(url) as client:
         started, count = time.perf_counter(), 0
         last = (await client.job(job_id)).last_cursor
-        if kind == "long-poll" and not form:
+        if kind == "long-poll" and form == ["models"]:
             async for group in client.groups(job_id, consumer=consumer, wait_s=0.0):
                 count += len(group.trajectories)
         elif kind == "long-poll":
@@ -178,14 +181,14 @@ async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int,
                     for t in lazy.trajectories
                     if t.reward is not None and t.token_arrays("completion_token_ids")
                 )
-        elif not form:
+        elif form == ["models"]:
             async for group in client.stream(job_id, consumer=consumer):
                 count += len(group.trajectories)
                 if group.cursor == last:
                     break
         else:
             async for lazy in client.lazy_stream(
-                job_id, consumer=consumer, compression=compression
+                job_id, consumer=consumer, packed=form[0] == "packed", compression=compression
             ):
                 count += sum(
                     1

@@ -93,11 +93,17 @@ def packed_texts(group: RawGroup) -> list[str]:
             for t, p in zip(group.trajectories, stored, strict=True)]  # fmt: skip
 
 
-def group_json(group: RawGroup, packed: bool) -> bytes:
-    if not packed:
-        return group.json().encode()
-    head = group.meta.model_dump_json()[:-1]
-    return f'{head},"trajectories":[{",".join(packed_texts(group))}]}}'.encode()
+def group_parts(group: RawGroup, packed: bool) -> list[bytes]:
+    """The group's ``DeliveredGroup`` JSON in pieces, joined once by the caller: a page is
+    megabytes, and each join or encode of the whole is a copy of it."""
+    texts = packed_texts(group) if packed else group.trajectories
+    parts = [group.meta.model_dump_json()[:-1].encode() + b',"trajectories":[']
+    for index, text in enumerate(texts):
+        if index:
+            parts.append(b",")
+        parts.append(text.encode())
+    parts.append(b"]}")
+    return parts
 
 
 def page_json(page: RawGroupPage, packed: bool) -> bytes:
@@ -112,10 +118,11 @@ def page_json_spans(page: RawGroupPage, packed: bool) -> tuple[bytes, list[tuple
         if index:
             parts.append(b",")
             at += 1
-        text = group_json(group, packed)
-        parts.append(text)
-        spans.append((at, at + len(text)))
-        at += len(text)
+        start = at
+        for part in group_parts(group, packed):
+            parts.append(part)
+            at += len(part)
+        spans.append((start, at))
     parts.append(b'],"next_cursor":' + dumps(page.next_cursor) + b"}")
     return b"".join(parts), spans
 

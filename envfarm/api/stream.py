@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from envfarm.api.encodings import Compressor, group_json
+from envfarm.api.encodings import Compressor, group_parts
 from envfarm.api.service import JobService
 from envfarm.errors import EnvfarmError
 from envfarm.models.jobs import TERMINAL_STATUSES
@@ -71,8 +71,8 @@ async def _events(
             job_id, after=cursor, limit=limit, wait_s=wait_s, consumer=consumer, packed=packed
         )
         for group in page.groups:
-            data = group_json(group, packed)
-            yield b"id: %d\nevent: group\ndata: %s\n\n" % (group.cursor, data)
+            event = b"id: %d\nevent: group\ndata: " % group.cursor
+            yield b"".join([event, *group_parts(group, packed), b"\n\n"])
             cursor = group.cursor
         if page.groups:
             wait_s = keepalive_s

@@ -98,6 +98,9 @@ def serve(
     runtime: str | None,
 ) -> None:
     """Serve the REST API for trainers (docs/api.md), running episodes in this process too."""
+    from envfarm.api.allocator import keep_freed_memory
+
+    keep_freed_memory()
     tasks = _load_tasks(tasks_dir)
     data_dir = data_dir or user_data_dir()
     url = db or default_url(data_dir)

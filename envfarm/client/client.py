@@ -15,7 +15,6 @@ Arrow; optionally compressed) and yield ``LazyGroup``s that parse only what is r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -32,6 +31,7 @@ from envfarm.client.http import (
     error_of,
 )
 from envfarm.client.lazy import LazyGroup, arrow_groups, json_group, loads, ndjson_groups
+from envfarm.client.pages import PagesAhead
 from envfarm.client.sse import EventParser
 from envfarm.models.jobs import (
     TERMINAL_STATUSES,
@@ -43,6 +43,9 @@ from envfarm.models.jobs import (
 )
 
 T = TypeVar("T")
+PageFetch = Callable[[int | None, float, Callable[[int], None] | None], Awaitable[Raw]]
+"""Ask for the page after a cursor (None: the consumer's acknowledged one), waiting up to a
+long-poll's seconds; the callable receives the page's last cursor when its headers arrive."""
 STREAM_READ_TIMEOUT_S = 90.0
 SEND_YIELDS = 8
 JSON, NDJSON = "application/json", "application/x-ndjson"
@@ -216,16 +219,19 @@ class EnvfarmClient:
 
     def _page_fetcher(
         self, job_id: str, consumer: str, limit: int, accept: str, accept_encoding: str
-    ) -> Callable[[int | None, float], Awaitable[Raw]]:
+    ) -> PageFetch:
         path = f"/v1/jobs/{job_id}/groups"
 
-        async def fetch(cursor: int | None, wait: float) -> Raw:
+        async def fetch(
+            cursor: int | None, wait: float, named: Callable[[int], None] | None = None
+        ) -> Raw:
             params: dict[str, str | int | float] = {"limit": limit, "wait": wait}
             params["consumer"] = consumer
             if cursor is not None:
                 params["after"] = cursor
             return await self._http.raw(path, accept=accept, accept_encoding=accept_encoding,
-                                        params=params, extra_timeout_s=wait)  # fmt: skip
+                                        params=params, extra_timeout_s=wait,
+                                        on_next_cursor=named)  # fmt: skip
 
         return fetch
 
@@ -236,31 +242,32 @@ class EnvfarmClient:
         after: int | None,
         ack: bool,
         wait_s: float,
-        fetch: Callable[[int | None, float], Awaitable[Raw]],
+        fetch: PageFetch,
         decode: Callable[[Raw], list[Any] | SpannedPage[Any]],
         ack_every: int,
         ack_interval_s: float,
     ) -> AsyncIterator[Any]:
-        """Pages one after another, the next asked for (by the cursor the server names in a
-        header) before this one is parsed, so the server reads the store while this process
-        parses; a JSON page whose group spans the server named is parsed a group at a time."""
+        """Pages one after another, each asked for as soon as the page before it names its
+        last cursor (``envfarm.client.pages``), so the server reads the store while this
+        process reads and parses; a JSON page whose group spans the server named is parsed a
+        group at a time."""
         cursor = after
         ended = False
         acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
-        ahead: asyncio.Task[Raw] | None = None
+        ahead = PagesAhead(lambda at, named: fetch(at, 0.0, named))
         try:
             while True:
-                if ahead is not None:
-                    raw, ahead = await ahead, None
+                if ahead:
+                    raw = await ahead.next()
                 else:
-                    raw = await fetch(cursor, 0.0 if ended else wait_s)
+                    raw = await fetch(cursor, 0.0 if ended else wait_s, ahead.ask)
                 if raw.next_cursor is not None:
-                    ahead = asyncio.ensure_future(fetch(raw.next_cursor, 0.0))
+                    ahead.ask(raw.next_cursor)
                     for _ in range(SEND_YIELDS):  # let the request go out before parsing
                         await asyncio.sleep(0)
                 found = decode(raw)
-                if found and ahead is None:  # a server that does not name the next cursor
-                    ahead = asyncio.ensure_future(fetch(found[-1].cursor, 0.0))
+                if found and raw.next_cursor is None:  # a server that does not name it
+                    ahead.ask(found[-1].cursor)
                 for group in found:
                     yield group
                     cursor = group.cursor
@@ -273,10 +280,7 @@ class EnvfarmClient:
                 # One more poll after the job is seen ended: groups may have landed meanwhile.
                 ended = (await self.job(job_id)).status in TERMINAL_STATUSES
         finally:
-            if ahead is not None:
-                ahead.cancel()
-                with contextlib.suppress(BaseException):
-                    await ahead
+            await ahead.close()
             await self._release(acker)
 
     async def stream(

@@ -157,22 +157,27 @@ class Transport:
         accept_encoding: str | None,
         params: Mapping[str, str | int | float] | None = None,
         extra_timeout_s: float = 0.0,
+        on_next_cursor: Callable[[int], None] | None = None,
     ) -> Raw:
         """A GET answered in a negotiated form: its media type, its decompressed body and
-        the ``Envfarm-Next-Cursor`` header of a groups page."""
+        the ``Envfarm-Next-Cursor`` header of a groups page (also given to
+        ``on_next_cursor`` as soon as the headers arrive, before the body is read)."""
         url = self.url(path)
         headers = {"Accept": accept}
         if accept_encoding:
             headers["Accept-Encoding"] = accept_encoding
 
         async def answer(response: aiohttp.ClientResponse) -> Raw:
+            following = response.headers.get(NEXT_CURSOR, "")
+            next_cursor = int(following) if following.isdigit() else None
+            ok = 200 <= response.status < 300
+            if ok and next_cursor is not None and on_next_cursor is not None:
+                on_next_cursor(next_cursor)
             data = await response.read()
-            if not 200 <= response.status < 300:
+            if not ok:
                 text = decompress(data, response.headers.get("Content-Encoding"))
                 raise error_of(response.status, response.reason, text.decode(), "GET", url)
             body = decompress(data, response.headers.get("Content-Encoding"))
-            following = response.headers.get(NEXT_CURSOR, "")
-            next_cursor = int(following) if following.isdigit() else None
             spans = group_spans(response.headers.get(GROUP_SPANS, ""), body)
             return Raw(response.headers.get("Content-Type", ""), body, next_cursor, spans)
 

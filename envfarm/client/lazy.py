@@ -5,6 +5,12 @@ from the group's heads (NDJSON) or its row (Arrow) and keeps the rest as bytes u
 trainer that reads only token ids and rewards never parses messages or tool output. Packed
 token arrays (base64 of little-endian int32/float32) are unpacked only when a turn's ids are
 read. This module is standalone: it imports nothing of envfarm beyond models.
+
+The JSON form (packed or not) is parsed with simdjson when pysimdjson is installed (the
+``fast`` extra): it builds no Python object for what is not read, so a trainer that reads a
+trajectory's reward and completion ids pays for those, not for its prompt ids and tool
+output (half of orjson's cost for a whole trajectory; bench/RESULTS.md). Each group gets its
+own parser, so a group kept after the next one arrives stays readable.
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ try:
     loads: Callable[[str | bytes], Any] = orjson.loads
 except ImportError:  # pragma: no cover - the fallback when orjson is not installed
     loads = json.loads
+
+try:
+    import simdjson
+
+    SIMDJSON = True
+except ImportError:  # pragma: no cover - the fallback when pysimdjson is not installed
+    SIMDJSON = False
 
 INT_ARRAYS = ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids")
 FLOAT_ARRAYS = ("logprobs",)
@@ -51,6 +64,9 @@ class LazyTrajectory:
     _columns: dict[str, Any] | None = None
     """Arrow only: each token column's value for this row (converted when read)."""
     _parsed: dict[str, Any] | None = field(default=None, repr=False)
+    _doc: Any = field(default=None, repr=False)
+    """simdjson only: the trajectory's object in its group's document, read when asked."""
+    _read: dict[str, list[Any]] = field(default_factory=dict, repr=False)
 
     @property
     def trajectory_id(self) -> str:
@@ -74,6 +90,12 @@ class LazyTrajectory:
             if not isinstance(value, list):
                 value = self._columns[name] = value.as_py()
             return value  # type: ignore[no-any-return]
+        if self._doc is not None and self._parsed is None:
+            if name not in self._read:
+                code = "f" if name in FLOAT_ARRAYS else "i"
+                turns = self._doc.get("turns") or ()
+                self._read[name] = [unpack(plain(turn.get(name)), code) for turn in turns]
+            return self._read[name]
         turns = self._body().get("turns") or ()
         if name not in self._unpacked:
             code = "f" if name in FLOAT_ARRAYS else "i"
@@ -84,7 +106,9 @@ class LazyTrajectory:
 
     def _body(self) -> dict[str, Any]:
         if self._parsed is None:
-            self._parsed = loads(self._raw or b"{}")
+            self._parsed = (
+                self._doc.as_dict() if self._doc is not None else loads(self._raw or b"{}")
+            )
         return self._parsed
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,14 +142,41 @@ def ndjson_groups(lines: Iterator[bytes]) -> Iterator[LazyGroup]:
         yield LazyGroup(GroupMeta.model_validate(head), trajectories)
 
 
+def plain(value: Any) -> Any:
+    """A simdjson value as Python objects (lists, dicts, scalars)."""
+    if SIMDJSON and isinstance(value, simdjson.Object):
+        return value.as_dict()
+    if SIMDJSON and isinstance(value, simdjson.Array):
+        return value.as_list()
+    return value
+
+
 def json_group(data: bytes | dict[str, Any]) -> LazyGroup:
-    """A group in the JSON form (packed or not), parsed at once."""
-    head = loads(data) if isinstance(data, bytes | str) else data
+    """A group in the JSON form (packed or not): read lazily with simdjson when installed,
+    else parsed at once."""
+    if SIMDJSON and isinstance(data, bytes):
+        return simdjson_group(data)
+    return parsed_group(loads(data) if isinstance(data, bytes | str) else data)
+
+
+def simdjson_group(data: bytes) -> LazyGroup:
+    """A group read through simdjson's proxies: only what is read becomes Python objects."""
+    doc: Any = simdjson.Parser().parse(data)  # a parser per group: its proxies outlive the next
+    trajectories = []
+    for body in doc.get("trajectories") or ():
+        head = {key: plain(body.get(key)) for key in ("trajectory_id", "episode_id", "reward")}
+        trajectories.append(LazyTrajectory(head, _doc=body))
+    meta = {key: plain(doc[key]) for key in doc.keys() if key != "trajectories"}  # noqa: SIM118
+    return LazyGroup(GroupMeta.model_validate(meta), trajectories)
+
+
+def parsed_group(head: dict[str, Any]) -> LazyGroup:
+    """A group already parsed into Python objects (token arrays unpacked when read)."""
     bodies = head.pop("trajectories")
     trajectories = []
     for body in bodies:
         lazy = LazyTrajectory({k: body.get(k) for k in ("trajectory_id", "episode_id", "reward")})
-        lazy._parsed = body  # token arrays are unpacked when read
+        lazy._parsed = body
         trajectories.append(lazy)
     return LazyGroup(GroupMeta.model_validate(head), trajectories)
 

@@ -46,7 +46,7 @@ from envfarm.store.schema import (
     policy_versions,
     workers,
 )
-from envfarm.store.views import Forms, delivered_group, delivered_size, job_row, job_view
+from envfarm.store.views import Forms, delivered_groups, job_row, job_view
 
 T = TypeVar("T")
 VERSIONS_LOCK_KEY = 0x76657273  # "vers": publications take the next sequence number one at a time
@@ -291,7 +291,7 @@ class Store:
         """Completed groups with a cursor above ``after`` (default: the consumer's ack), in
         order, and the job's last cursor. ``max_bytes``: stop after the group that brings the
         trajectories' text past it (a page always holds at least one group). ``forms``: which
-        of each trajectory's texts to read (``views.delivered_group``)."""
+        of each trajectory's texts to read (``views.delivered_groups``)."""
 
         def read(conn: Connection) -> tuple[list[RawGroup], int]:
             job = job_row(conn, job_id)
@@ -302,14 +302,7 @@ class Store:
                 .order_by(groups.c.cursor)
                 .limit(limit)
             ).mappings()
-            found: list[RawGroup] = []
-            size = 0
-            for row in rows:
-                found.append(delivered_group(conn, row, forms))
-                size += delivered_size(found[-1])
-                if max_bytes is not None and size >= max_bytes:
-                    break
-            return found, int(job["last_cursor"])
+            return delivered_groups(conn, list(rows), forms, max_bytes), int(job["last_cursor"])
 
         return await self.transaction(read)
 

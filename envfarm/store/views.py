@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sqlalchemy import case, func, literal, select
+from sqlalchemy import bindparam, case, func, literal, select
 from sqlalchemy.engine import Connection
 
 from envfarm.errors import JobNotFound
@@ -29,24 +29,60 @@ def job_row(conn: Connection, job_id: str) -> Any:
     return row
 
 
-def delivered_group(conn: Connection, group: Any, forms: Forms = "both") -> RawGroup:
-    """``forms``: what the answer sends. ``json`` reads each trajectory's JSON text alone;
-    ``packed`` reads its packed copy, and its JSON text only where there is no copy (the
-    others' JSON text is then ""); ``both`` reads both."""
+FIRST_READ = 4
+"""Groups whose trajectories the first query of a page reads; the next reads as many as the
+page's byte budget has room for at the size seen so far."""
+
+
+def _trajectory_columns(forms: Forms) -> list[Any]:
     data, packed = trajectories.c.data, trajectories.c.packed
     if forms == "json":
-        columns = [data, literal(None).label("packed")]
-    elif forms == "packed":
-        columns = [case((packed.is_(None), data), else_=literal("")).label("data"), packed]
-    else:
-        columns = [data, packed]
-    rows = conn.execute(
-        select(*columns)
-        .join(episodes, episodes.c.id == trajectories.c.episode_id)
-        .where(trajectories.c.group_id == group["id"])
-        .order_by(episodes.c.index)
-    ).all()
-    meta = GroupMeta(
+        return [data, literal(None).label("packed")]
+    if forms == "packed":
+        return [case((packed.is_(None), data), else_=literal("")).label("data"), packed]
+    return [data, packed]
+
+
+_READS = {
+    forms: select(trajectories.c.group_id, *_trajectory_columns(forms))
+    .join(episodes, episodes.c.id == trajectories.c.episode_id)
+    .where(trajectories.c.group_id.in_(bindparam("ids", expanding=True)))
+    .order_by(episodes.c.index)
+    for forms in ("json", "packed", "both")
+}
+"""Built once: building a statement cost more than SQLite's reading of a group."""
+
+
+def delivered_groups(
+    conn: Connection, rows: list[Any], forms: Forms = "both", max_bytes: int | None = None
+) -> list[RawGroup]:
+    """The groups of these rows (in their order) with their trajectories, stopping after the
+    group that brings the trajectories' text past ``max_bytes``. ``forms``: what the answer
+    sends. ``json`` reads each trajectory's JSON text alone; ``packed`` reads its packed copy,
+    and its JSON text only where there is no copy (the others' JSON text is then ""); ``both``
+    reads both. A few queries a page, each for several groups."""
+    found: list[RawGroup] = []
+    size, at, count = 0, 0, FIRST_READ
+    while at < len(rows):
+        batch, at = rows[at : at + count], at + count
+        texts: dict[str, tuple[list[str], list[str | None]]] = {}
+        for row in conn.execute(_READS[forms], {"ids": [group["id"] for group in batch]}):
+            data, packed = texts.setdefault(row.group_id, ([], []))
+            data.append(row.data)
+            packed.append(row.packed)
+        for group in batch:
+            data, packed = texts.get(group["id"], ([], []))
+            found.append(RawGroup(_meta(group), data, packed))
+            size += delivered_size(found[-1])
+            if max_bytes is not None and size >= max_bytes:
+                return found
+        if max_bytes is not None:
+            count = max(1, -(-(max_bytes - size) * len(found) // max(size, 1)))
+    return found
+
+
+def _meta(group: Any) -> GroupMeta:
+    return GroupMeta(
         cursor=group["cursor"],
         group_id=group["id"],
         task_id=group["task_id"],
@@ -55,7 +91,6 @@ def delivered_group(conn: Connection, group: Any, forms: Forms = "both") -> RawG
         stale=bool(group["stale"]),
         zero_variance=group["zero_variance"],
     )
-    return RawGroup(meta, [row.data for row in rows], [row.packed for row in rows])
 
 
 def delivered_size(group: RawGroup) -> int:

@@ -126,3 +126,22 @@ async def test_a_delivery_reads_only_the_texts_its_answer_sends(store: Store) ->
     assert encode_page(RawGroupPage([old, new]), as_packed) == encode_page(
         RawGroupPage(both), as_packed
     )
+
+
+async def test_a_page_read_in_batches_is_the_groups_in_order_up_to_its_budget(
+    store: Store,
+) -> None:
+    job_id = await new_job(store, 12, 2)
+    for lease in await store.lease("w1", 24, 60, ["hash-t"]):
+        await store.record("w1", result(lease), True)
+    every, _ = await store.delivered(job_id, after=0, limit=100, consumer="c", forms="json")
+    assert [g.cursor for g in every] == list(range(1, 13))
+    sizes = [sum(map(len, g.trajectories)) for g in every]
+    budget = sum(sizes[:6]) + 1  # past the first query's groups: crossed inside the 7th
+    page, _ = await store.delivered(job_id, after=2, limit=100, consumer="c", max_bytes=budget,
+                                    forms="json")  # fmt: skip
+    crossed = next(n for n in range(1, 11) if sum(sizes[2 : 2 + n]) >= budget)
+    assert [g.cursor for g in page] == list(range(3, 3 + crossed))
+    for got, full in zip(page, every[2:], strict=False):
+        assert (got.meta, got.trajectories) == (full.meta, full.trajectories)
+        assert len(got.trajectories) == 2

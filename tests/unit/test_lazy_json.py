@@ -1,0 +1,78 @@
+"""The JSON form read lazily (simdjson) and parsed whole (orjson) gives the same group."""
+
+from __future__ import annotations
+
+import base64
+import json
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from envfarm.client.lazy import LazyGroup, parsed_group, simdjson_group
+
+TURNS = [
+    {
+        "index": 0,
+        "prompt_token_ids": [1, 2, 151_000],
+        "completion_token_ids": [7, 8],
+        "logprobs": [-0.5, -0.25],
+        "messages": [{"role": "user", "content": 'say "hi"\n'}],
+    },
+    {
+        "index": 1,
+        "prompt_suffix_ids": base64.b64encode(array("i", [9, 10]).tobytes()).decode(),
+        "completion_token_ids": base64.b64encode(array("i", [11]).tobytes()).decode(),
+        "logprobs": None,
+    },
+]
+
+
+def group_bytes(cursor: int) -> bytes:
+    trajectories = [
+        {
+            "trajectory_id": f"t{cursor}-{n}",
+            "episode_id": f"e{cursor}-{n}",
+            "reward": {"value": float(n), "valid": True},
+            "turns": TURNS,
+            "extra": {"nested": [1, {"deep": True}]},
+        }
+        for n in range(2)
+    ]
+    meta = {"cursor": cursor, "group_id": f"g{cursor}", "task_id": "t", "stale": False}
+    return json.dumps({**meta, "trajectories": trajectories}).encode()
+
+
+def parsed_whole(data: bytes) -> LazyGroup:
+    return parsed_group(json.loads(data))
+
+
+READERS: dict[str, Callable[[bytes], LazyGroup]] = {
+    "simdjson": simdjson_group,
+    "parsed whole": parsed_whole,
+}
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_both_readers_give_the_same_ids_rewards_arrays_and_bodies(reader: str) -> None:
+    group = READERS[reader](group_bytes(3))
+    assert (group.cursor, group.meta.group_id) == (3, "g3")
+    first, second = group.trajectories
+    assert (first.trajectory_id, first.episode_id) == ("t3-0", "e3-0")
+    assert second.reward == {"value": 1.0, "valid": True}
+    assert first.token_arrays("completion_token_ids") == [[7, 8], [11]]
+    assert first.token_arrays("prompt_suffix_ids") == [None, [9, 10]]
+    assert first.token_arrays("logprobs") == [[-0.5, -0.25], None]
+    body: dict[str, Any] = first.to_dict()
+    assert body["turns"][0]["messages"][0]["content"] == 'say "hi"\n'
+    assert body["turns"][1]["completion_token_ids"] == [11]
+    assert body["extra"] == {"nested": [1, {"deep": True}]}
+
+
+def test_a_group_kept_after_the_next_one_is_read_stays_readable() -> None:
+    kept = [simdjson_group(group_bytes(cursor)) for cursor in (1, 2, 3)]
+    assert [g.trajectories[1].token_arrays("prompt_token_ids")[0] for g in kept] == [
+        [1, 2, 151_000]
+    ] * 3
+    assert [g.trajectories[0].to_dict()["trajectory_id"] for g in kept] == ["t1-0", "t2-0", "t3-0"]
