@@ -64,15 +64,17 @@ async def test_every_form_yields_the_json_groups_and_acks_them_all(
     assert service.acked[(job_id, "default")] == 3
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
-async def test_the_packed_stream_yields_every_group(
-    served: tuple[MemoryService, EnvfarmClient, str], compression: str | None
+async def test_the_lazy_stream_yields_every_group(
+    served: tuple[MemoryService, EnvfarmClient, str], compression: str | None, packed: bool
 ) -> None:
     service, client, _ = served
     job_id = await job_with_tokens(service, client, 4)
-    got = [g async for g in client.lazy_stream(job_id, compression=compression)]
+    got = [g async for g in client.lazy_stream(job_id, packed=packed, compression=compression)]
     assert [g.cursor for g in got] == [1, 2, 3, 4]
     assert got[0].trajectories[0].token_arrays("logprobs") == [[-0.5, -0.25]]
+    assert got[3].trajectories[1].token_arrays("prompt_token_ids") == [[1, 2, 70000]]
     assert service.acked[(job_id, "default")] == 4
 
 
