@@ -261,8 +261,7 @@ class EnvfarmClient:
                     raw = await ahead.next()
                 else:
                     raw = await fetch(cursor, 0.0 if ended else wait_s, ahead.ask)
-                if raw.next_cursor is not None:
-                    ahead.ask(raw.next_cursor)
+                if raw.next_cursor is not None:  # its headers asked for the next page
                     for _ in range(SEND_YIELDS):  # let the request go out before parsing
                         await asyncio.sleep(0)
                 found = decode(raw)

@@ -42,6 +42,8 @@ except ImportError:  # pragma: no cover - the fallback when pysimdjson is not in
 INT_ARRAYS = ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids")
 FLOAT_ARRAYS = ("logprobs",)
 LITTLE = sys.byteorder == "little"
+HEAD_KEYS = ("trajectory_id", "episode_id", "reward")
+"""What a ``LazyTrajectory`` knows without parsing its body."""
 
 
 def unpack(value: Any, code: str) -> list[Any] | None:
@@ -67,6 +69,7 @@ class LazyTrajectory:
     _doc: Any = field(default=None, repr=False)
     """simdjson only: the trajectory's object in its group's document, read when asked."""
     _read: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+    """Each token array read so far, per turn (unpacked)."""
 
     @property
     def trajectory_id(self) -> str:
@@ -80,29 +83,19 @@ class LazyTrajectory:
     def reward(self) -> dict[str, Any]:
         return self.head.get("reward") or {}
 
-    _unpacked: set[str] = field(default_factory=set, repr=False)
-
     def token_arrays(self, name: str) -> list[list[Any] | None]:
         """Each turn's ``prompt_token_ids``, ``completion_token_ids``, ``logprobs``, ...
         (only this array is unpacked)."""
+        if name not in self._read:
+            self._read[name] = self._arrays(name)
+        return self._read[name]
+
+    def _arrays(self, name: str) -> list[Any]:
         if self._columns is not None and name in self._columns:
-            value = self._columns[name]
-            if not isinstance(value, list):
-                value = self._columns[name] = value.as_py()
-            return value  # type: ignore[no-any-return]
-        if self._doc is not None and self._parsed is None:
-            if name not in self._read:
-                code = "f" if name in FLOAT_ARRAYS else "i"
-                turns = self._doc.get("turns") or ()
-                self._read[name] = [unpack(plain(turn.get(name)), code) for turn in turns]
-            return self._read[name]
-        turns = self._body().get("turns") or ()
-        if name not in self._unpacked:
-            code = "f" if name in FLOAT_ARRAYS else "i"
-            for turn in turns:
-                turn[name] = unpack(turn.get(name), code)
-            self._unpacked.add(name)
-        return [turn.get(name) for turn in turns]
+            return self._columns[name].as_py()  # type: ignore[no-any-return]
+        code = "f" if name in FLOAT_ARRAYS else "i"
+        source = self._doc if self._parsed is None and self._doc is not None else self._body()
+        return [unpack(plain(turn.get(name)), code) for turn in source.get("turns") or ()]
 
     def _body(self) -> dict[str, Any]:
         if self._parsed is None:
@@ -114,10 +107,8 @@ class LazyTrajectory:
     def to_dict(self) -> dict[str, Any]:
         body = self._body()
         for name in (*INT_ARRAYS, *FLOAT_ARRAYS):
-            values = self.token_arrays(name)
-            if self._columns is not None and name in self._columns:
-                for turn, value in zip(body.get("turns") or (), values, strict=False):
-                    turn[name] = value
+            for turn, value in zip(body.get("turns") or (), self.token_arrays(name), strict=False):
+                turn[name] = value
         return body
 
 
@@ -164,7 +155,7 @@ def simdjson_group(data: bytes) -> LazyGroup:
     doc: Any = simdjson.Parser().parse(data)  # a parser per group: its proxies outlive the next
     trajectories = []
     for body in doc.get("trajectories") or ():
-        head = {key: plain(body.get(key)) for key in ("trajectory_id", "episode_id", "reward")}
+        head = {key: plain(body.get(key)) for key in HEAD_KEYS}
         trajectories.append(LazyTrajectory(head, _doc=body))
     meta = {key: plain(doc[key]) for key in doc.keys() if key != "trajectories"}  # noqa: SIM118
     return LazyGroup(GroupMeta.model_validate(meta), trajectories)
@@ -175,7 +166,7 @@ def parsed_group(head: dict[str, Any]) -> LazyGroup:
     bodies = head.pop("trajectories")
     trajectories = []
     for body in bodies:
-        lazy = LazyTrajectory({k: body.get(k) for k in ("trajectory_id", "episode_id", "reward")})
+        lazy = LazyTrajectory({key: body.get(key) for key in HEAD_KEYS})
         lazy._parsed = body
         trajectories.append(lazy)
     return LazyGroup(GroupMeta.model_validate(head), trajectories)
