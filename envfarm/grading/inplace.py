@@ -4,10 +4,14 @@ A clean-room verifier must see what the agent left on the file system and nothin
 left running. A fresh container (``cleanroom.py``) gives it both, at the price of a second
 container per episode (on the btrfs driver a container's removal is the engine's costliest
 work, 0.4-1.2 s of its CPU) and of carrying the changes across as an archive. Where the sandbox
-can (``InPlaceGrading``), the agent's container is restarted instead. The engine kills every
-process of it (nothing outlives that, not even an init or a helper the agent tampered with),
+can (``InPlaceGrading``), the agent's own container grades. Its helper, the container's init,
+which no process of it can kill or trace, kills every other process (``end_processes``); the
+tmpfs mounts are emptied once the second snapshot has seen them. Where that would leave a
+trace a restart would not (``sandboxd``'s ``sweep.c``: a changed ``/dev``, IPC objects), the
+engine restarts the container instead: it kills every process,
 then starts it again with a fresh init and helper from read-only bind mounts, its tmpfs mounts
-empty. Its file system holds every change the agent made, as the carried archive would.
+empty (0.5 s alone, 1 s at concurrency 4, against milliseconds for the sweep). Either way the
+file system holds every change the agent made, as the carried archive would.
 
 What carrying would not hand the verifier is decided on a listing that the helper takes
 itself (``sandboxd.c``, walk: the image's ``find`` may be the agent's), against the listing
@@ -41,6 +45,11 @@ from envfarm.grading.carry import (
 from envfarm.grading.scope import CarryScope
 from envfarm.sandbox.base import InPlaceGrading
 
+SWEEP_MARGIN_S = 0.05
+"""How long before the listing's clock the sweep counts a change to ``/dev`` or a bind-mounted
+file as the agent's: the kernel dates files by a clock up to a tick behind (the runtime made
+them while the container started, well before)."""
+
 
 @dataclass(frozen=True)
 class InPlace:
@@ -51,19 +60,21 @@ class InPlace:
 
 
 async def walk(sandbox: InPlaceGrading, before: Listing) -> Listing:
-    """The sandbox's entries now, listed by its helper (call after ``restart_clean``)."""
+    """The sandbox's entries now, listed by its helper (call once nothing of the agent's
+    runs: after ``end_processes`` or ``restart_clean``)."""
     entries = await asyncio.to_thread(parse_entries, await sandbox.walk_files())
     return Listing(before.workdir, before.now, entries, list(before.mounts))
 
 
 async def settle_in_place(
-    sandbox: InPlaceGrading, before: Listing, scope: CarryScope
+    sandbox: InPlaceGrading, before: Listing, scope: CarryScope, listed: Listing | None = None
 ) -> InPlace | str:
-    """After ``restart_clean``: the helper's walk, the plan, the removals. The plan carried
-    out, or why a fresh container must grade (the helper could not list or remove: a path too
-    deep, an entry it may not delete; a dead sandbox still raises)."""
+    """With nothing of the agent's running: the helper's walk (unless ``listed`` is it), the
+    plan, the removals. The plan carried out, or why a fresh container must grade (the helper
+    could not list or remove: a path too deep, an entry it may not delete; a dead sandbox
+    still raises)."""
     try:
-        after = await walk(sandbox, before)
+        after = listed or await walk(sandbox, before)
         planned = await asyncio.to_thread(plan_in_place, before, after, scope)
         if planned is None:
             return "the agent changed or deleted a test file or a watched path"

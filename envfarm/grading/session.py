@@ -46,7 +46,7 @@ from envfarm.grading.cleanroom import (
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
 from envfarm.grading.derived import Derived, derivable, derive_workspace
-from envfarm.grading.inplace import InPlace, settle_in_place
+from envfarm.grading.inplace import SWEEP_MARGIN_S, InPlace, settle_in_place, walk
 from envfarm.grading.pristine import (
     Pristine,
     PristineCache,
@@ -71,6 +71,7 @@ from envfarm.sandbox.base import (
     InPlaceGrading,
     ProcessLogs,
     Sandbox,
+    Swept,
     in_place_grading,
     verifier_phases,
 )
@@ -109,7 +110,7 @@ class EpisodeGrading:
     is taken once per image and task (``pristine.py``)."""
     pristine: PristineCache | None = field(default_factory=default_cache)
     in_place: bool = False
-    """The clean room is the agent's container, restarted (``inplace.py``)."""
+    """The clean room is the agent's container, swept or restarted (``inplace.py``)."""
 
     @contextmanager
     def _timed(self, name: str) -> Iterator[None]:
@@ -266,15 +267,26 @@ class EpisodeGrading:
         return in_place_grading(self.sandbox)
 
     async def _after_agent_in_place(self, turns: list[Turn], sandbox: InPlaceGrading) -> None:
-        """The second snapshot (before the restart empties the tmpfs mounts, where a reward
-        file may have been planted), the restart, the helper's walk; then grade in place when
-        nothing needs the image's copy of a file, else capture from the restarted container
+        """The agent's processes ended; the second snapshot and the helper's walk side by side
+        (before the tmpfs mounts, where a reward file may have been planted, are emptied, or
+        the restart that empties them when the sweep cannot stand for one); then grade in
+        place when nothing needs the image's copy of a file, else capture from this container
         (nothing of the agent's runs there now) for a fresh one."""
         assert self.listing is not None
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
-        after = await self._snapshot_after()
-        with self._timed("restart"):
-            await sandbox.restart_clean(network=self.verifier_network)
+        since = self.listing.now - SWEEP_MARGIN_S
+        with self._timed("sweep"):
+            swept = await sandbox.end_processes(since=since, network=self.verifier_network)
+        listed: Listing | None = None
+        if isinstance(swept, Swept):
+            after, listed = await asyncio.gather(self._snapshot_after(), self._walk(sandbox))
+            with self._timed("walk"):
+                await sandbox.remove_files([], contents=swept.tmpfs)
+        else:
+            self.notes.append(f"restarted for grading: {swept}")
+            after = await self._snapshot_after()
+            with self._timed("restart"):
+                await sandbox.restart_clean(network=self.verifier_network)
         with self._timed("collect"):
             self.hooks, self.copies = await collect(
                 self.sandbox, self.task, keep=self.keep_artifacts
@@ -283,7 +295,7 @@ class EpisodeGrading:
             with self._timed("collect"):
                 self.service_copies = await copy_from_services(self.sandbox, self.task)
         with self._timed("walk"):
-            settled = await settle_in_place(sandbox, self.listing, self._scope(after))
+            settled = await settle_in_place(sandbox, self.listing, self._scope(after), listed)
         if isinstance(settled, InPlace):
             self.carry, self.in_place = settled.carry, True
             return
@@ -295,6 +307,11 @@ class EpisodeGrading:
         changes = await self._read_changes()
         assert changes is not None
         await self._plan_carry(changes, after)
+
+    async def _walk(self, sandbox: InPlaceGrading) -> Listing:
+        assert self.listing is not None
+        with self._timed("walk"):
+            return await walk(sandbox, self.listing)
 
     async def _plan_carry(self, changes: Changes, after: Snapshot | None) -> None:
         assert self.listing is not None

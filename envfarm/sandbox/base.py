@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -128,15 +130,30 @@ class VerifierPhases(ABC):
         stops the fork when done. SandboxError when the backend cannot do it."""
 
 
+@dataclass(frozen=True)
+class Swept:
+    """A sandbox whose every process but its helper was killed in place, left as a restart
+    would leave it once the contents of ``tmpfs`` (mount points) are removed."""
+
+    tmpfs: list[str]
+
+
 class InPlaceGrading(ABC):
     """The optional capability of a sandbox that can be its own clean room: restarted with
-    nothing of the agent's running, its files listed and removed by envfarm's own helper, not
-    the image's tools (``grading/inplace.py``)."""
+    nothing of the agent's running, or swept of it in place, its files listed and removed by
+    envfarm's own helper, not the image's tools (``grading/inplace.py``)."""
 
     @abstractmethod
     def grades_in_place(self) -> bool:
         """Whether ``restart_clean`` may stand for ``VerifierPhases.fork_clean`` here (asked
         once the sandbox has started)."""
+
+    @abstractmethod
+    async def end_processes(self, *, since: float, network: bool) -> Swept | str:
+        """Kill every process but the helper's own, without a restart. ``Swept`` when that
+        leaves what ``restart_clean(network=network)`` would (nothing of the system but the
+        files changed after ``since``, the container's clock, tells them apart); else why only
+        a restart will do (the processes are killed all the same)."""
 
     @abstractmethod
     async def restart_clean(self, *, network: bool) -> None:
@@ -149,9 +166,10 @@ class InPlaceGrading(ABC):
         ``<type> <ctime> <path relative to />``, each ended by a NUL."""
 
     @abstractmethod
-    async def remove_files(self, paths: list[str]) -> None:
-        """Have the helper remove each absolute path with everything below it, never following
-        a symlink or entering a mount. SandboxError when an entry could not be removed."""
+    async def remove_files(self, paths: list[str], *, contents: Sequence[str] = ()) -> None:
+        """Have the helper remove each absolute path with everything below it (of each of
+        ``contents``, what is below it), never following a symlink or entering a mount.
+        SandboxError when an entry could not be removed."""
 
 
 def in_place_grading(sandbox: Sandbox) -> InPlaceGrading | None:

@@ -1,7 +1,7 @@
 /*
  * envfarm-sandboxd: the helper envfarm runs inside every Docker sandbox.
  *
- * It runs as the container's main process (under docker-init, as root) with its stdin and
+ * It runs as the container's init (PID 1, as root, not dumpable) with its stdin and
  * stdout attached to envfarm through the engine, so a tool call costs one round trip over an
  * open stream instead of a `docker exec`. Its stderr carries its own diagnostics only. It is
  * linked statically and calls no NSS function (it reads /etc/passwd and /etc/group itself), so
@@ -26,7 +26,8 @@
  *   cancel      {}                                  -> nothing: kills the exec, drops the transfer
  *   reclaim_processes {min_free?}                   -> done {tasks, limit, killed}
  *   walk        {path, out}                         -> done {entries, bytes}
- *   remove      {paths}                             -> done {removed, failed}
+ *   remove      {paths, contents?}                  -> done {removed, failed}
+ *   sweep       {since}                             -> done {killed, rounds, tmpfs, residue}
  *   any                                             -> error {errno, message, path?} instead
  *
  * Requests are served concurrently: execs run side by side, reads send one chunk per turn of
@@ -42,8 +43,8 @@
  * it left in the background keep running, their later output read and dropped. On timeout or
  * cancel the helper stops (SIGSTOP) the process group, every process of the session and every
  * descendant, rescans until nothing new turns up, then SIGKILLs them all; a process that left
- * with setsid and whose parent was already gone has been re-parented to init and is not
- * caught (the helper is not PID 1: docker-init is). Failures to set up the command (unknown
+ * with setsid and whose parent was already gone has been re-parented to the helper and is not
+ * caught (only `sweep` catches everything). As init, the helper reaps every orphan. Failures to set up the command (unknown
  * user, missing directory, fork) end it with exit code 126 and a message on stderr, 127 when
  * the program does not exist, as `docker exec` does.
  *
@@ -55,7 +56,7 @@
  * it over the target: readers never see a partial file.
  *
  * Ending: EOF on stdin (envfarm went away) kills every exec and exits 0. SIGTERM, SIGINT,
- * SIGHUP or SIGQUIT (docker-init forwards what PID 1 gets) refuse new requests, let running
+ * SIGHUP or SIGQUIT (what the engine sends to stop the container) refuse new requests, let running
  * execs finish for up to two seconds so their results are delivered, then exit 128+signal,
  * which stops the container.
  *
@@ -72,9 +73,10 @@
  * (envfarm/grading/inplace.py): there the image's find and rm may be the agent's. walk writes
  * every entry of the file system `path` lies on (never crossing a mount) to `out` as records
  * "<type> <ctime> <path relative to />" each ended by a NUL, type as find's %y, ctime as
- * seconds.nanoseconds; remove deletes each path with everything below it, never following a
- * symlink and never descending into a mount. Both run as root, in the loop: nothing else runs
- * in the container when grading asks for them.
+ * seconds.nanoseconds; remove deletes each path with everything below it (each of `contents`:
+ * what is below it, the path kept), never following a symlink and never descending into a
+ * mount. Both run as root, in the loop: nothing else runs in the container when grading asks
+ * for them. sweep (sweep.c) kills every other process of the container, for grading in place.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -438,6 +440,7 @@ static int jbool(const jv *obj, const char *key) {
 /* ---------------------------------------------------------------- output frames */
 
 static void shutdown_now(int code);
+static void reap(void);
 
 static void write_all(const struct iovec *parts, int count) {
     struct iovec iov[3];
@@ -1187,7 +1190,7 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 /* What finished commands left running, killed when the container is short of processes
  * (fewer than `min_free` below --pids-limit), so that grading can start its own: the agent's
  * excess ends as its outcome, not as a sandbox that can no longer run anything. Waits up to
- * two seconds for the killed to be reaped (by init). */
+ * two seconds for the killed to be reaped. */
 static void reclaim_processes(long long id, const jv *req) {
     long min_free = (long)jnum(req, "min_free", 64);
     long tasks = count_tasks();
@@ -1202,7 +1205,10 @@ static void reclaim_processes(long long id, const jv *req) {
         }
         killed = kill_trees(roots, n, 0);
         free(roots);
-        for (int i = 0; i < 100 && count_tasks() + min_free > pids_limit; i++) usleep(20000);
+        for (int i = 0; i < 100 && count_tasks() + min_free > pids_limit; i++) {
+            usleep(20000);
+            reap(); /* the helper is init: the killed are zombies until it reaps them */
+        }
     }
     buf b = head(id, "done");
     bprintf(&b, ",\"tasks\":%ld,\"limit\":%ld,\"killed\":%zu", tasks, pids_limit, killed);
@@ -1270,9 +1276,15 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return 0;
 }
 
+static int remove_below(const char *path, const struct stat *st, int flag, struct FTW *at) {
+    return at->level == 0 ? 0 : remove_entry(path, st, flag, at);
+}
+
 static void remove_paths(long long id, const jv *req) {
-    const jv *paths = jget(req, "paths");
+    const jv *paths = jget(req, "paths"), *contents = jget(req, "contents");
     if (!paths || paths->type != J_ARR) return send_error(id, EINVAL, "remove needs paths", NULL);
+    if (contents && contents->type != J_ARR)
+        return send_error(id, EINVAL, "remove's contents must be a list", NULL);
     size_t removed = 0;
     walk_failed = 0;
     for (size_t i = 0; i < paths->n; i++) {
@@ -1282,10 +1294,18 @@ static void remove_paths(long long id, const jv *req) {
         if (nftw(path, remove_entry, 64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0) walk_failed++;
         if (lstat(path, &st) != 0) removed++;
     }
+    for (size_t i = 0; contents && i < contents->n; i++) {
+        const char *path = contents->kids[i].type == J_STR ? contents->kids[i].str : NULL;
+        struct stat st;
+        if (!path || *path != '/' || lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (nftw(path, remove_below, 64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0) walk_failed++;
+    }
     buf b = head(id, "done");
     bprintf(&b, ",\"removed\":%zu,\"failed\":%zu", removed, walk_failed);
     send_frame(&b, NULL, 0);
 }
+
+#include "sweep.c"
 
 static void cancel(long long id) {
     relay_cancel(id);
@@ -1325,6 +1345,8 @@ static void dispatch(const char *text, size_t text_len, const char *payload, siz
         walk_tree(id, &req);
     } else if (!strcmp(op, "remove")) {
         remove_paths(id, &req);
+    } else if (!strcmp(op, "sweep")) {
+        sweep(id, &req);
     } else if (!strcmp(op, "read_file")) {
         open_read(id, &req);
     } else if (!strcmp(op, "write_file")) {
@@ -1403,6 +1425,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--nproc-limit")) exec_nproc_limit = value;
         if (!strcmp(argv[i], "--pids-limit")) pids_limit = (long)value;
     }
+    harden_helper();
     umask(022);
     saved_ngroups = getgroups(MAX_GROUPS, saved_groups);
     if (saved_ngroups < 0) saved_ngroups = 0;

@@ -1,7 +1,7 @@
 """The clean room in place (``grading/inplace.py``) on the real engine: the agent's container,
-restarted, grades as a fresh one would, by the helper's own listing; it falls back to a fresh
-container when a watched or test file changed, and hands the verifier nothing carrying leaves
-out."""
+swept by its helper or restarted, grades as a fresh one would, by the helper's own listing; it
+falls back to a fresh container when a watched or test file changed, and hands the verifier
+nothing carrying leaves out, whatever the agent planted where a restart would empty it."""
 
 from __future__ import annotations
 
@@ -36,9 +36,11 @@ async def backend() -> DockerBackend:
     return DockerBackend()
 
 
-def in_place(trajectory: Trajectory) -> bool:
+def in_place(trajectory: Trajectory, route: str = "sweep") -> bool:
+    """Graded in the agent's container, swept (no engine restart) or restarted."""
     phases = trajectory.timings.phases
-    assert "restart" in phases, phases
+    assert "sweep" in phases, phases
+    assert ("restart" in phases) == (route == "restart"), phases
     return "carry" not in phases and "fork" not in phases  # no capture for a fresh container
 
 
@@ -103,3 +105,21 @@ async def test_the_same_grade_in_place_and_in_a_fresh_container(tmp_path: Path) 
         rewards.append((graded.reward.valid, graded.reward.value, sorted(graded.reward.flags)))
     assert rewards[0] == rewards[1]
     assert rewards[0][:2] == (True, 1.0)
+
+
+async def test_a_restart_where_the_sweep_cannot_stand_for_one_grades_the_same(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
+    """A planted reward file in a tmpfs is flagged and emptied either way; a changed ``/dev``
+    sends grading to an engine restart, with the same grade."""
+    plant = "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt; echo 1 > /dev/shm/r"
+    outcomes = []
+    for route, extra in (("sweep", "true"), ("restart", "touch /dev/planted")):
+        task = make_task(tmp_path / route)
+        steps = [bash(FIX), bash(plant), bash(extra)]
+        graded = await run_episode(backend, task, steps, episode_id=f"ep-route-{route}")
+        assert in_place(graded, route)
+        outcomes.append((graded.reward.valid, graded.reward.value, sorted(graded.reward.flags)))
+    assert outcomes[0] == outcomes[1], outcomes
+    assert outcomes[0][0], outcomes
+    assert outcomes[0][2], outcomes  # the planted reward is flagged

@@ -26,7 +26,8 @@ lengths big endian, header_len 1..1 MiB, payload_len 0..16 MiB. Every header has
   write_data  {eof}                                  more in write_data frames until eof)
   cancel      {}                                  -> nothing: kills the exec, drops the transfer
   walk        {path, out}                         -> done {entries, bytes}
-  remove      {paths}                             -> done {removed, failed}
+  remove      {paths, contents?}                  -> done {removed, failed}
+  sweep       {since}                             -> done {killed, rounds, tmpfs, residue}
   any                                             -> error {errno, message, path?} instead
 
 Many requests may be in flight at once; the helper serves them concurrently (execs side by
@@ -87,6 +88,16 @@ class ExecOutcome(BaseModel):
         if self.exit_code is not None:
             return self.exit_code
         return 128 + self.signal if self.signal else -1
+
+
+class Sweep(BaseModel):
+    """The helper's sweep: the tmpfs mounts a restart would have emptied, and what else would
+    still tell this container from a restarted one (empty: nothing)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tmpfs: list[str]
+    residue: list[str]
 
 
 class _Call:
@@ -297,6 +308,16 @@ class Channel(asyncio.Protocol):
             raise answer_error(answer, path)
         return int(answer.get("entries") or 0)
 
+    async def sweep(self, since: float) -> Sweep:
+        """Have the helper, the container's init, kill every other process (``sweep.c``)."""
+        answer, _ = await self._request({"op": "sweep", "since": since})
+        if answer.get("type") != "done":
+            raise answer_error(answer, None)
+        return Sweep(
+            tmpfs=[str(path) for path in answer.get("tmpfs") or []],
+            residue=[str(reason) for reason in answer.get("residue") or []],
+        )
+
     async def listing(self, path: str, scratch: str) -> bytes:
         """``walk`` into the file ``scratch``, read it, remove it."""
         try:
@@ -305,13 +326,15 @@ class Channel(asyncio.Protocol):
         finally:
             await self.remove([scratch])
 
-    async def remove(self, paths: Sequence[str]) -> int:
-        """Have the helper remove each absolute path with everything below it (as root, never
-        following a symlink or entering a mount); how many are gone. SandboxError when some
-        entry could not be removed."""
-        if not paths:
+    async def remove(self, paths: Sequence[str], contents: Sequence[str] = ()) -> int:
+        """Have the helper remove each absolute path with everything below it (of each of
+        ``contents``, what is below it; as root, never following a symlink or entering a
+        mount); how many of ``paths`` are gone. SandboxError when some entry could not be
+        removed."""
+        if not paths and not contents:
             return 0
-        answer, _ = await self._request({"op": "remove", "paths": list(paths)})
+        request = {"op": "remove", "paths": list(paths), "contents": list(contents)}
+        answer, _ = await self._request(request)
         if answer.get("type") != "done":
             raise answer_error(answer, None)
         if answer.get("failed"):

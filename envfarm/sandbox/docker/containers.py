@@ -1,8 +1,10 @@
 """Blocking engine calls on one container that the sandbox runs in a thread: reading a file
-or a path's archive from it (running or stopped), stopping it now, removing it later."""
+or a path's archive from it (running or stopped), stopping it now, removing it later; and the
+sandbox containers this process holds, force-removed at interpreter exit."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import tarfile
@@ -12,8 +14,35 @@ import docker.errors
 import requests
 from docker.models.containers import Container
 
-from envfarm.errors import SandboxError
+from envfarm.errors import SandboxError, SandboxGone
 from envfarm.sandbox.docker.client import docker_client
+
+live_containers: dict[str, Container] = {}
+"""The sandbox containers of this process, by id, from their creation to their removal."""
+
+
+def _remove_live_containers() -> None:
+    for container in list(live_containers.values()):
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True, v=True)
+    live_containers.clear()
+
+
+atexit.register(_remove_live_containers)
+
+
+def gone_error(container: Container, helper: str | None) -> SandboxGone | None:
+    """Why ``container`` runs no more commands, from the engine (None: it runs). Blocking."""
+    try:
+        container.reload()
+    except docker.errors.NotFound:
+        return SandboxGone("the sandbox container vanished")
+    state = container.attrs["State"]
+    if state.get("Running", False):
+        return None
+    why = "killed by the kernel's OOM killer" if state.get("OOMKilled") else "exited"
+    ended = f"; its command helper {helper} ended" if helper else ""
+    return SandboxGone(f"the sandbox container {why} (exit code {state.get('ExitCode')}{ended})")
 
 
 def read_archived(container: Container, path: str) -> bytes | None:

@@ -1,8 +1,8 @@
 """One sandbox container's ``containers.create``: the hardened defaults of ``sandbox.py`` made
 concrete (every capability dropped but the task's few, no-new-privileges, memory = memory+swap,
-CPU and pids limits, ``--init``, a disk limit where the engine enforces one), envfarm's labels
-and the helper as the main process. Created, not run: ``containers.run`` would pull a missing
-image."""
+CPU and pids limits, a disk limit where the engine enforces one), envfarm's labels and the
+helper as the main process and init (``--init`` without it). Created, not run:
+``containers.run`` would pull a missing image."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def create_container(
         cfg.image,
         command=limits.helper if cfg.channel else ["sleep", "infinity"],
         entrypoint=[],
-        init=True,
+        init=not cfg.channel,  # the helper is the container's init (sweep.c)
         hostname="sandbox",
         working_dir=cfg.workdir,
         environment=cfg.env,

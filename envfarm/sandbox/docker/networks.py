@@ -187,9 +187,9 @@ def switch_default_bridge(container_id: str, joined: bool) -> None:
         raise SandboxError(f"could not {what} the verifier phase's network: {exc}") from exc
 
 
-def switch_stopped_default_bridge(container_id: str, joined: bool) -> None:
-    """``switch_default_bridge`` for a stopped container, which may have been created without
-    a network (``none``, left for the bridge). Blocking."""
+def switch_default_bridge_from_none(container_id: str, joined: bool) -> None:
+    """``switch_default_bridge`` for a container, running or stopped, which may have been
+    created without a network (``none``, left for the bridge). Blocking."""
     if joined:
         api = docker_client().api
         try:

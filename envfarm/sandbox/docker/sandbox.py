@@ -2,12 +2,12 @@
 
 Hardened by default for untrusted model code: no network unless asked, every capability dropped
 but the few a root package install needs, no-new-privileges, memory (= memory+swap), CPU, pids
-limits, ``--init`` to reap zombies. Every container carries envfarm's labels and
-the owner's host and pid, so ``reap_orphans`` can remove what a killed run left behind; live
-containers are also tracked in-process and force-removed at interpreter exit.
+limits, an init that reaps zombies (the helper, or ``--init``). Every container carries
+envfarm's labels and the owner's host and pid, so ``reap_orphans`` can remove what a killed run
+left behind; live containers are also tracked in-process and force-removed at interpreter exit.
 
 Commands and files go through a persistent channel, not a ``docker exec`` per call: the main
-process (under docker-init) is the static helper ``sandboxd`` (``sandboxd.py`` builds and
+process, the container's init, is the static helper ``sandboxd`` (``sandboxd.py`` builds and
 provides it, ``sandbox/channel/`` speaks its protocol; docs/sandbox.md), running as root, its stdin
 and stdout attached before the container starts: a tool call is one round trip on an open
 stream. Its stdout is protocol frames, so the log driver is ``none``. When the helper ends, the
@@ -21,7 +21,8 @@ limits keep the helper alive when the agent's commands exceed them (``excess.py`
 
 The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
-For clean-room grading ``restart_clean`` kills and restarts the container (grading/inplace.py);
+For clean-room grading ``end_processes`` has the helper kill every other process, or
+``restart_clean`` kills and restarts the container (grading/inplace.py);
 ``fork_clean`` kills it, keeping it until teardown, and hands out a fresh one of the same
 configuration, started by ``prepare_fork`` as the agent stopped (it runs only the helper).
 Teardown removes the container and its forks at once: each removal is the engine deleting a
@@ -31,14 +32,14 @@ file system (about a second here), and nothing orders them.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import functools
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import docker
 import docker.errors
@@ -52,12 +53,14 @@ from envfarm.sandbox.base import (
     ProcessLogs,
     ProcessReclaim,
     Sandbox,
+    Swept,
     VerifierPhases,
 )
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker import dockerexec
-from envfarm.sandbox.docker.containers import kill_container, read_archived
+from envfarm.sandbox.docker.containers import gone_error, kill_container, read_archived
+from envfarm.sandbox.docker.containers import live_containers as _live
 from envfarm.sandbox.docker.create import create_container
 from envfarm.sandbox.docker.excess import PIDS_RESERVE
 from envfarm.sandbox.docker.limits import start_error
@@ -66,7 +69,7 @@ from envfarm.sandbox.docker.networks import (
     join_default_bridge,
     leave_default_bridge,
     switch_default_bridge,
-    switch_stopped_default_bridge,
+    switch_default_bridge_from_none,
 )
 from envfarm.sandbox.docker.runtimes import is_gvisor
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig as DockerSandboxConfig
@@ -78,21 +81,9 @@ from envfarm.sandbox.docker.sandboxd import (
     helper_mounts,
     upload_helper,
 )
+from envfarm.sandbox.docker.sweep import sweep_in_place
 
 GONE_SETTLE_S = 2.0
-
-
-_live: dict[str, Container] = {}
-
-
-def _remove_live_containers() -> None:
-    for container in list(_live.values()):
-        with contextlib.suppress(docker.errors.DockerException):
-            container.remove(force=True, v=True)
-    _live.clear()
-
-
-atexit.register(_remove_live_containers)
 
 
 class DockerSandbox(
@@ -157,9 +148,9 @@ class DockerSandbox(
         return not self.grades_in_place()
 
     def grades_in_place(self) -> bool:
-        """The helper comes from a read-only bind mount, so the restarted container's is
-        envfarm's whatever the agent wrote; no process of the image's own runs (it would start
-        again from the agent's files)."""
+        """The helper comes from a read-only bind mount, so the one a restart starts is
+        envfarm's whatever the agent wrote; no process of the image's own runs (a sweep would
+        kill it, a restart start it again from the agent's files)."""
         if not self.config.restart_clean_room or self._channel is None:
             return False
         return bool(self._helper_mounts) and self._main is None
@@ -173,9 +164,7 @@ class DockerSandbox(
             self._channel.close()
             self._channel = None
         await asyncio.to_thread(kill_container, self._container)
-        if network != self.config.network:
-            await asyncio.to_thread(switch_stopped_default_bridge, self.container_id, network)
-            self.config = self.config.model_copy(update={"network": network})
+        await self._switch_network(network)
         attach = functools.partial(attach_helper, upload=False, gvisor=self._gvisor)
         try:
             self._helper_socket = (
@@ -191,11 +180,30 @@ class DockerSandbox(
     async def _restarted(self) -> None:
         """What a restarted main container needs before grading (none here)."""
 
+    async def end_processes(self, *, since: float, network: bool) -> Swept | str:
+        """The helper's sweep (it is this container's init), where it stands for a restart;
+        then the verifier phase's network, joined or left with nothing running."""
+        try:
+            swept = await sweep_in_place(self._require_channel(), self.config, since)
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
+        if isinstance(swept, Swept) and await self._switch_network(network) and not network:
+            await self._network_taken_away()
+        return swept
+
+    async def _switch_network(self, network: bool) -> bool:
+        """Join or leave the default bridge, with nothing running; whether it changed."""
+        if network == self.config.network:
+            return False
+        await asyncio.to_thread(switch_default_bridge_from_none, self.container_id, network)
+        self.config = self.config.model_copy(update={"network": network})
+        return True
+
     async def walk_files(self) -> bytes:
         return await self._require_channel().listing("/", f"{HELPER_DIR}/walk-{uuid.uuid4().hex}")
 
-    async def remove_files(self, paths: list[str]) -> None:
-        await self._require_channel().remove(paths)
+    async def remove_files(self, paths: list[str], *, contents: Sequence[str] = ()) -> None:
+        await self._require_channel().remove(paths, contents)
 
     def _require_channel(self) -> Channel:
         if self._channel is None:
@@ -361,20 +369,11 @@ class DockerSandbox(
         raise exc
 
     async def _raise_if_gone(self, exc: Exception) -> None:
-        try:
-            state = await asyncio.to_thread(self._state)
-        except docker.errors.NotFound as gone:
-            raise SandboxGone("the sandbox container vanished") from gone
-        if not state.get("Running", False):
-            why = "killed by the kernel's OOM killer" if state.get("OOMKilled") else "exited"
-            code = state.get("ExitCode")
-            helper = f"; its command helper {HELPER_PATH} ended" if self._channel else ""
-            raise SandboxGone(f"the sandbox container {why} (exit code {code}{helper})") from exc
-
-    def _state(self) -> dict[str, Any]:
         assert self._container is not None
-        self._container.reload()
-        return dict(self._container.attrs["State"])
+        helper = HELPER_PATH if self._channel else None
+        gone = await asyncio.to_thread(gone_error, self._container, helper)
+        if gone is not None:
+            raise gone from exc
 
     async def read_file(self, path: str, *, user: str | None = None) -> bytes:
         """``user``: read with that user's permissions (default root)."""

@@ -46,8 +46,8 @@ class DockerSandboxConfig(BaseModel):
     started) as soon as this one has started, so the clean room only starts it. None: no clean
     room, or none created ahead."""
     restart_clean_room: bool = True
-    """A clean room may be this container, restarted (``DockerSandbox.restart_clean``,
-    ``grading/inplace.py``); False: always a fresh container."""
+    """A clean room may be this container, swept or restarted (``DockerSandbox.end_processes``,
+    ``restart_clean``, ``grading/inplace.py``); False: always a fresh container."""
     command: list[str] | None = None
     """The compose ``main`` service's ``command``; None: Harbor's idle command. The image's
     entrypoint and this command run as a supervised process (``mainprocess.py``); channel

@@ -60,7 +60,7 @@ BUILD_TIMEOUT_S = 900.0
 _BUILT_DIR = "/out"
 _HELPER_NAME = "sandboxd"
 _COMPAT_NAME = "gvisor-compat.so"
-_RECIPE_FILES = ("sandboxd.c", "relay.c", "gvisor_compat.c", "Dockerfile")
+_RECIPE_FILES = ("sandboxd.c", "relay.c", "sweep.c", "gvisor_compat.c", "Dockerfile")
 
 
 def recipe_dir() -> Path:
