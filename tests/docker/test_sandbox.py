@@ -118,7 +118,10 @@ async def test_hardened_defaults(base_image: str) -> None:
         attrs = docker_client().api.inspect_container(sandbox.container_id)
         assert attrs["HostConfig"]["NetworkMode"] == "none"
         assert attrs["HostConfig"]["SecurityOpt"] == ["no-new-privileges"]
-        assert attrs["HostConfig"]["Init"] is True
+        assert not attrs["HostConfig"]["Init"]  # the helper is the init, reaping zombies:
+        await sandbox.exec("(sleep 0.1 &) ; sleep 0.5")  # an orphan, re-parented to PID 1
+        states = (await sandbox.exec("cat /proc/[0-9]*/stat")).stdout
+        assert " Z " not in states, states
 
 
 async def test_network_when_the_task_asks(base_image: str) -> None:
