@@ -297,6 +297,15 @@ class Variant:
     tree: Path | None = None
 
 
+def own_recipes(tree: Path) -> None:
+    """Have a tree run by PYTHONPATH read its own ``images/`` (the helper's source among them):
+    an editable install maps ``envfarm.images`` to its own checkout, unless the tree's package
+    holds it."""
+    link = tree / "envfarm" / "images"
+    if not link.exists():
+        link.symlink_to(tree / "images")
+
+
 def run_envfarm(
     task_dirs: list[Path], concurrency: int, workdir: Path, kind: str, variant: Variant
 ) -> JobResult:
@@ -306,6 +315,7 @@ def run_envfarm(
     env = dict(os.environ)
     if variant.tree is not None:
         env["PYTHONPATH"] = str(variant.tree)
+        own_recipes(variant.tree)
     started = time.perf_counter()
     proc = subprocess.run(
         command, capture_output=True, text=True, check=False, env=env, cwd=variant.tree
