@@ -15,7 +15,13 @@ from rich.table import Table
 
 from envfarm.cli.options import judge_options, offline_option, task_paths, verifier_network_option
 from envfarm.cli.render import JobProgress, console
-from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
+from envfarm.controller.check import (
+    CheckConfig,
+    CheckEvents,
+    CheckReport,
+    check_tasks,
+    episodes_per_task,
+)
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
@@ -120,7 +126,7 @@ def check(
     if kept is not None:
         console.print(f"[dim]artifacts under {escape(str(kept.parent))}[/]")
     try:
-        with _progress(config, len(tasks)) as events:
+        with _progress(config, tasks) as events:
             report = asyncio.run(
                 check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
             )
@@ -135,25 +141,32 @@ def check(
 
 
 @contextmanager
-def _progress(config: CheckConfig, tasks: int) -> Iterator[CheckEvents]:
+def _progress(config: CheckConfig, tasks: list[Task]) -> Iterator[CheckEvents]:
     """``envfarm run``'s progress (bars on a terminal, else lines only), a line per image and
-    episode, and one per task as soon as its verdict is known."""
+    episode, and one per task as soon as its verdict is known. The stages run at once: the
+    images bar counts builds and says how many inspections are done, the episodes bar counts
+    every stage's episodes and says how far each stage is."""
     if not config.run:
         yield CheckEvents()
         return
-    per_task = config.runs + 1 + int(config.compare_modes)
+    episodes = {task.id: episodes_per_task(task, config) for task in tasks}
     progress = JobProgress(
-        console, tasks, tasks * per_task, bars=console.is_terminal, every_event=True
+        console, len(tasks), sum(episodes.values()), bars=console.is_terminal, every_event=True
     )
+    stages: dict[str, tuple[int, int]] = {}
 
     def image(task: Task, image: PreparedImage | None, error: EnvfarmError | None) -> None:
         progress.image_done(task, image, error)
         if image is None:
-            progress.skip_episodes(per_task)
+            progress.skip_episodes(episodes[task.id])
 
     def stage(name: str, done: int, total: int) -> None:
         if name == "image":
-            progress.progress.update(progress.images, note=f"inspecting {done}/{total}")
+            progress.progress.update(progress.images, note=f"inspected {done}/{total}")
+        elif name != "build":
+            stages[name] = (done, total)
+            shown = "  ".join(f"{stage} {d}/{t}" for stage, (d, t) in stages.items() if t)
+            progress.progress.update(progress.episodes, note=shown)
 
     with progress:
         yield CheckEvents(

@@ -1,13 +1,17 @@
 """``envfarm check``: prove that each task is sound before anyone trains on it.
 
 Per task: static lint (``spec.lint``), build, a look inside the image (``controller.leaks``), the
-oracle ``runs`` times and nop once, both through the same ``Job``/``EpisodeRunner`` machinery
-as ``envfarm run``. A task is *sound* when lint finds no error, the image holds neither tests
-nor answer, every oracle run reaches the maximum reward (``[metadata].max_reward``, else 1.0),
-all oracle runs agree (else the grader is flaky, and the spread is shown), and nop stays below
-the maximum. An oracle that misses the maximum is explained: the tail of the verifier's
-output and where the episode's artifacts are (``explain.py``). ``--no-run`` resolves every base
-image as a run would without a registry (``sandbox.baseimages``), pulling nothing.
+oracle ``runs`` times and nop once, through the same ``Worker``/``EpisodeRunner`` machinery as
+``envfarm run``. It is one pipeline: a task goes on as soon as its own image is built, to its
+inspection and its episodes of every stage at once (``check_stages``), and its verdict is given
+when they have all ended; the inspections and episodes of all tasks share ``concurrency``
+slots, so no slot idles while a slow task finishes a stage. A task is *sound* when lint finds
+no error, the image holds neither tests nor answer, every oracle run reaches the maximum reward
+(``[metadata].max_reward``, else 1.0), all oracle runs agree (else the grader is flaky, and the
+spread is shown), and nop stays below the maximum. An oracle that misses the maximum is
+explained: the tail of the verifier's output and where the episode's artifacts are
+(``explain.py``). ``--no-run`` resolves every base image as a run would without a registry
+(``sandbox.baseimages``), pulling nothing.
 
 What counts against the task and what against the machine: a verifier that writes no reward
 is the task's fault; a sandbox that dies, an image build that fails, a judge that is down are
@@ -25,16 +29,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envfarm.controller.check_stages import RunSettings, Stage, StageSpec, open_stages
 from envfarm.controller.explain import explain_oracle, image_findings, network_cause
-from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.leaks import inspect_image
-from envfarm.controller.runners import open_runner
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
-from envfarm.controller.verdicts import TaskCheck, judge_nop, judge_oracle
+from envfarm.controller.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError, TaskSpecError
 from envfarm.grading.base import Grader
-from envfarm.models.jobs import JobPolicy, JobRequest, JudgeRequest
+from envfarm.models.jobs import JudgeRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.baseimages import resolve_offline
@@ -91,43 +94,19 @@ class CheckReport:
 
 
 class _Counter:
+    """One stage's ``on_progress``: its total shrinks by what a failed build keeps from it."""
+
     def __init__(self, events: CheckEvents, stage: str, total: int) -> None:
         self.events, self.stage, self.total, self.done = events, stage, total, 0
         events.on_progress(stage, 0, total)
 
-    def tick(self, *_: object) -> None:
+    def tick(self) -> None:
         self.done += 1
         self.events.on_progress(self.stage, self.done, self.total)
 
-    def episode(self, trajectory: Trajectory) -> None:
-        self.events.on_episode(self.stage, trajectory)
-        self.tick()
-
-
-@dataclass
-class _Judge:
-    """Reads each built task's episodes into its verdict, once, as soon as they are all in."""
-
-    checks: dict[str, TaskCheck]
-    config: CheckConfig
-    events: CheckEvents
-    oracle: list[Trajectory] = field(default_factory=list)
-    judged: set[str] = field(default_factory=set)
-
-    def nop_done(self, task: Task, nop: list[Trajectory]) -> None:
-        if task.id in self.judged:
-            return
-        self.judged.add(task.id)
-        check = self.checks[task.id]
-        judged = self.config.judge is not None
-        runs = [t for t in self.oracle if t.task_id == task.id]
-        judge_oracle(check, runs, judged)
-        check.problems += network_cause(task, check, runs)
-        judge_nop(check, nop, judged)
-        if self.config.artifacts_dir is not None:
-            check.notes += explain_oracle(check, runs, self.config.artifacts_dir.parent)
-        if not self.config.compare_modes:
-            self.events.on_verdict(check)
+    def drop(self, count: int) -> None:
+        self.total -= count
+        self.events.on_progress(self.stage, self.done, self.total)
 
 
 async def check_tasks(
@@ -149,30 +128,28 @@ async def check_tasks(
         return report
     if backend is None:
         raise ValueError("check_tasks needs a backend to build and run tasks")
-    run_id = f"check-{uuid.uuid4().hex[:8]}"
-    images = await _build_all(tasks, backend, config, checks, events)
-    built = [task for task in tasks if task.id in images]
-    await _inspect_all(built, images, backend, config, checks, events, run_id)
-    judge = _Judge(checks, config, events)
-    judge.oracle = await _episodes("oracle", built, backend, grader, config, events, run_id)
-    by_id = {task.id: task for task in built}
-    nop = await _episodes(
-        "nop",
-        built,
-        backend,
-        grader,
-        config,
-        events,
-        run_id,
-        on_final=lambda t: judge.nop_done(by_id[t.task_id], [t]),
+    slots = asyncio.Semaphore(config.concurrency)
+    settings = RunSettings(
+        backend=backend,
+        grader=grader,
+        run_id=f"check-{uuid.uuid4().hex[:8]}",
+        slots=slots,
+        worker=WorkerConfig(
+            concurrency=config.concurrency, build_concurrency=config.build_concurrency
+        ),
+        max_retries=config.max_retries,
+        judge=config.judge,
+        artifacts_dir=config.artifacts_dir,
     )
-    for task in built:  # a task whose nop never ended (its image refused by the job)
-        judge.nop_done(task, [t for t in nop if t.task_id == task.id])
-    if config.compare_modes:
-        await _compare_modes(built, checks, backend, grader, config, events, run_id)
-        for task in built:
-            events.on_verdict(checks[task.id])
+    specs = _stage_specs(tasks, config)
+    pipeline = _Pipeline(checks, config, events, settings, specs, len(tasks))
+    async with open_stages(specs, settings, pipeline.episode_ended) as stages:
+        await asyncio.gather(*(pipeline.check(task, stages) for task in tasks))
     return report
+
+
+MODES: tuple[EnvironmentMode, ...] = ("clean", "shared")
+"""The verifier modes ``--compare-modes`` runs each task's oracle in, besides its own."""
 
 
 def in_mode(task: Task, mode: EnvironmentMode) -> Task:
@@ -180,39 +157,116 @@ def in_mode(task: Task, mode: EnvironmentMode) -> Task:
     return dataclasses.replace(task, config=task.config.model_copy(update={"verifier": verifier}))
 
 
-async def _compare_modes(
-    tasks: Sequence[Task],
-    checks: dict[str, TaskCheck],
-    backend: SandboxBackend,
-    grader: Grader,
-    config: CheckConfig,
-    events: CheckEvents,
-    run_id: str,
+def episodes_per_task(task: Task, config: CheckConfig) -> int:
+    """The episodes ``check_tasks`` runs of ``task`` once its image is built."""
+    own = task.config.verifier.environment_mode
+    return config.runs + 1 + (sum(own != m for m in MODES) if config.compare_modes else 0)
+
+
+def _stage_specs(tasks: Sequence[Task], config: CheckConfig) -> list[StageSpec]:
+    everyone = {task.id: task for task in tasks}
+    specs = [
+        StageSpec("oracle", "oracle", config.runs, everyone),
+        StageSpec("nop", "nop", 1, everyone),
+    ]
+    for mode in MODES if config.compare_modes else ():
+        variants = {
+            t.id: in_mode(t, mode) for t in tasks if t.config.verifier.environment_mode != mode
+        }
+        if variants:
+            specs.append(StageSpec(mode, "oracle", 1, variants))
+    return specs
+
+
+class _Pipeline:
+    """Each task on its own way through the stages: its build, then its image inspection and
+    its episodes of every stage at once, then its verdict; the inspections and episodes of all
+    tasks share ``config.concurrency`` slots."""
+
+    def __init__(
+        self,
+        checks: dict[str, TaskCheck],
+        config: CheckConfig,
+        events: CheckEvents,
+        settings: RunSettings,
+        specs: Sequence[StageSpec],
+        tasks: int,
+    ) -> None:
+        self.checks, self.config, self.events, self.settings = checks, config, events, settings
+        self.builds = asyncio.Semaphore(config.build_concurrency)
+        self.counters = {
+            "build": _Counter(events, "build", tasks),
+            "image": _Counter(events, "image", tasks),
+            **{s.name: _Counter(events, s.name, len(s.tasks) * s.runs) for s in specs},
+        }
+
+    def episode_ended(self, stage: str, trajectory: Trajectory) -> None:
+        self.events.on_episode(stage, trajectory)
+        self.counters[stage].tick()
+
+    async def check(self, task: Task, stages: dict[str, Stage]) -> None:
+        mine = [stage for stage in stages.values() if task.id in stage.spec.tasks]
+        image = await self._build(task)
+        if image is None:
+            self.counters["image"].drop(1)
+            for stage in mine:
+                self.counters[stage.spec.name].drop(stage.spec.runs)
+            return
+        _, runs = await asyncio.gather(self._inspect(task, image), self._episodes(task, mine))
+        _judge(task, self.checks[task.id], runs, self.config)
+        self.events.on_verdict(self.checks[task.id])
+
+    async def _episodes(self, task: Task, stages: list[Stage]) -> dict[str, list[Trajectory]]:
+        ran = await asyncio.gather(*(stage.run(task.id) for stage in stages))
+        return {stage.spec.name: runs for stage, runs in zip(stages, ran, strict=True)}
+
+    async def _build(self, task: Task) -> PreparedImage | None:
+        check = self.checks[task.id]
+        async with self.builds:
+            try:
+                image = await self.settings.backend.prepare(task)
+            except EnvfarmError as exc:
+                check.build = "failed"
+                target = check.infra if exc.infrastructure else check.problems
+                target.append(f"build: {short_error(str(exc))}")
+                self.events.on_image(task, None, exc)
+                self.events.on_verdict(check)
+                return None
+            finally:
+                self.counters["build"].tick()
+        self.events.on_image(task, image, None)
+        check.build = "cached" if image.cached else f"{image.build_s:.0f}s"
+        check.warnings += [f"build: {warning}" for warning in image.warnings]
+        return image
+
+    async def _inspect(self, task: Task, image: PreparedImage) -> None:
+        check = self.checks[task.id]
+        async with self.settings.slots:
+            try:
+                found = await inspect_image(
+                    self.settings.backend, task, image, run_id=self.settings.run_id
+                )
+                check.add_findings(found)
+            except EnvfarmError as exc:
+                check.infra.append(f"image inspection: {short_error(str(exc))}")
+            finally:
+                self.counters["image"].tick()
+
+
+def _judge(
+    task: Task, check: TaskCheck, runs: dict[str, list[Trajectory]], config: CheckConfig
 ) -> None:
-    """One more oracle run per task in each of ``clean`` and ``shared`` it is not set to."""
-    modes: tuple[EnvironmentMode, ...] = ("clean", "shared")
-    for task in tasks:
-        check = checks[task.id]
-        own = task.config.verifier.environment_mode
-        if check.oracle_rewards:
-            check.mode_rewards[own] = check.oracle_rewards[0]
-    for mode in modes:
-        variants = [in_mode(t, mode) for t in tasks if t.config.verifier.environment_mode != mode]
-        ran = await _episodes(
-            "oracle", variants, backend, grader, config, events, run_id, runs=1, stage=mode
-        )
-        for trajectory in ran:
-            value = trajectory.reward.value if trajectory.reward.valid else None
-            checks[trajectory.task_id].mode_rewards[mode] = value
-    for check in checks.values():
-        seen = check.mode_rewards
-        if len(seen) > 1 and len(set(seen.values())) > 1:
-            shown = ", ".join(f"{m} {_shown(r)}" for m, r in sorted(seen.items()))
-            check.problems.append(f"verifier modes disagree: the oracle's reward is {shown}")
-
-
-def _shown(reward: float | None) -> str:
-    return "invalid" if reward is None else f"{reward:.3g}"
+    """Read the task's episodes, stage by stage, into its check."""
+    judged = config.judge is not None
+    oracle = runs["oracle"]
+    judge_oracle(check, oracle, judged)
+    check.problems += network_cause(task, check, oracle)
+    judge_nop(check, runs["nop"], judged)
+    if config.artifacts_dir is not None:
+        check.notes += explain_oracle(check, oracle, config.artifacts_dir.parent)
+    if config.compare_modes:
+        modes: dict[str, list[Trajectory]] = {m: runs[m] for m in MODES if m in runs}
+        judge_modes(check, task.config.verifier.environment_mode, modes)
 
 
 def _static(task: Task, config: CheckConfig) -> TaskCheck:
@@ -230,108 +284,6 @@ def _static(task: Task, config: CheckConfig) -> TaskCheck:
     if not config.run:
         check.add_findings(image_findings(resolve_offline(task, config.image_exists)))
     return check
-
-
-async def _build_all(
-    tasks: Sequence[Task],
-    backend: SandboxBackend,
-    config: CheckConfig,
-    checks: dict[str, TaskCheck],
-    events: CheckEvents,
-) -> dict[str, PreparedImage]:
-    slots = asyncio.Semaphore(config.build_concurrency)
-    counter = _Counter(events, "build", len(tasks))
-    images: dict[str, PreparedImage] = {}
-
-    async def build(task: Task) -> None:
-        check = checks[task.id]
-        async with slots:
-            try:
-                image = await backend.prepare(task)
-            except EnvfarmError as exc:
-                check.build = "failed"
-                target = check.infra if exc.infrastructure else check.problems
-                target.append(f"build: {short_error(str(exc))}")
-                events.on_image(task, None, exc)
-                events.on_verdict(check)
-                return
-            finally:
-                counter.tick()
-        events.on_image(task, image, None)
-        images[task.id] = image
-        check.build = "cached" if image.cached else f"{image.build_s:.0f}s"
-        check.warnings += [f"build: {warning}" for warning in image.warnings]
-
-    await asyncio.gather(*(build(task) for task in tasks))
-    return images
-
-
-async def _inspect_all(
-    tasks: Sequence[Task],
-    images: dict[str, PreparedImage],
-    backend: SandboxBackend,
-    config: CheckConfig,
-    checks: dict[str, TaskCheck],
-    events: CheckEvents,
-    run_id: str,
-) -> None:
-    slots = asyncio.Semaphore(config.concurrency)
-    counter = _Counter(events, "image", len(tasks))
-
-    async def inspect(task: Task) -> None:
-        check = checks[task.id]
-        async with slots:
-            try:
-                check.add_findings(
-                    await inspect_image(backend, task, images[task.id], run_id=run_id)
-                )
-            except EnvfarmError as exc:
-                check.infra.append(f"image inspection: {short_error(str(exc))}")
-            finally:
-                counter.tick()
-
-    await asyncio.gather(*(inspect(task) for task in tasks))
-
-
-async def _episodes(
-    policy: str,
-    tasks: Sequence[Task],
-    backend: SandboxBackend,
-    grader: Grader,
-    config: CheckConfig,
-    events: CheckEvents,
-    run_id: str,
-    *,
-    runs: int | None = None,
-    stage: str | None = None,
-    on_final: Callable[[Trajectory], None] = lambda trajectory: None,
-) -> list[Trajectory]:
-    if not tasks:
-        return []
-    runs = runs or (config.runs if policy == "oracle" else 1)
-    counter = _Counter(events, stage or policy, len(tasks) * runs)
-
-    def ended(trajectory: Trajectory) -> None:
-        counter.episode(trajectory)
-        on_final(trajectory)
-
-    request = JobRequest(
-        tasks=[task.id for task in tasks],
-        policy=JobPolicy(base_url=policy),
-        group_size=runs,
-        max_retries=config.max_retries,
-        judge=config.judge,
-        allow_unjudged=True,
-    )
-    async with open_runner(
-        request, backend, run_id=run_id, grader=grader, artifacts_dir=config.artifacts_dir
-    ) as runner:
-        worker = WorkerConfig(
-            concurrency=config.concurrency, build_concurrency=config.build_concurrency
-        )
-        job = Job(tasks, runner, request, JobEvents(on_episode=ended), worker=worker)
-        result = await job.run()
-    return result.trajectories
 
 
 def short_error(text: str, head: int = 2, tail: int = 10) -> str:

@@ -6,6 +6,7 @@ are advice. The rules are pure functions of the trajectories, so they are tested
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Literal
 
@@ -200,3 +201,23 @@ def judge_nop(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None:
             f"nop passes: doing nothing scores {_fmt(reward.value)}, the maximum; the tests "
             "do not tell a solved task from an untouched one"
         )
+
+
+def judge_modes(check: TaskCheck, own: str, runs: Mapping[str, list[Trajectory]]) -> None:
+    """``--compare-modes``: the oracle's reward must not depend on the verifier mode. ``own``:
+    the task's mode (its reward is the first oracle run's); ``runs``: the oracle's runs in
+    each other mode."""
+    if check.oracle_rewards:
+        check.mode_rewards[own] = check.oracle_rewards[0]
+    for mode, trajectories in runs.items():
+        for trajectory in trajectories:
+            value = trajectory.reward.value if trajectory.reward.valid else None
+            check.mode_rewards[mode] = value
+    seen = check.mode_rewards
+    if len(seen) > 1 and len(set(seen.values())) > 1:
+        shown = ", ".join(f"{m} {_shown(r)}" for m, r in sorted(seen.items()))
+        check.problems.append(f"verifier modes disagree: the oracle's reward is {shown}")
+
+
+def _shown(reward: float | None) -> str:
+    return "invalid" if reward is None else f"{reward:.3g}"

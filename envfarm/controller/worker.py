@@ -97,6 +97,9 @@ class Worker:
     events: WorkerEvents = field(default_factory=WorkerEvents)
     admission: Admission | None = None
     """Host admission: an episode starts only when the host has its CPU and memory to spare."""
+    slots: asyncio.Semaphore | None = None
+    """Held by each episode while it runs, besides ``concurrency``: a limit this worker shares
+    with other work of its process (``envfarm check``: its other stages, image inspections)."""
     id: str = field(default_factory=lambda: f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
 
     def __post_init__(self) -> None:
@@ -252,9 +255,17 @@ class Worker:
             if self.admission is not None
             else contextlib.nullcontext()
         )
-        async with admitted:
+        async with self._slot(), admitted:
             trajectory = await runtime.runner.run(request)
         await self._finish(lease, trajectory, runtime.request.max_retries)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        if self.slots is None:
+            yield
+            return
+        async with self.slots:
+            yield
 
     async def _finish(self, lease: Lease, trajectory: Trajectory, max_retries: int) -> None:
         """Record the attempt (final unless a retryable fault has retries left), then tell."""
