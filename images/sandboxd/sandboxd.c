@@ -27,7 +27,7 @@
  *   reclaim_processes {min_free?}                   -> done {tasks, limit, killed}
  *   walk        {path, out}                         -> done {entries, bytes}
  *   remove      {paths, contents?}                  -> done {removed, failed}
- *   sweep       {since}                             -> done {killed, rounds, tmpfs, residue}
+ *   sweep       {since}                             -> done {rounds, tmpfs, residue}
  *   any                                             -> error {errno, message, path?} instead
  *
  * Requests are served concurrently: execs run side by side, reads send one chunk per turn of

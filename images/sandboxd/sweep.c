@@ -3,7 +3,7 @@
  * container's init (PID 1), so that the agent's container can be its own clean room without
  * the engine restarting it (envfarm/grading/inplace.py). Included by sandboxd.c.
  *
- *   sweep {since}   -> done {killed, rounds, tmpfs: [mount point], residue: [reason]}
+ *   sweep {since}   -> done {rounds, tmpfs: [mount point], residue: [reason]}
  *                      error ENOTSUP when the helper is not PID 1
  *                      error EBUSY when some process outlived SIGKILL for SWEEP_LIMIT_S
  *
@@ -125,10 +125,10 @@ static void sweep_mount(char *line, buf *tmpfs, size_t *ntmpfs) {
 static void sweep(long long id, const jv *req) {
     if (getpid() != 1) return send_error(id, ENOTSUP, "the helper is not the container's init", NULL);
     sweep_since = jnum(req, "since", 0);
-    size_t killed = 0, rounds = 0;
+    size_t rounds = 0; /* kill(-1)s until none was left to signal */
     int left = 1;
     for (double deadline = now_s() + SWEEP_LIMIT_S; left && now_s() < deadline; rounds++) {
-        if (kill(-1, SIGKILL) == 0) killed++;
+        kill(-1, SIGKILL);
         reap();
         left = !(kill(-1, 0) != 0 && errno == ESRCH);
         if (left) usleep(1000);
@@ -147,7 +147,7 @@ static void sweep(long long id, const jv *req) {
         add_residue("System V IPC objects", NULL);
     if (has_entries("/dev/mqueue")) add_residue("POSIX message queues", NULL);
     buf b = head(id, "done");
-    bprintf(&b, ",\"killed\":%zu,\"rounds\":%zu,\"tmpfs\":[", killed, rounds);
+    bprintf(&b, ",\"rounds\":%zu,\"tmpfs\":[", rounds);
     if (tmpfs.n) bput(&b, tmpfs.d, tmpfs.n);
     bputs(&b, "],\"residue\":[");
     if (residue.n) bput(&b, residue.d, residue.n);

@@ -27,7 +27,7 @@ lengths big endian, header_len 1..1 MiB, payload_len 0..16 MiB. Every header has
   cancel      {}                                  -> nothing: kills the exec, drops the transfer
   walk        {path, out}                         -> done {entries, bytes}
   remove      {paths, contents?}                  -> done {removed, failed}
-  sweep       {since}                             -> done {killed, rounds, tmpfs, residue}
+  sweep       {since}                             -> done {rounds, tmpfs, residue}
   any                                             -> error {errno, message, path?} instead
 
 Many requests may be in flight at once; the helper serves them concurrently (execs side by
