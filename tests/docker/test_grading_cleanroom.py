@@ -105,8 +105,8 @@ async def test_what_the_agent_plants_outside_the_workdir_never_reaches_the_verif
     assert (graded.reward.valid, graded.reward.value) == (True, 0.0), graded.reward
     assert flag in graded.reward.flags
     assert "tamper:carry_withheld" in graded.reward.flags
-    # the watched path needs the image's copy: a fresh container, not the agent's restarted
-    assert {"restart", "fork"} <= set(graded.timings.phases)
+    # the watched path needs the image's copy: a fresh container, not the agent's swept
+    assert {"sweep", "fork"} <= set(graded.timings.phases)
     statuses = {t.name: t.status for t in graded.reward.tests}
     assert statuses.get("test_calc::test_add") == "failed", graded.reward
 
