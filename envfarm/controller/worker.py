@@ -255,17 +255,9 @@ class Worker:
             if self.admission is not None
             else contextlib.nullcontext()
         )
-        async with self._slot(), admitted:
+        async with self.slots or contextlib.nullcontext(), admitted:
             trajectory = await runtime.runner.run(request)
         await self._finish(lease, trajectory, runtime.request.max_retries)
-
-    @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        if self.slots is None:
-            yield
-            return
-        async with self.slots:
-            yield
 
     async def _finish(self, lease: Lease, trajectory: Trajectory, max_retries: int) -> None:
         """Record the attempt (final unless a retryable fault has retries left), then tell."""

@@ -44,9 +44,9 @@
  * cancel the helper stops (SIGSTOP) the process group, every process of the session and every
  * descendant, rescans until nothing new turns up, then SIGKILLs them all; a process that left
  * with setsid and whose parent was already gone has been re-parented to the helper and is not
- * caught (only `sweep` catches everything). As init, the helper reaps every orphan. Failures to set up the command (unknown
- * user, missing directory, fork) end it with exit code 126 and a message on stderr, 127 when
- * the program does not exist, as `docker exec` does.
+ * caught (only `sweep` catches everything). As init, the helper reaps every orphan. Failures
+ * to set up the command (unknown user, missing directory, fork) end it with exit code 126 and
+ * a message on stderr, 127 when the program does not exist, as `docker exec` does.
  *
  * Files: read_file and write_file act as `user` when given (its groups, then its effective gid
  * and uid, the real and saved ids staying root so the helper can switch back; setfsuid would
@@ -56,9 +56,9 @@
  * it over the target: readers never see a partial file.
  *
  * Ending: EOF on stdin (envfarm went away) kills every exec and exits 0. SIGTERM, SIGINT,
- * SIGHUP or SIGQUIT (what the engine sends to stop the container) refuse new requests, let running
- * execs finish for up to two seconds so their results are delivered, then exit 128+signal,
- * which stops the container.
+ * SIGHUP or SIGQUIT (what the engine sends to stop the container) refuse new requests, let
+ * running execs finish for up to two seconds so their results are delivered, then exit
+ * 128+signal, which stops the container.
  *
  * The agent's excess is its own: every exec runs with oom_score_adj 1000, so the kernel's OOM
  * killer takes a command before the helper, and with `--memory-limit-mb N` each exec's address

@@ -123,7 +123,8 @@ static void sweep_mount(char *line, buf *tmpfs, size_t *ntmpfs) {
 }
 
 static void sweep(long long id, const jv *req) {
-    if (getpid() != 1) return send_error(id, ENOTSUP, "the helper is not the container's init", NULL);
+    if (getpid() != 1)
+        return send_error(id, ENOTSUP, "the helper is not the container's init", NULL);
     sweep_since = jnum(req, "since", 0);
     size_t rounds = 0; /* kill(-1)s until none was left to signal */
     int left = 1;

@@ -52,7 +52,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import SandboxError, SandboxGone
 from envfarm.sandbox.channel.protocol import STDOUT, FrameDecoder, StreamDemuxer, frame_head
@@ -96,8 +96,8 @@ class Sweep(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    tmpfs: list[str]
-    residue: list[str]
+    tmpfs: list[str] = Field(default_factory=list)
+    residue: list[str] = Field(default_factory=list)
 
 
 class _Call:
@@ -313,10 +313,7 @@ class Channel(asyncio.Protocol):
         answer, _ = await self._request({"op": "sweep", "since": since})
         if answer.get("type") != "done":
             raise answer_error(answer, None)
-        return Sweep(
-            tmpfs=[str(path) for path in answer.get("tmpfs") or []],
-            residue=[str(reason) for reason in answer.get("residue") or []],
-        )
+        return Sweep.model_validate(answer)
 
     async def listing(self, path: str, scratch: str) -> bytes:
         """``walk`` into the file ``scratch``, read it, remove it."""

@@ -68,7 +68,6 @@ from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, image_conf
 from envfarm.sandbox.docker.networks import (
     join_default_bridge,
     leave_default_bridge,
-    switch_default_bridge,
     switch_default_bridge_from_none,
 )
 from envfarm.sandbox.docker.runtimes import is_gvisor
@@ -187,12 +186,13 @@ class DockerSandbox(
             swept = await sweep_in_place(self._require_channel(), self.config, since)
         except SandboxGone as exc:
             await self._explain_gone(exc)
-        if isinstance(swept, Swept) and await self._switch_network(network) and not network:
-            await self._network_taken_away()
+        if isinstance(swept, Swept):
+            await self.enter_verifier_phase(network=network)
         return swept
 
     async def _switch_network(self, network: bool) -> bool:
-        """Join or leave the default bridge, with nothing running; whether it changed."""
+        """Join or leave the default bridge (leaving ``none`` first, for a container created
+        there); whether it changed."""
         if network == self.config.network:
             return False
         await asyncio.to_thread(switch_default_bridge_from_none, self.container_id, network)
@@ -308,12 +308,7 @@ class DockerSandbox(
     async def enter_verifier_phase(self, *, network: bool) -> None:
         """Join or leave the default bridge (an environment network and its sidecars stay as
         they are)."""
-        if self._container is None or network == self.config.network:
-            return
-        public = network
-        await asyncio.to_thread(switch_default_bridge, self.container_id, public)
-        self.config = self.config.model_copy(update={"network": public})
-        if not public:
+        if self._container is not None and await self._switch_network(network) and not network:
             await self._network_taken_away()
 
     async def _network_taken_away(self) -> None:
