@@ -267,8 +267,8 @@ class EpisodeGrading:
         return in_place_grading(self.sandbox)
 
     async def _after_agent_in_place(self, turns: list[Turn], sandbox: InPlaceGrading) -> None:
-        """The agent's processes ended; the second snapshot and the helper's walk side by side
-        (before the tmpfs mounts, where a reward file may have been planted, are emptied, or
+        """The agent's processes ended; the second snapshot, the helper's walk and the switch to
+        the verifier's network side by side (before the tmpfs mounts, where a reward file may have been planted, are emptied, or
         the restart that empties them when the sweep cannot stand for one); then grade in
         place when nothing needs the image's copy of a file, else capture from this container
         (nothing of the agent's runs there now) for a fresh one."""
@@ -276,10 +276,12 @@ class EpisodeGrading:
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
         since = self.listing.now - SWEEP_MARGIN_S
         with self._timed("sweep"):
-            swept = await sandbox.end_processes(since=since, network=self.verifier_network)
+            swept = await sandbox.end_processes(since=since)
         listed: Listing | None = None
         if isinstance(swept, Swept):
-            after, listed = await asyncio.gather(self._snapshot_after(), self._walk(sandbox))
+            after, listed, _ = await asyncio.gather(
+                self._snapshot_after(), self._walk(sandbox), self._enter_verifier_network()
+            )
             with self._timed("walk"):
                 await sandbox.remove_files([], contents=swept.tmpfs)
         else:
@@ -307,6 +309,10 @@ class EpisodeGrading:
         changes = await self._read_changes()
         assert changes is not None
         await self._plan_carry(changes, after)
+
+    async def _enter_verifier_network(self) -> None:
+        with self._timed("network"):
+            await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
 
     async def _walk(self, sandbox: InPlaceGrading) -> Listing:
         assert self.listing is not None

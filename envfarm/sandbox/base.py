@@ -149,11 +149,13 @@ class InPlaceGrading(ABC):
         once the sandbox has started)."""
 
     @abstractmethod
-    async def end_processes(self, *, since: float, network: bool) -> Swept | str:
+    async def end_processes(self, *, since: float) -> Swept | str:
         """Kill every process but the helper's own, without a restart. ``Swept`` when that
-        leaves what ``restart_clean(network=network)`` would (nothing of the system but the
-        files changed after ``since``, the container's clock, tells them apart); else why only
-        a restart will do (the processes are killed all the same)."""
+        leaves what ``restart_clean`` would once the verifier phase's network is entered
+        (``VerifierPhases.enter_verifier_phase``, which may run beside reads of the files:
+        nothing of the agent's runs then) and the ``tmpfs`` emptied: nothing of the system but
+        the files changed after ``since``, the container's clock, tells them apart. Else why
+        only a restart will do (the processes are killed all the same)."""
 
     @abstractmethod
     async def restart_clean(self, *, network: bool) -> None:

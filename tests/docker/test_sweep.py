@@ -47,7 +47,7 @@ async def test_the_sweep_kills_every_process_but_the_helper(base_image: str) -> 
             " trap '' TERM HUP INT; true"
         )
         assert len(await _others(sandbox)) >= 6
-        swept = await sandbox.end_processes(since=since, network=False)
+        swept = await sandbox.end_processes(since=since)
         assert isinstance(swept, Swept), swept
         assert await _others(sandbox) == []
         assert (await sandbox.exec("echo alive")).stdout == "alive\n"
@@ -71,7 +71,7 @@ async def test_the_sweep_names_the_tmpfs_a_restart_would_empty(base_image: str) 
         await sandbox.exec(
             "echo planted > /dev/shm/reward && mkdir /dev/shm/d && touch /dev/shm/d/f"
         )
-        swept = await sandbox.end_processes(since=since, network=False)
+        swept = await sandbox.end_processes(since=since)
         assert isinstance(swept, Swept), swept
         assert "/dev/shm" in swept.tmpfs
         assert not [m for m in swept.tmpfs if m == "/dev" or m.startswith(("/proc", "/sys"))]
@@ -93,11 +93,11 @@ async def test_what_only_a_restart_resets_sends_grading_to_one(
 ) -> None:
     async with _sandbox(base_image, "residue") as sandbox:
         since = await container_clock(sandbox) - SWEEP_MARGIN_S
-        untouched = await sandbox.end_processes(since=since, network=False)
+        untouched = await sandbox.end_processes(since=since)
         assert isinstance(untouched, Swept), untouched
         done = await sandbox.exec(planted)
         assert done.exit_code == 0, done.stderr
-        swept = await sandbox.end_processes(since=since, network=False)
+        swept = await sandbox.end_processes(since=since)
         assert isinstance(swept, str)
         assert reason in swept
 
@@ -106,6 +106,8 @@ async def test_the_verifier_phase_network_is_joined_after_the_sweep(base_image: 
     async with _sandbox(base_image, "network", verifier_network=True) as sandbox:
         assert "00000000" not in (await sandbox.exec("cat /proc/net/route")).stdout
         since = await container_clock(sandbox) - SWEEP_MARGIN_S
-        swept = await sandbox.end_processes(since=since, network=True)
+        swept = await sandbox.end_processes(since=since)
         assert isinstance(swept, Swept), swept
+        assert "00000000" not in (await sandbox.exec("cat /proc/net/route")).stdout
+        await sandbox.enter_verifier_phase(network=True)
         assert "00000000" in (await sandbox.exec("cat /proc/net/route")).stdout  # a default route

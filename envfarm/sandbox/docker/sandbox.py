@@ -179,16 +179,12 @@ class DockerSandbox(
     async def _restarted(self) -> None:
         """What a restarted main container needs before grading (none here)."""
 
-    async def end_processes(self, *, since: float, network: bool) -> Swept | str:
-        """The helper's sweep (it is this container's init), where it stands for a restart;
-        then the verifier phase's network, joined or left with nothing running."""
+    async def end_processes(self, *, since: float) -> Swept | str:
+        """The helper's sweep (it is this container's init), where it stands for a restart."""
         try:
-            swept = await sweep_in_place(self._require_channel(), self.config, since)
+            return await sweep_in_place(self._require_channel(), self.config, since)
         except SandboxGone as exc:
             await self._explain_gone(exc)
-        if isinstance(swept, Swept):
-            await self.enter_verifier_phase(network=network)
-        return swept
 
     async def _switch_network(self, network: bool) -> bool:
         """Join or leave the default bridge (leaving ``none`` first, for a container created
