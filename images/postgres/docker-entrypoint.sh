@@ -9,6 +9,11 @@
 #   `command: -c key=value` (arguments starting with "-") become server options.
 # While the init scripts run, the server listens on a private socket only, so a healthcheck
 # such as `pg_isready -U postgres` passes once the real server is up, not before.
+# The first start does not wait for the disk: initdb runs with --no-sync and the init scripts'
+# server with fsync off (the official image syncs both). Nothing of a sandbox's database
+# outlives a crash of its host, and every page is still written, to the kernel's cache the real
+# server reads; this about halves the time to healthy (2.0 -> 1.1 s on a 2-core VM). The real
+# server keeps fsync as configured.
 set -Eeuo pipefail
 
 log() { printf 'postgres-entrypoint: %s\n' "$*" >&2; }
@@ -80,13 +85,13 @@ MSG
         args+=(--pwfile="$pwfile")
     fi
     # shellcheck disable=SC2086  # POSTGRES_INITDB_ARGS is a list of words, as in the official image
-    initdb "${args[@]}" ${POSTGRES_INITDB_ARGS:-}
+    initdb --no-sync "${args[@]}" ${POSTGRES_INITDB_ARGS:-}
     [ -n "$pwfile" ] && rm -f "$pwfile"
     printf '\nhost all all all %s\n' "$auth" >>"$PGDATA/pg_hba.conf"
 
     local sockets
     sockets="$(mktemp -d)"
-    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -k $sockets" start
+    pg_ctl -D "$PGDATA" -w -o "-c listen_addresses='' -c fsync=off -k $sockets" start
     export PGHOST="$sockets" PGPORT="${PGPORT:-5432}" PGPASSWORD="${POSTGRES_PASSWORD:-}"
 
     if [ "$POSTGRES_DB" != postgres ]; then

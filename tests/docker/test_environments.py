@@ -122,6 +122,8 @@ async def test_postgres_service_honours_the_official_conventions(tmp_path: Path)
             sandbox, "PGPASSWORD=s3cret psql -h db -U app -d shop -tAc 'SELECT current_user'"
         )
         assert user == "app"
+        fsync = "PGPASSWORD=s3cret psql -h db -U app -d shop -tAc 'SHOW fsync'"
+        assert await run(sandbox, fsync) == "on"  # only the first start's init skips syncs
 
 
 async def test_postgres_defaults_and_trust_mode(tmp_path: Path) -> None:

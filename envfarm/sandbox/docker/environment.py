@@ -295,17 +295,20 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         return await _blocking(read_path_archive, container_id, path, max_bytes)
 
     async def _teardown(self) -> None:
+        """The main container and the sidecars at once (each removal is the engine deleting a
+        file system), then what they were attached to."""
         errors: list[SandboxError] = []
-        try:
-            await super()._teardown()
-        except SandboxError as exc:
-            errors.append(exc)
         ids = list(self.sidecar_ids.values())
-        for outcome in await asyncio.gather(
-            *(_blocking(sidecars.remove_container, i) for i in ids), return_exceptions=True
-        ):
+        outcomes = await asyncio.gather(
+            super()._teardown(),
+            *(_blocking(sidecars.remove_container, i) for i in ids),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
             if isinstance(outcome, SandboxError):
                 errors.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
         self.sidecar_ids.clear()
         try:  # the network, the volumes, and anything a cancelled start created unrecorded
             await _blocking(sidecars.sweep, self.env_id)

@@ -189,7 +189,8 @@ def switch_default_bridge(container_id: str, joined: bool) -> None:
 
 def switch_default_bridge_from_none(container_id: str, joined: bool) -> None:
     """``switch_default_bridge`` for a container, running or stopped, which may have been
-    created without a network (``none``, left for the bridge). Blocking."""
+    created without a network (``none``: a sandbox whose agent has none, whose verifier has
+    the bridge), which it leaves first. Blocking."""
     if joined:
         api = docker_client().api
         try:

@@ -67,7 +67,6 @@ from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, image_config, main_argv
 from envfarm.sandbox.docker.networks import (
     join_default_bridge,
-    leave_default_bridge,
     switch_default_bridge_from_none,
 )
 from envfarm.sandbox.docker.runtimes import is_gvisor
@@ -276,14 +275,13 @@ class DockerSandbox(
     def _create_container(self) -> Container:
         """Create, not run: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
-        network = cfg.network or self._network_changes()
-        container = create_container(cfg, self._helper_mounts, network=network, gvisor=self._gvisor)
+        container = create_container(
+            cfg, self._helper_mounts, network=cfg.network, gvisor=self._gvisor
+        )
         _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:
                 join_default_bridge(container.id or "")
-            elif cfg.network_name is None and self._network_changes() and not cfg.network:
-                leave_default_bridge(container.id or "")  # joined at the verifier phase
             if self._helper is not None and cfg.channel:
                 attached = attach_helper(
                     container, self._helper, upload=not self._helper_mounts, gvisor=self._gvisor
@@ -296,10 +294,6 @@ class DockerSandbox(
             _live.pop(str(container.id), None)
             raise
         return container
-
-    def _network_changes(self) -> bool:
-        cfg = self.config
-        return cfg.verifier_network is not None and cfg.verifier_network != cfg.network
 
     async def enter_verifier_phase(self, *, network: bool) -> None:
         """Join or leave the default bridge (an environment network and its sidecars stay as
