@@ -406,7 +406,7 @@ def _systems(results: list[JobResult]) -> list[str]:
 
 def phase_table(results: list[JobResult], kind: str) -> list[str]:
     rows = [f"  {'system':<16} {'episode':>8} " + " ".join(f"{p:>9}" for p in PHASES)]
-    for system in _systems(results):
+    for system in _systems([r for r in results if r.kind == kind]):
         episodes = [e for r in results if r.system == system and r.kind == kind for e in r.episodes]
         cells = [f"{_median([e.phases.get(p, 0.0) for e in episodes]):>8.2f}s" for p in PHASES]
         total = _median([e.total for e in episodes])

@@ -45,6 +45,8 @@ from envfarm.grading.carry import (
 from envfarm.grading.scope import CarryScope
 from envfarm.sandbox.base import InPlaceGrading
 
+NAMED_PATHS = 5
+"""How many of the paths that send grading to a fresh container its note names."""
 SWEEP_MARGIN_S = 0.05
 """How long before the listing's clock the sweep counts a change to ``/dev`` or a bind-mounted
 file as the agent's: the kernel dates files by a clock up to a tick behind (the runtime made
@@ -76,8 +78,8 @@ async def settle_in_place(
     try:
         after = listed or await walk(sandbox, before)
         planned = await asyncio.to_thread(plan_in_place, before, after, scope)
-        if planned is None:
-            return "the agent changed or deleted a test file or a watched path"
+        if isinstance(planned, str):
+            return planned
         await sandbox.remove_files(planned.remove)
     except SandboxGone:
         raise
@@ -86,11 +88,15 @@ async def settle_in_place(
     return planned
 
 
-def plan_in_place(before: Listing, after: Listing, scope: CarryScope) -> InPlace | None:
-    """What grading in place needs done, or None when only a fresh container can grade."""
+def plan_in_place(before: Listing, after: Listing, scope: CarryScope) -> InPlace | str:
+    """What grading in place needs done, or why only a fresh container can grade: the paths
+    that need the image's copy."""
     plan = plan_changes(before, after, scope)
     if plan.withheld or plan.restored:
-        return None
+        paths = [f"/{path}" for path in sorted({*plan.restored, *(p for p, _ in plan.withheld)})]
+        shown = ", ".join(paths[:NAMED_PATHS])
+        more = f" and {len(paths) - NAMED_PATHS} more" if len(paths) > NAMED_PATHS else ""
+        return f"the agent changed or deleted a test file or a watched path ({shown}{more})"
     carry = WorkspaceCarry(
         workdir=before.workdir,
         archive=None,

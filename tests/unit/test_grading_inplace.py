@@ -74,12 +74,27 @@ def test_a_changed_test_or_watched_file_needs_a_fresh_container() -> None:
         {"app": "d", "app/test_calc.py": "f", "usr/local/bin/python3": "f"},
         {"app": ("d", OLD), "app/test_calc.py": ("f", NEW), "usr/local/bin/python3": ("f", OLD)},
     )
-    assert plan_in_place(before, after, scope) is None
+    why = plan_in_place(before, after, scope)
+    assert isinstance(why, str)
+    assert why.endswith("(/app/test_calc.py)")  # the note names what needs the image's copy
     before, after, scope = listings(
         {"app": "d", "usr/local/bin": "d", "usr/local/bin/python3": "f"},
         {"app": ("d", OLD), "usr/local/bin": ("d", NEW)},  # python3 deleted
     )
-    assert plan_in_place(before, after, scope) is None
+    why = plan_in_place(before, after, scope)
+    assert isinstance(why, str)
+    assert "(/usr/local/bin/python3)" in why
+
+
+def test_the_fresh_container_note_names_a_few_paths_and_counts_the_rest() -> None:
+    tests = {f"app/test_{i}.py": "f" for i in range(8)}
+    before, after, scope = listings(
+        {"app": "d", **tests}, {"app": ("d", OLD), **{p: ("f", NEW) for p in tests}}
+    )
+    why = plan_in_place(before, after, scope)
+    assert isinstance(why, str)
+    assert "/app/test_0.py, /app/test_1.py" in why
+    assert why.endswith("and 3 more)")
 
 
 def test_grading_in_place_records_what_carrying_would_have_given() -> None:
@@ -93,7 +108,7 @@ def test_grading_in_place_records_what_carrying_would_have_given() -> None:
         },
     )
     planned = plan_in_place(before, after, scope)
-    assert planned is not None
+    assert not isinstance(planned, str), planned
     assert planned.carry.carried == ["app/calc.py", "etc", "etc/new"]
     assert planned.carry.deleted == ["etc/old"]
     assert planned.carry.archive is None
