@@ -89,7 +89,7 @@ def test_a_changed_test_or_watched_file_needs_a_fresh_container() -> None:
 def test_the_fresh_container_note_names_a_few_paths_and_counts_the_rest() -> None:
     tests = {f"app/test_{i}.py": "f" for i in range(8)}
     before, after, scope = listings(
-        {"app": "d", **tests}, {"app": ("d", OLD), **{p: ("f", NEW) for p in tests}}
+        {"app": "d", **tests}, {"app": ("d", OLD), **dict.fromkeys(tests, ("f", NEW))}
     )
     why = plan_in_place(before, after, scope)
     assert isinstance(why, str)
