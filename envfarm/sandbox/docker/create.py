@@ -30,8 +30,8 @@ from envfarm.sandbox.docker.storage import storage_options
 def create_container(
     cfg: DockerSandboxConfig, helper_mounts: list[Mount], *, network: bool, gvisor: bool
 ) -> Container:
-    """Blocking. ``network``: created on the default bridge (the agent's phase may still leave
-    it before the start)."""
+    """Blocking. ``network``: created on the default bridge, else on ``none`` (or, with
+    ``cfg.network_name``, on the environment's network alone)."""
     kwargs: dict[str, Any] = {}
     if cfg.runtime:
         kwargs["runtime"] = cfg.runtime
