@@ -141,8 +141,10 @@ static void sweep(long long id, const jv *req) {
     sweep_nresidue = 0;
     FILE *mounts = fopen("/proc/self/mountinfo", "re");
     if (!mounts) add_residue("unreadable", "/proc/self/mountinfo");
-    char line[8192];
-    while (mounts && fgets(line, sizeof line, mounts)) sweep_mount(line, &tmpfs, &ntmpfs);
+    char *line = NULL; /* a line of any length: overlay's lists every lower layer */
+    size_t capacity = 0;
+    while (mounts && getline(&line, &capacity, mounts) > 0) sweep_mount(line, &tmpfs, &ntmpfs);
+    free(line);
     if (mounts) fclose(mounts);
     if (ipc_objects("shm") || ipc_objects("sem") || ipc_objects("msg"))
         add_residue("System V IPC objects", NULL);
