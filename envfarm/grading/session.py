@@ -270,9 +270,8 @@ class EpisodeGrading:
         """The agent's processes ended; the second snapshot, the helper's walk and the switch to
         the verifier's network side by side (before the tmpfs mounts, where a reward file may
         have been planted, are emptied, or the restart that empties them when the sweep cannot
-        stand for one); then grade in
-        place when nothing needs the image's copy of a file, else capture from this container
-        (nothing of the agent's runs there now) for a fresh one."""
+        stand for one); then grade in place when nothing needs the image's copy of a file, else
+        capture from this container (nothing of the agent's runs there now) for a fresh one."""
         assert self.listing is not None
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
         since = self.listing.now - SWEEP_MARGIN_S

@@ -28,9 +28,9 @@ from envfarm.sandbox.docker.storage import storage_options
 
 
 def create_container(
-    cfg: DockerSandboxConfig, helper_mounts: list[Mount], *, network: bool, gvisor: bool
+    cfg: DockerSandboxConfig, helper_mounts: list[Mount], *, gvisor: bool
 ) -> Container:
-    """Blocking. ``network``: created on the default bridge, else on ``none`` (or, with
+    """Blocking. On the default bridge when ``cfg.network``, else on ``none`` (with
     ``cfg.network_name``, on the environment's network alone)."""
     kwargs: dict[str, Any] = {}
     if cfg.runtime:
@@ -52,7 +52,7 @@ def create_container(
         working_dir=cfg.workdir,
         environment=cfg.env,
         volumes=cfg.volumes,
-        **network_options(network, cfg.network_name, cfg.network_aliases),
+        **network_options(cfg.network, cfg.network_name, cfg.network_aliases),
         cap_drop=["ALL"],
         cap_add=cfg.cap_add,
         security_opt=["no-new-privileges"],

@@ -275,9 +275,7 @@ class DockerSandbox(
     def _create_container(self) -> Container:
         """Create, not run: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
-        container = create_container(
-            cfg, self._helper_mounts, network=cfg.network, gvisor=self._gvisor
-        )
+        container = create_container(cfg, self._helper_mounts, gvisor=self._gvisor)
         _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:
