@@ -33,6 +33,7 @@ from envfarm.spec.task import Task, load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.waiting import until
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 CHROOT = shutil.which("chroot") or "chroot"
@@ -207,7 +208,7 @@ async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes
     }
     assert grader.files["/tmp"] == {}
     assert not any("sitecustomize" in c for c in grader.commands)
-    assert not agent_fs.root.exists()  # the agent's container ended with its pod
+    await until(lambda: not agent_fs.root.exists())  # the agent's container ends with its pod
     with pytest.raises(SandboxError, match="stopped for its clean-room verifier"):
         await sandbox.exec("true")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from envfarm.spec.task import load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.waiting import until
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 NS = "envfarm-sandboxes"
@@ -76,21 +76,13 @@ class Farm:
         )
 
 
-async def eventually(predicate: Callable[[], object], attempts: int = 4000) -> None:
-    for _ in range(attempts):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition never held")
-
-
 @pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
 async def test_the_pool_holds_its_replicas_through_deletions_and_scales_when_patched(
     cached: bool,
 ) -> None:
     async with Farm(cached) as farm:
         await farm.pool("warm", 3)
-        await eventually(lambda: farm.settled("warm", 3))
+        await until(lambda: farm.settled("warm", 3))
         status = (await farm.api.get(ENV_POOLS, NS, "warm"))["status"]
         assert status["selector"] == f"{POOL_LABEL}=warm"
         assert [c["type"] for c in status["conditions"]] == ["Ready"]
@@ -98,13 +90,13 @@ async def test_the_pool_holds_its_replicas_through_deletions_and_scales_when_pat
         first = {p["metadata"]["name"] for p in farm.members("warm")}
         victim = sorted(first)[0]
         await farm.api.delete(PODS, NS, victim)
-        await eventually(lambda: farm.settled("warm", 3) and victim not in _names(farm, "warm"))
+        await until(lambda: farm.settled("warm", 3) and victim not in _names(farm, "warm"))
         await farm.api.patch(ENV_POOLS, NS, "warm", {"spec": {"replicas": 5}}, subresource="scale")
-        await eventually(lambda: farm.settled("warm", 5))
+        await until(lambda: farm.settled("warm", 5))
         scale = await farm.api.get(ENV_POOLS, NS, "warm", subresource="scale")
         assert scale["status"] == {"replicas": 5, "selector": f"{POOL_LABEL}=warm"}
         await farm.api.patch(ENV_POOLS, NS, "warm", {"spec": {"replicas": 2}})
-        await eventually(lambda: farm.settled("warm", 2) and len(farm.api.objects(PODS)) == 2)
+        await until(lambda: farm.settled("warm", 2) and len(farm.api.objects(PODS)) == 2)
         pod = farm.members("warm")[0]
         assert pod["metadata"]["ownerReferences"][0]["kind"] == "EnvPool"
         names = {c["name"] for c in pod["spec"]["containers"]}
@@ -119,7 +111,7 @@ def _names(farm: Farm, pool: str) -> set[str]:
 async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cached: bool) -> None:
     async with Farm(cached) as farm:
         await farm.pool("warm", 8)
-        await eventually(lambda: farm.settled("warm", 8))
+        await until(lambda: farm.settled("warm", 8))
         await farm.operator.stop()  # no refill while the claimers race
 
         async def attempt(index: int) -> str | None:
@@ -141,23 +133,23 @@ async def test_claims_are_exclusive_under_concurrency_and_the_pool_refills(cache
                 assert POOL_LABEL not in pod["metadata"]["labels"]
                 assert "ownerReferences" not in pod["metadata"]
         await farm.operator.start()
-        await eventually(lambda: farm.settled("warm", 8))
+        await until(lambda: farm.settled("warm", 8))
         assert len(farm.api.objects(PODS)) == 16
 
 
 async def test_deleting_the_pool_removes_its_pods_and_leaves_nothing() -> None:
     async with Farm() as farm:
         await farm.pool("doomed", 4)
-        await eventually(lambda: farm.settled("doomed", 4))
+        await until(lambda: farm.settled("doomed", 4))
         await farm.api.delete(ENV_POOLS, NS, "doomed", propagation="Foreground")
-        await eventually(lambda: farm.api.all_keys() == [])
+        await until(lambda: farm.api.all_keys() == [])
 
 
 @pytest.mark.parametrize("cached", [False, True], ids=["listing", "watch-cache"])
 async def test_an_expired_watch_lists_again_and_sees_what_it_missed(cached: bool) -> None:
     async with Farm(cached) as farm:
         await farm.pool("warm", 2)
-        await eventually(lambda: farm.settled("warm", 2))
+        await until(lambda: farm.settled("warm", 2))
         lists = [informer.lists for informer in farm.operator.informers]
         victim = farm.members("warm")[0]
         # Without yielding to the loop: watches end, a pod vanishes unseen, history is forgotten.
@@ -165,7 +157,7 @@ async def test_an_expired_watch_lists_again_and_sees_what_it_missed(cached: bool
         gone = farm.api.lookup(PODS, NS, victim["metadata"]["name"])
         farm.api.delete_now(PODS, gone, "Background")
         farm.api.compact_history()
-        await eventually(lambda: farm.settled("warm", 2))
+        await until(lambda: farm.settled("warm", 2))
         assert victim["metadata"]["name"] not in _names(farm, "warm")
         assert [informer.lists for informer in farm.operator.informers] == [n + 1 for n in lists]
 
@@ -179,7 +171,7 @@ async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop() -> No
             conditions = (pool.get("status") or {}).get("conditions") or []
             return any(c["reason"] == "TaskSpecError" for c in conditions)
 
-        await eventually(failed)
+        await until(failed)
         [pool] = farm.api.objects(ENV_POOLS)
         [condition] = pool["status"]["conditions"]
         assert condition["status"] == "False"
@@ -192,23 +184,21 @@ async def test_an_unknown_task_is_a_permanent_condition_not_a_retry_loop() -> No
 async def test_update_strategy_on_a_template_change(strategy: str, replaced: bool) -> None:
     async with Farm() as farm:
         await farm.pool("warm", 2, updateStrategy={"type": strategy})
-        await eventually(lambda: farm.settled("warm", 2))
+        await until(lambda: farm.settled("warm", 2))
         before = _names(farm, "warm")
         await farm.api.patch(ENV_POOLS, NS, "warm", {"spec": {"runtimeClassName": "gvisor"}})
         if replaced:
-            await eventually(
-                lambda: farm.settled("warm", 2) and not (_names(farm, "warm") & before)
-            )
+            await until(lambda: farm.settled("warm", 2) and not (_names(farm, "warm") & before))
             assert all(p["spec"]["runtimeClassName"] == "gvisor" for p in farm.members("warm"))
         else:
-            await eventually(lambda: farm.operator.queue.idle())
+            await until(lambda: farm.operator.queue.idle())
             assert _names(farm, "warm") == before
 
 
 async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_without_one() -> None:
     async with Farm(cached=True) as farm:
         await farm.pool("warm", 1)
-        await eventually(lambda: farm.settled("warm", 1))
+        await until(lambda: farm.settled("warm", 1))
         task = load_task(TASKS / "pg-schema-migration")
         verifier = task.config.verifier.model_copy(update={"environment_mode": "shared"})
         task = dataclasses.replace(
@@ -227,7 +217,7 @@ async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_with
         assert claimed["metadata"]["labels"][CLAIMED_LABEL]
         assert claimed["metadata"]["labels"]["envfarm.dev/run"] == "run-9"
         assert (await warm.exec("true")).exit_code == 0
-        await eventually(lambda: farm.settled("warm", 1))  # the pool refilled
+        await until(lambda: farm.settled("warm", 1))  # the pool refilled
         await warm.stop()
         await cold.stop()
         assert {p["metadata"]["name"] for p in farm.api.objects(PODS)} == _names(farm, "warm")

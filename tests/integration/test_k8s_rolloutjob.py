@@ -34,6 +34,7 @@ from envfarm.testing.fake_sandbox import FakeSandbox, ok
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.waiting import until
 
 NS = "envfarm-sandboxes"
 TOKEN = "test-token"
@@ -149,14 +150,6 @@ async def farm(tmp_path: Path, task_ids: list[str]) -> AsyncIterator[Farm]:
     await backend.close()
     await kubelet.stop()
     await api.close()
-
-
-async def until(predicate: Callable[[], object], attempts: int = 6000) -> None:
-    for _ in range(attempts):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the condition never came true")
 
 
 def rolloutjob(name: str, **spec: object) -> KubeObject:

@@ -4,9 +4,7 @@ the operator, permanent ones become the Ready condition."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +25,7 @@ from envfarm.operator.rolloutjob import (
 from envfarm.operator.rolloutjob_spec import job_name
 from envfarm.operator.runner import Operator, rolloutjob_controller
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.waiting import until
 
 NS = "envfarm-sandboxes"
 
@@ -85,14 +84,6 @@ class Jobs:
     async def tasks(self) -> list[TaskInfo]:
         self._check()
         return self.served
-
-
-async def until(predicate: Callable[[], object]) -> None:
-    for _ in range(4000):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition never came true")
 
 
 def body(name: str = "rj", **spec: Any) -> dict[str, Any]:

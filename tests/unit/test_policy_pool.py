@@ -26,6 +26,7 @@ from envfarm.policy import (
     error_reply,
 )
 from envfarm.testing.scripted import FaultyResponder, Step, completion
+from tests.waiting import until
 
 MESSAGES = [{"role": "user", "content": "Fix the bug."}]
 FAST = PoolSettings(
@@ -80,13 +81,6 @@ async def ask(client: Any) -> Completion:
     result = await client.complete(MESSAGES, [], SamplingParams())
     assert isinstance(result, Completion)
     return result
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait for ``condition``; the timeout only guards against a hang."""
-    async with asyncio.timeout(20):
-        while not condition():  # noqa: ASYNC110 - polls state that has no event to wait on
-            await asyncio.sleep(0.005)
 
 
 def closed_port_url() -> str:
