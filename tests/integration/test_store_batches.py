@@ -13,7 +13,7 @@ from envfarm.api.encodings import Encoding, encode_page
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.record_batch import RecordBatcher
 from envfarm.models.jobs import JobPolicy, JobRequest, RawGroup, RawGroupPage
-from envfarm.models.packing import packed_text
+from envfarm.models.packing import loads, packed_text
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 from envfarm.store.leases import Lease
 from envfarm.store.schema import trajectories
@@ -145,3 +145,21 @@ async def test_a_page_read_in_batches_is_the_groups_in_order_up_to_its_budget(
     for got, full in zip(page, every[2:], strict=False):
         assert (got.meta, got.trajectories) == (full.meta, full.trajectories)
         assert len(got.trajectories) == 2
+
+
+async def test_a_groups_trajectories_come_in_episode_order_whatever_order_they_were_recorded(
+    store: Store,
+) -> None:
+    job_id = await new_job(store, 6, 3)
+    leases = await store.lease("w1", 18, 60, ["hash-t"])
+    for lease in sorted(leases, key=lambda lease: -lease.index):  # the last episode first
+        await store.record("w1", result(lease), True)
+    for budget in (None, 1, 10**9):  # one query, one group a page, the budget's batches
+        page, _ = await store.delivered(job_id, after=0, limit=100, consumer="c",
+                                        max_bytes=budget)  # fmt: skip
+        for group in page:
+            ids = [loads(text)["episode_id"] for text in group.trajectories]
+            indexes = [next(le.index for le in leases if le.episode_id == i) for i in ids]
+            assert len(indexes) == 3
+            assert indexes == sorted(indexes)
+            assert group.packed == [packed_text(text) for text in group.trajectories]
