@@ -66,15 +66,7 @@ class ApiServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise ApiServerError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
-        sock.set_inheritable(True)
+        sock = listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
@@ -103,3 +95,21 @@ class ApiServer:
     ) -> None:
         self.stop()
         await self.wait()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to the address (port 0: any free one), for uvicorn to listen on.
+
+    Its protocol is named ``IPPROTO_TCP`` rather than left 0: asyncio turns Nagle's algorithm
+    off only on connections whose socket says TCP, and with it on, an answer written as headers
+    then body waited for the client's delayed acknowledgement, 40 ms a request."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ApiServerError(f"cannot listen on {host}:{port}: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock
