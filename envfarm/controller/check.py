@@ -1,17 +1,18 @@
 """``envfarm check``: prove that each task is sound before anyone trains on it.
 
-Per task: static lint (``spec.lint``), build, a look inside the image (``controller.leaks``), the
-oracle ``runs`` times and nop once, through the same ``Worker``/``EpisodeRunner`` machinery as
-``envfarm run``. It is one pipeline: a task goes on as soon as its own image is built, to its
-inspection and its episodes of every stage at once (``check_stages``), and its verdict is given
-when they have all ended; the inspections and episodes of all tasks share ``concurrency``
-slots, so no slot idles while a slow task finishes a stage. A task is *sound* when lint finds
-no error, the image holds neither tests nor answer, every oracle run reaches the maximum reward
-(``[metadata].max_reward``, else 1.0), all oracle runs agree (else the grader is flaky, and the
-spread is shown), and nop stays below the maximum. An oracle that misses the maximum is
-explained: the tail of the verifier's output and where the episode's artifacts are
-(``explain.py``). ``--no-run`` resolves every base image as a run would without a registry
-(``sandbox.baseimages``), pulling nothing.
+Per task: static lint (``spec.lint``), build, a look inside the image (``controller.leaks``),
+the oracle ``runs`` times and nop once, through the same ``Worker``/``EpisodeRunner`` machinery
+as ``envfarm run``. It is one pipeline: a task goes on as soon as its own image is built, to its
+episodes of every stage at once (``check_stages``), the first oracle episode taking the look
+inside the image (``leaks_oracle``), and its verdict is given when they have all ended and the
+look is complete; the episodes of all tasks and the throwaway sandboxes of a look that could not
+decide share ``concurrency`` slots, so no slot idles while a slow task finishes a stage. A task
+is *sound* when lint finds no error, the image holds neither tests nor answer, every oracle run
+reaches the maximum reward (``[metadata].max_reward``, else 1.0), all oracle runs agree (else
+the grader is flaky, and the spread is shown), and nop stays below the maximum. An oracle that
+misses the maximum is explained: the tail of the verifier's output and where the episode's
+artifacts are (``explain.py``). ``--no-run`` resolves every base image as a run would without a
+registry (``sandbox.baseimages``), pulling nothing.
 
 What counts against the task and what against the machine: a verifier that writes no reward
 is the task's fault; a sandbox that dies, an image build that fails, a judge that is down are
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from envfarm.controller.check_stages import RunSettings, Stage, StageSpec, open_stages
 from envfarm.controller.explain import explain_oracle, image_findings, network_cause
-from envfarm.controller.leaks import inspect_image
+from envfarm.controller.leaks_oracle import OracleLooks
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
 from envfarm.controller.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
 from envfarm.controller.worker import WorkerConfig
@@ -140,6 +141,7 @@ async def check_tasks(
         max_retries=config.max_retries,
         judge=config.judge,
         artifacts_dir=config.artifacts_dir,
+        oracle_watcher=OracleLooks(),
     )
     specs = _stage_specs(tasks, config)
     pipeline = _Pipeline(checks, config, events, settings, specs, len(tasks))
@@ -212,7 +214,8 @@ class _Pipeline:
             for stage in mine:
                 self.counters[stage.spec.name].drop(stage.spec.runs)
             return
-        _, runs = await asyncio.gather(self._inspect(task, image), self._episodes(task, mine))
+        runs = await self._episodes(task, mine)
+        await self._inspect(task, image)
         _judge(task, self.checks[task.id], runs, self.config)
         self.events.on_verdict(self.checks[task.id])
 
@@ -240,17 +243,22 @@ class _Pipeline:
         return image
 
     async def _inspect(self, task: Task, image: PreparedImage) -> None:
-        check = self.checks[task.id]
-        async with self.settings.slots:
-            try:
-                found = await inspect_image(
-                    self.settings.backend, task, image, run_id=self.settings.run_id
-                )
-                check.add_findings(found)
-            except EnvfarmError as exc:
-                check.infra.append(f"image inspection: {short_error(str(exc))}")
-            finally:
-                self.counters["image"].tick()
+        """The look the task's first oracle episode took inside the image, completed in
+        throwaway sandboxes where it could not decide (``leaks_oracle``)."""
+        check, looks = self.checks[task.id], self.settings.oracle_watcher
+        assert isinstance(looks, OracleLooks)
+        try:
+            found = looks.decided(task.id)
+            if found is None:
+                async with self.settings.slots:
+                    found = await looks.complete(
+                        task, self.settings.backend, image, run_id=self.settings.run_id
+                    )
+            check.add_findings(found)
+        except EnvfarmError as exc:
+            check.infra.append(f"image inspection: {short_error(str(exc))}")
+        finally:
+            self.counters["image"].tick()
 
 
 def _judge(

@@ -20,7 +20,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.episode import EpisodeRunner, EpisodeWatcher
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.runners import open_runner
 from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
@@ -62,6 +62,8 @@ class RunSettings:
     max_retries: int
     judge: JudgeRequest | None
     artifacts_dir: Path | None
+    oracle_watcher: EpisodeWatcher | None = None
+    """Looks into the oracle's episodes (the image inspection's, ``leaks_oracle``)."""
 
 
 @dataclass
@@ -124,6 +126,7 @@ async def open_stages(
                         run_id=settings.run_id,
                         grader=settings.grader,
                         artifacts_dir=settings.artifacts_dir,
+                        watcher=settings.oracle_watcher if spec.policy == "oracle" else None,
                     )
                 )
             runner = runners[spec.policy]

@@ -16,7 +16,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import envfarm
 from envfarm.agent.extra_tools import ExtraTools
@@ -57,6 +57,18 @@ class EpisodeRequest:
     build_error: EnvfarmError | None = None
 
 
+class EpisodeWatcher(Protocol):
+    """Looks into an episode's sandbox, reading only: once it is started (before the solution
+    is uploaded) and once the agent has ended (before grading). ``envfarm check`` takes its
+    look inside the image so (``leaks_oracle``). A watcher handles its own errors."""
+
+    async def before_agent(self, request: EpisodeRequest, sandbox: Sandbox) -> None: ...
+
+    async def after_agent(
+        self, request: EpisodeRequest, sandbox: Sandbox, trajectory: Trajectory
+    ) -> None: ...
+
+
 @dataclass
 class EpisodeRunner:
     backend: SandboxBackend
@@ -86,6 +98,7 @@ class EpisodeRunner:
     """Remove a finished episode's sandbox after ``run`` has returned its trajectory (off the
     episode's critical path; ``timings.teardown_s`` is then the time ``run`` spent on it, 0);
     ``drain`` waits for those removals. A failed or cancelled episode is torn down at once."""
+    watcher: EpisodeWatcher | None = None
     _retiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     async def drain(self) -> None:
@@ -158,6 +171,8 @@ class EpisodeRunner:
         with _phase(traj, "provision"):
             if self.pools is None:
                 await sandbox.start()
+            if self.watcher is not None:
+                await self.watcher.before_agent(request, sandbox)
             if self.policy.needs_solution and task.solution_dir is not None:
                 await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
             await grading.before_agent()
@@ -179,6 +194,8 @@ class EpisodeRunner:
                 traj.segments = run.segments
         if traj.error:
             return
+        if self.watcher is not None:
+            await self.watcher.after_agent(request, sandbox, traj)
         reclaimed = 0
         with _phase(traj, "grading"):
             reclaimed = await reclaim_processes(sandbox)  # the agent's fork bomb is its own

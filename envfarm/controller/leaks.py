@@ -1,6 +1,8 @@
 """Looking inside a built task image for what the agent must never find there.
 
-Two throwaway sandboxes of the task's image, one after the other:
+``envfarm check`` takes the look in the task's first oracle episode (``leaks_oracle``, with the
+scripts and parsers here); when that cannot decide, or no episode took it, in two throwaway
+sandboxes of the task's image, one after the other (``inspect_image``, ``search_pristine``):
 
 * **solved**: snapshot the working directory (path, size, sha256), run ``solution/solve.sh`` as
   the oracle would, snapshot again. The files the solution created or changed are its
@@ -41,36 +43,36 @@ MAX_SIZES = 400
 MAX_HITS_PER_FILE = 3
 EXEC_TIMEOUT_S = 300.0
 DEFAULT_SOLVE_TIMEOUT_S = 600.0
-_PRUNED = "-name .git -o -name __pycache__ -o -name node_modules -o -name .pytest_cache"
-_GIT = "git -c safe.directory='*'"
+PRUNED_NAMES = (".git", "__pycache__", "node_modules", ".pytest_cache")
+"""Directories the snapshots of the working directory leave out."""
+_PRUNED = " -o ".join(f"-name {name}" for name in PRUNED_NAMES)
+GIT = "git -c safe.directory='*'"
 T = TypeVar("T")
 
-_SNAPSHOT = f"""
+SNAPSHOT = f"""
 echo "W $(pwd)"
-list=$(mktemp)
 find . -xdev \\( {_PRUNED} \\) -prune -o -type f -size -20M -print0 2>/dev/null \\
-  | head -z -n {MAX_FILES} > "$list"
-xargs -0 -r stat -c 'S %s %n' < "$list"
-xargs -0 -r sha256sum < "$list" | sed 's/^/H /'
-rm -f "$list"
+  | head -z -n {MAX_FILES} \\
+  | xargs -0 -r sh -c 'stat -c "S %s %n" "$@"; sha256sum "$@" | sed "s/^/H /"' snapshot
 """
+"""The working directory's files (a line of size, one of sha256 each), writing nothing."""
 
-_REPOS = f"""
-repos=$({{ {_GIT} rev-parse --show-toplevel 2>/dev/null
+REPOS = f"""
+repos=$({{ {GIT} rev-parse --show-toplevel 2>/dev/null
   find . -xdev -maxdepth 4 -name .git -prune -printf '%h\\n' 2>/dev/null; }} \\
   | while read -r dir; do (cd "$dir" && pwd -P); done | sort -u)
 """
 
 
 @dataclass
-class _Snapshot:
+class Snapshot:
     workdir: str = "/"
     sizes: dict[str, int] = field(default_factory=dict)
     hashes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
-class _Solved:
+class Solved:
     outputs: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Absolute path -> (size, sha256) of each file the solution created or changed."""
     blob_ids: dict[str, str] = field(default_factory=dict)
@@ -87,6 +89,13 @@ async def inspect_image(
 ) -> list[Finding]:
     """What the task's image holds that it must not; raises SandboxError on infrastructure."""
     solved = await _in_sandbox(backend, task, image, run_id, lambda box: _solve(box, task))
+    return await search_pristine(backend, task, image, solved, run_id=run_id)
+
+
+async def search_pristine(
+    backend: SandboxBackend, task: Task, image: PreparedImage, solved: Solved, *, run_id: str
+) -> list[Finding]:
+    """``solved``'s findings and what a pristine sandbox holds of the hidden files and outputs."""
     found = await _in_sandbox(backend, task, image, run_id, lambda box: _search(box, task, solved))
     return [*solved.findings, *found]
 
@@ -106,7 +115,7 @@ async def _in_sandbox(
         await sandbox.stop()
 
 
-async def _exec(sandbox: Sandbox, task: Task, script: str) -> str:
+async def run_script(sandbox: Sandbox, task: Task, script: str) -> str:
     result = await sandbox.exec(
         script, timeout=EXEC_TIMEOUT_S, workdir=task.config.environment.workdir, user="root"
     )
@@ -115,8 +124,8 @@ async def _exec(sandbox: Sandbox, task: Task, script: str) -> str:
     return result.stdout
 
 
-def _parse_snapshot(text: str) -> _Snapshot:
-    snapshot = _Snapshot()
+def parse_snapshot(text: str) -> Snapshot:
+    snapshot = Snapshot()
     for line in text.splitlines():
         kind, _, rest = line.partition(" ")
         if kind == "W":
@@ -135,11 +144,11 @@ def _absolute(workdir: str, name: str) -> str:
     return str(Path(workdir) / name.removeprefix("./")) if not name.startswith("/") else name
 
 
-async def _solve(sandbox: Sandbox, task: Task) -> _Solved:
-    solved = _Solved()
+async def _solve(sandbox: Sandbox, task: Task) -> Solved:
+    solved = Solved()
     if task.solution_dir is None:
         return solved
-    before = _parse_snapshot(await _exec(sandbox, task, _SNAPSHOT))
+    before = parse_snapshot(await run_script(sandbox, task, SNAPSHOT))
     await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
     result = await sandbox.exec(
         f"bash {SOLUTION_DIR}/solve.sh",
@@ -148,73 +157,117 @@ async def _solve(sandbox: Sandbox, task: Task) -> _Solved:
         env=dict(task.config.solution.env),
         user=task.config.agent.user,
     )
-    if result.exit_code != 0:
-        solved.findings.append(
-            _finding(
-                "solution-in-image",
-                f"solution/solve.sh exited {result.exit_code} in the inspection sandbox, so "
-                "its outputs may be incomplete for the leak search",
-                "warning",
-            )
-        )
-    after = _parse_snapshot(await _exec(sandbox, task, _SNAPSHOT))
-    for path, digest in after.hashes.items():
-        size = after.sizes.get(path, 0)
-        changed = before.hashes.get(path) != digest
-        if changed and size >= MIN_COMPARED_BYTES and not path.startswith(SOLUTION_DIR + "/"):
-            solved.outputs[path] = (size, digest)
+    solved.findings += solve_failed(result.exit_code)
+    after = parse_snapshot(await run_script(sandbox, task, SNAPSHOT))
+    solved.outputs = outputs_between(before, after)
     if solved.outputs:
         solved.blob_ids = await _blob_ids(sandbox, task, sorted(solved.outputs))
     return solved
 
 
+def solve_failed(exit_code: int | None) -> list[Finding]:
+    """The warning when ``solve.sh`` failed (None: it did not finish) where its outputs were
+    noted."""
+    if exit_code == 0:
+        return []
+    how = f"exited {exit_code}" if exit_code is not None else "did not finish"
+    return [
+        _finding(
+            "solution-in-image",
+            f"solution/solve.sh {how} where the inspection noted its outputs, so they may be "
+            "incomplete for the leak search",
+            "warning",
+        )
+    ]
+
+
+def outputs_between(before: Snapshot, after: Snapshot) -> dict[str, tuple[int, str]]:
+    """The files of the working directory the solution created or changed, but its own."""
+    outputs = {}
+    for path, digest in after.hashes.items():
+        size = after.sizes.get(path, 0)
+        changed = before.hashes.get(path) != digest
+        if changed and size >= MIN_COMPARED_BYTES and not path.startswith(SOLUTION_DIR + "/"):
+            outputs[path] = (size, digest)
+    return outputs
+
+
 async def _blob_ids(sandbox: Sandbox, task: Task, paths: list[str]) -> dict[str, str]:
     quoted = " ".join(shlex.quote(p) for p in paths)
-    text = await _exec(
+    text = await run_script(
         sandbox, task, f"command -v git >/dev/null && git hash-object --no-filters -- {quoted}"
     )
     ids = text.split()
     return dict(zip(ids, paths, strict=False)) if len(ids) == len(paths) else {}
 
 
-async def _search(sandbox: Sandbox, task: Task, solved: _Solved) -> list[Finding]:
+async def _search(sandbox: Sandbox, task: Task, solved: Solved) -> list[Finding]:
     return [
         *await _identical_files(sandbox, task, solved),
         *await _git_history(sandbox, task, solved),
     ]
 
 
-async def _identical_files(sandbox: Sandbox, task: Task, solved: _Solved) -> list[Finding]:
-    wanted: dict[str, tuple[str, str]] = {}
-    sizes: set[int] = set()
+async def _identical_files(sandbox: Sandbox, task: Task, solved: Solved) -> list[Finding]:
+    wanted = {**wanted_outputs(solved), **wanted_hidden(task)}
+    if not wanted:
+        return []
+    text = await run_script(
+        sandbox, task, find_by_size(wanted, "-print0 2>/dev/null | xargs -0 -r sha256sum")
+    )
+    return hit_findings(parse_hashes(text), wanted)
+
+
+Wanted = dict[str, tuple[str, str, int]]
+"""sha256 -> (rule, what the content is, its size) of the contents searched for."""
+
+
+def wanted_hidden(task: Task) -> Wanted:
+    """The hidden test logic and solve scripts whose presence in the image is a leak."""
+    wanted: Wanted = {}
     for digest, (path, serious) in hidden_file_hashes(task).items():
         if serious:
             relative = path.relative_to(task.root) if path.is_relative_to(task.root) else path
             rule = "tests-in-image" if is_test_code(path) else "solution-in-image"
-            wanted[digest] = (rule, f"identical to the hidden {relative}")
-            sizes.add(path.stat().st_size)
-    for output, (size, digest) in solved.outputs.items():
-        wanted.setdefault(
-            digest, ("solution-in-image", f"identical to what solution/solve.sh writes to {output}")
-        )
-        sizes.add(size)
-    if not wanted:
-        return []
-    size_test = " -o ".join(f"-size {size}c" for size in sorted(sizes)[:MAX_SIZES])
-    text = await _exec(
-        sandbox,
-        task,
-        f"find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f "
-        f"\\( {size_test} \\) -print0 2>/dev/null | xargs -0 -r sha256sum",
-    )
-    hits: dict[str, list[str]] = {}
+            wanted[digest] = (rule, f"identical to the hidden {relative}", path.stat().st_size)
+    return wanted
+
+
+def wanted_outputs(solved: Solved) -> Wanted:
+    return {
+        digest: ("solution-in-image", f"identical to what solution/solve.sh writes to {path}", size)
+        for path, (size, digest) in solved.outputs.items()
+    }
+
+
+def find_by_size(wanted: Wanted, action: str, pruned: tuple[str, ...] = ()) -> str:
+    """A ``find`` of the whole filesystem for the files of ``wanted``'s sizes, then ``action``."""
+    sizes = sorted({size for _, _, size in wanted.values()})[:MAX_SIZES]
+    size_test = " -o ".join(f"-size {size}c" for size in sizes)
+    prune = " -o ".join(f"-path {shlex.quote(p)}" for p in ("/proc", "/sys", "/dev", *pruned))
+    return f"find / -xdev \\( {prune} \\) -prune -o -type f \\( {size_test} \\) {action}"
+
+
+def parse_hashes(text: str, prefix: str = "") -> dict[str, str]:
+    """``sha256sum`` lines (after ``prefix``): path -> digest."""
+    hashes: dict[str, str] = {}
     for line in text.splitlines():
-        digest, _, found_at = line.partition("  ")
-        if digest in wanted and not line.startswith("\\"):
-            hits.setdefault(digest, []).append(found_at)
+        if not line.startswith(prefix) or line.startswith(prefix + "\\"):
+            continue
+        digest, _, path = line.removeprefix(prefix).partition("  ")
+        hashes[path] = digest
+    return hashes
+
+
+def hit_findings(hashes: dict[str, str], wanted: Wanted) -> list[Finding]:
+    """A finding per wanted content that some of ``hashes``' paths hold."""
+    hits: dict[str, list[str]] = {}
+    for path, digest in hashes.items():
+        if digest in wanted:
+            hits.setdefault(digest, []).append(path)
     found = []
     for digest, paths in sorted(hits.items()):
-        rule, what = wanted[digest]
+        rule, what, _ = wanted[digest]
         shown = ", ".join(sorted(paths)[:MAX_HITS_PER_FILE])
         more = (
             f" (and {len(paths) - MAX_HITS_PER_FILE} more)"
@@ -225,35 +278,39 @@ async def _identical_files(sandbox: Sandbox, task: Task, solved: _Solved) -> lis
     return found
 
 
-async def _git_history(sandbox: Sandbox, task: Task, solved: _Solved) -> list[Finding]:
+async def _git_history(sandbox: Sandbox, task: Task, solved: Solved) -> list[Finding]:
     if not solved.blob_ids:
         return await _git_unreadable(sandbox, task)
-    ids = " ".join(sorted(solved.blob_ids))
-    text = await _exec(
-        sandbox,
-        task,
-        _REPOS
-        + f"""
+    text = await run_script(sandbox, task, REPOS + git_lookup(" ".join(sorted(solved.blob_ids))))
+    return git_findings(text, solved.blob_ids)
+
+
+def git_lookup(ids: str) -> str:
+    """For each of ``$repos``, an ``M id repo [commit]`` line per blob of ``ids`` (words of
+    the shell) it holds."""
+    return f"""
 for repo in $repos; do
   for id in {ids}; do
-    if {_GIT} -C "$repo" cat-file -e "$id" 2>/dev/null; then
-      echo "M $id $repo $({_GIT} -C "$repo" log --all --format='%h %s' \\
+    if {GIT} -C "$repo" cat-file -e "$id" 2>/dev/null; then
+      echo "M $id $repo $({GIT} -C "$repo" log --all --format='%h %s' \\
           --find-object="$id" 2>/dev/null | tail -n 1)"
     fi
   done
 done
-""",
-    )
+"""
+
+
+def git_findings(text: str, blob_ids: dict[str, str]) -> list[Finding]:
     found = []
     for line in text.splitlines():
         parts = line.split(" ", 3)
-        if len(parts) < 3 or parts[0] != "M" or parts[1] not in solved.blob_ids:
+        if len(parts) < 3 or parts[0] != "M" or parts[1] not in blob_ids:
             continue
         where = f"commit {parts[3]}" if len(parts) == 4 and parts[3] else "an unreachable object"
         found.append(
             _finding(
                 "solution-in-git",
-                f"what solution/solve.sh writes to {solved.blob_ids[parts[1]]} is already in the "
+                f"what solution/solve.sh writes to {blob_ids[parts[1]]} is already in the "
                 f"git repository {parts[2]} ({where}): the agent can recover the answer from "
                 "its history",
             )
@@ -261,11 +318,16 @@ done
     return found
 
 
+NO_GIT = '[ -n "$repos" ] && ! command -v git >/dev/null && echo NOGIT; true'
+"""After ``REPOS``: ``NOGIT`` when a repository is there but no git to read it."""
+
+
 async def _git_unreadable(sandbox: Sandbox, task: Task) -> list[Finding]:
+    return git_unreadable(await run_script(sandbox, task, REPOS + NO_GIT))
+
+
+def git_unreadable(text: str) -> list[Finding]:
     """A repository in an image without git cannot be checked: say so."""
-    text = await _exec(
-        sandbox, task, _REPOS + '[ -n "$repos" ] && ! command -v git >/dev/null && echo NOGIT; true'
-    )
     if "NOGIT" not in text:
         return []
     return [

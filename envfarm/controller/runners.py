@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from envfarm.agent.specs import parse_spec, resolve_agent
-from envfarm.controller.episode import EpisodeRunner
+from envfarm.controller.episode import EpisodeRunner, EpisodeWatcher
 from envfarm.controller.installed_agents import AgentLayers
 from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
 from envfarm.controller.versions import PolicyVersionBoard
@@ -68,6 +68,7 @@ async def open_runner(
     artifacts_dir: Path | None = None,
     pools: WarmPools | None = None,
     grader: Grader | None = None,
+    watcher: EpisodeWatcher | None = None,
 ) -> AsyncIterator[EpisodeRunner]:
     """The runner of ``request``'s episodes on ``backend``; ``artifacts_dir``: where each
     episode's grading artifacts go; ``grader``: default ``TestScriptGrader``."""
@@ -89,6 +90,7 @@ async def open_runner(
             pools=pools,
             agent_layers=agent_layers(request, backend),
             background_teardown=True,
+            watcher=watcher,
         )
         try:
             yield runner
