@@ -58,7 +58,8 @@ class EventParser:
             value_start += 1
         name = buffer[start:name_end]
         if name == b"data":
-            self._data.append(bytes(buffer[value_start:stop]))
+            with memoryview(buffer) as view:  # one copy (a bytearray slice would be another)
+                self._data.append(bytes(view[value_start:stop]))
             return None
         value = buffer[value_start:stop].decode("utf-8", errors="replace")
         if name == b"event":
