@@ -272,6 +272,7 @@ class EnvfarmClient:
                     cursor = group.cursor
                     if acker is not None:
                         acker.finished(group.cursor)
+                    await asyncio.sleep(0)  # the pages ahead read on while this one is parsed
                 if found:
                     continue
                 if ended:
@@ -370,6 +371,7 @@ class EnvfarmClient:
                                 cursor = group.cursor
                                 if acker is not None:
                                     acker.finished(group.cursor)
+                                await asyncio.sleep(0)  # read on while the next is parsed
                     reason = "the stream closed before the job ended"
                 except (
                     aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError,

@@ -7,7 +7,7 @@ controller are in tests/integration/test_api_*.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import pytest_asyncio
@@ -15,7 +15,8 @@ import pytest_asyncio
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.client import ApiConnectionError, ApiError, EnvfarmClient, request_body
-from envfarm.models.jobs import JobRequest
+from envfarm.client.lazy import LazyGroup
+from envfarm.models.jobs import DeliveredGroup, JobRequest
 from tests.unit.api_double import MemoryService
 
 TOKEN = "client-token"
@@ -163,3 +164,30 @@ def test_request_body_carries_the_api_keys_the_models_hide() -> None:
     assert body["policy"]["api_key"] == "k0"
     assert body["policy"]["endpoints"][0]["api_key"] == "k1"
     assert JobRequest.model_validate(body) == request
+
+
+@pytest.mark.parametrize("mode", ["long-poll", "lazy", "sse"])
+async def test_a_consumer_that_stops_mid_page_has_only_what_it_finished_acked(
+    served: tuple[MemoryService, ApiServer, EnvfarmClient], mode: str
+) -> None:
+    """Pages are asked for ahead and the loop lets them arrive while the body runs, but an
+    acknowledgement covers only groups the body finished: the rest come again."""
+    service, _, client = served
+    job_id = await client.submit(JOB)
+    for _ in range(9):
+        service.add_group(job_id)
+    service.finish(job_id)
+    consumer = f"mid-page-{mode}"
+    kinds: dict[str, Callable[[], AsyncIterator[DeliveredGroup | LazyGroup]]] = {
+        "long-poll": lambda: client.groups(job_id, consumer=consumer, limit=2, ack_every=1),
+        "lazy": lambda: client.lazy_groups(
+            job_id, consumer=consumer, limit=2, ack_every=1, encoding="json"
+        ),
+        "sse": lambda: client.stream(job_id, consumer=consumer, ack_every=1),
+    }
+    async for group in kinds[mode]():
+        await asyncio.sleep(0.05)  # a trainer's step: acks and the pages ahead go meanwhile
+        if group.cursor == 5:  # the first of its page (limit 2: pages 1-2, 3-4, 5-6, ...)
+            break
+    assert service.acked[(job_id, consumer)] == 4
+    assert [g.cursor async for g in kinds[mode]()] == [5, 6, 7, 8, 9]
