@@ -20,6 +20,7 @@ rules ``tests-in-image``, ``solution-in-image`` and ``solution-in-git``.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -240,22 +241,28 @@ def wanted_outputs(solved: Solved) -> Wanted:
     }
 
 
-def find_by_size(wanted: Wanted, action: str, pruned: tuple[str, ...] = ()) -> str:
-    """A ``find`` of the whole filesystem for the files of ``wanted``'s sizes, then ``action``."""
+def find_by_size(
+    wanted: Wanted, action: str, pruned: tuple[str, ...] = (), listing: str = ""
+) -> str:
+    """A ``find`` of the whole filesystem for the files of ``wanted``'s sizes, then ``action``;
+    ``listing`` (an action that prints) runs first for every regular file."""
     sizes = sorted({size for _, _, size in wanted.values()})[:MAX_SIZES]
     size_test = " -o ".join(f"-size {size}c" for size in sizes)
     prune = " -o ".join(f"-path {shlex.quote(p)}" for p in ("/proc", "/sys", "/dev", *pruned))
-    return f"find / -xdev \\( {prune} \\) -prune -o -type f \\( {size_test} \\) {action}"
+    listed = f"\\( {listing} -o -true \\) " if listing else ""
+    return f"find / -xdev \\( {prune} \\) -prune -o -type f {listed}\\( {size_test} \\) {action}"
+
+
+_SHA256_LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 
 
 def parse_hashes(text: str, prefix: str = "") -> dict[str, str]:
-    """``sha256sum`` lines (after ``prefix``): path -> digest."""
+    """``sha256sum``'s lines (after ``prefix``; escaped names left out): path -> digest."""
     hashes: dict[str, str] = {}
     for line in text.splitlines():
-        if not line.startswith(prefix) or line.startswith(prefix + "\\"):
-            continue
-        digest, _, path = line.removeprefix(prefix).partition("  ")
-        hashes[path] = digest
+        found = _SHA256_LINE.fullmatch(line[len(prefix) :]) if line.startswith(prefix) else None
+        if found is not None:
+            hashes[found[2]] = found[1]
     return hashes
 
 

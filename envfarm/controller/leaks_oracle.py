@@ -10,14 +10,16 @@ directory. After the oracle, before grading: the outputs (``leaks.outputs_betwee
 of the outputs' sizes with their change times and hashes, and each repository asked for the
 outputs' blobs.
 
-What the solution touched is told by change time (no process in the sandbox can set a ctime;
-a rename sets it too): a file unchanged since ``T`` holds its pristine content, and inside the
-working directory the first snapshot has it. A listed file of an output's size elsewhere that
-is changed or gone, or a git directory changed since ``T``, leaves the pristine content
-unknown: the search is then taken again in a pristine throwaway sandbox
-(``leaks.search_pristine``), as the whole inspection is when no oracle episode reached its
-grading (``leaks.inspect_image``). Files under ``__pycache__`` and ``.pytest_cache`` are caches
-the solution's own runs rewrite: never a reason to look again.
+What the solution touched is told by change time (no process in the sandbox can set a ctime; a
+rename sets it too): a file unchanged since ``T`` holds its pristine content, and inside the
+working directory the first snapshot has it. A listed file of an output's size elsewhere that is
+changed or gone, or a git repository's object store changed since ``T``, leaves the pristine
+content unknown (a changed ref, as ``git bisect`` leaves, does not: the objects decide whether
+the history holds an output, the refs only which commit the finding names): the search is then
+taken again in a pristine throwaway sandbox (``leaks.search_pristine``), as the whole inspection
+is when no oracle episode reached its grading (``leaks.inspect_image``). Files under
+``__pycache__`` and ``.pytest_cache`` are caches the solution's own runs rewrite: never a reason
+to look again.
 """
 
 from __future__ import annotations
@@ -61,8 +63,6 @@ from envfarm.spec.lint_leaks import MIN_COMPARED_BYTES
 from envfarm.spec.task import Task
 
 log = logging.getLogger(__name__)
-TAGGED = ("C ", "B ", "X ", "M ")
-"""The post-agent script's lines that are not ``sha256sum``'s."""
 CACHES = ("__pycache__", ".pytest_cache")
 """Directories whose files are caches: what the solution rewrites there is never compared."""
 
@@ -135,15 +135,19 @@ class OracleLooks:
 
 async def _pristine(sandbox: Sandbox, task: Task) -> _Pristine:
     hidden = wanted_hidden(task)
-    search = find_by_size(hidden, "-print0 2>/dev/null | xargs -0 -r sha256sum | sed 's/^/F /'")
+    listing = f"-size +{MIN_COMPARED_BYTES - 1}c -size -20M -printf 'L %s %p\\n'"
+    search = (  # one walk lists the files and hashes those of a hidden file's size
+        find_by_size(hidden, "-exec sha256sum {} +", listing=listing)
+        if hidden
+        else "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f "
+        + listing
+    )
     script = f"""echo "T $(date +%s.%N)"
 {SNAPSHOT}
-find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f \\
-  -size +{MIN_COMPARED_BYTES - 1}c -size -20M -printf 'L %s %p\\n' 2>/dev/null
+{search} 2>/dev/null
 {REPOS}
 for repo in $repos; do echo "R $repo"; done
 {NO_GIT}
-{search if hidden else ""}
 """
     text = await run_script(sandbox, task, script)
     lines = text.splitlines()
@@ -158,7 +162,7 @@ for repo in $repos; do echo "R $repo"; done
         since=float(lines[0][2:]),
         before=parse_snapshot(text),
         files=files,
-        hidden=hit_findings(parse_hashes(text, "F "), hidden),
+        hidden=hit_findings(parse_hashes(text), hidden),
         repos=[line[2:] for line in lines if line.startswith("R ")],
         no_git=git_unreadable(text),
     )
@@ -181,9 +185,8 @@ repos={shlex.quote(" ".join(pristine.repos))}
 ids=$(command -v git >/dev/null && git hash-object --no-filters -- {paths})
 for id in $ids; do echo "B $id"; done
 for repo in $repos; do
-  dirs=$(cd "$repo" && for d in $({GIT} rev-parse --git-dir --git-common-dir); do
-    (cd "$d" && pwd -P); done)
-  [ -n "$dirs" ] && [ -z "$(find $dirs -newerct @{pristine.since:.9f} -print -quit)" ] \\
+  objects="$(cd "$repo" && cd "$({GIT} rev-parse --git-common-dir)" && pwd -P)/objects"
+  [ -d "$objects" ] && [ -z "$(find "$objects" -newerct @{pristine.since:.9f} -print -quit)" ] \\
     || echo "X $repo"
 done 2>/dev/null
 {git_lookup("$ids")}
@@ -204,7 +207,7 @@ done 2>/dev/null
     )
     unknown = _unknown(pristine, outputs, ctimes)
     if unknown or changed:
-        why = f"{unknown[0]} changed" if unknown else f"the git directory of {changed[0]} changed"
+        why = f"{unknown[0]} changed" if unknown else f"the object store of {changed[0]} changed"
         log.debug("task %s: the oracle's look inside the image cannot decide: %s", task.id, why)
         look.undecided = solved
         return

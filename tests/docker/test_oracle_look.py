@@ -74,6 +74,11 @@ def rules(findings: list[Finding]) -> list[tuple[str, str]]:
             id="a-solution-that-commits-its-answer",
         ),
         pytest.param(
+            LEAKY, WRITE + "cd /app && git branch solved && git checkout -q solved\n", True,
+            [("solution-in-git", "error"), ("solution-in-image", "error")],
+            id="a-solution-that-moves-refs-but-adds-no-object",
+        ),
+        pytest.param(
             CLEAN, WRITE + "cp /app/answer.txt /tmp/copy && mkdir -p /srv/x\n", True, [],
             id="a-clean-image-and-a-solution-that-leaves-copies",
         ),
