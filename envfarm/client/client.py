@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 
 from envfarm.client.acks import DEFAULT_EVERY, DEFAULT_INTERVAL_S, BackgroundAcker
+from envfarm.client.chunks import Chunks
 from envfarm.client.http import (
     Backoff,
     Decompressor,
@@ -186,7 +187,7 @@ class EnvfarmClient:
         def decode(raw: Raw) -> list[DeliveredGroup] | SpannedPage[DeliveredGroup]:
             if raw.spans:
                 return SpannedPage(raw.body, raw.spans, stream_group)
-            return GroupPage.model_validate(loads(raw.body)).groups
+            return GroupPage.model_validate(loads(bytes(raw.body))).groups
 
         fetch = self._page_fetcher(job_id, consumer, limit, JSON, accept_encodings(compression))
         async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch, decode,
@@ -423,7 +424,7 @@ class SpannedPage(Generic[T]):
     and a group the consumer has finished with is freed before the next is parsed."""
 
     def __init__(
-        self, body: bytes, spans: tuple[tuple[int, int], ...], parse: Callable[[bytes], T]
+        self, body: bytes | Chunks, spans: tuple[tuple[int, int], ...], parse: Callable[[bytes], T]
     ) -> None:
         self._body, self._spans, self._parse = body, spans, parse
 
@@ -439,17 +440,18 @@ class SpannedPage(Generic[T]):
             yield self[index]
 
 
-def decode_groups(media_type: str, body: bytes, spans: tuple[tuple[int, int], ...] = ()
+def decode_groups(media_type: str, body: bytes | Chunks, spans: tuple[tuple[int, int], ...] = ()
                   ) -> list[LazyGroup] | SpannedPage[LazyGroup]:  # fmt: skip
     """The groups of one answer in the form the server chose."""
     kind = media_type.split(";")[0].strip().lower()
-    if kind == ARROW:
-        return arrow_groups(body) if body else []
-    if kind == NDJSON:
-        return list(ndjson_groups(iter(body.split(b"\n"))))
-    if spans:
+    if kind == JSON and spans:
         return SpannedPage(body, spans, json_group)
-    return [json_group(group) for group in json_group_list(body)]
+    data = bytes(body)
+    if kind == ARROW:
+        return arrow_groups(data) if data else []
+    if kind == NDJSON:
+        return list(ndjson_groups(iter(data.split(b"\n"))))
+    return [json_group(group) for group in json_group_list(data)]
 
 
 def json_group_list(body: bytes) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from envfarm.client.chunks import Chunks
 from envfarm.client.errors import ApiConnectionError, ApiError
 
 try:
@@ -40,7 +41,8 @@ BACKOFF_MAX_S = 5.0
 @dataclass(frozen=True)
 class Raw:
     media_type: str
-    body: bytes
+    body: bytes | Chunks
+    """``Chunks`` when the spans hold up (the groups are sliced out of it), else the bytes."""
     next_cursor: int | None = None
     """The cursor of the page's last group, from a header: the next page can be asked for
     before this one is parsed."""
@@ -49,7 +51,7 @@ class Raw:
     ``group_spans``); empty otherwise."""
 
 
-def group_spans(header: str, body: bytes) -> tuple[tuple[int, int], ...]:
+def group_spans(header: str, body: bytes | Chunks) -> tuple[tuple[int, int], ...]:
     """The ``Envfarm-Group-Spans`` of a JSON page, checked against the body: ascending,
     inside it, each from a ``{`` to a ``}`` and separated by commas. Anything else (a proxy
     that rewrote the body, an older server) gives none, and the page is parsed whole."""
@@ -173,13 +175,20 @@ class Transport:
             ok = 200 <= response.status < 300
             if ok and next_cursor is not None and on_next_cursor is not None:
                 on_next_cursor(next_cursor)
+            encoding = response.headers.get("Content-Encoding")
+            named_spans = response.headers.get(GROUP_SPANS, "")
+            if ok and named_spans and encoding in (None, "", "identity"):
+                chunks = Chunks([chunk async for chunk in response.content.iter_any()])
+                spans = group_spans(named_spans, chunks)
+                body: bytes | Chunks = chunks if spans else bytes(chunks)
+                return Raw(response.headers.get("Content-Type", ""), body, next_cursor, spans)
             data = await response.read()
             if not ok:
-                text = decompress(data, response.headers.get("Content-Encoding"))
+                text = decompress(data, encoding)
                 raise error_of(response.status, response.reason, text.decode(), "GET", url)
-            body = decompress(data, response.headers.get("Content-Encoding"))
-            spans = group_spans(response.headers.get(GROUP_SPANS, ""), body)
-            return Raw(response.headers.get("Content-Type", ""), body, next_cursor, spans)
+            whole = decompress(data, encoding)
+            spans = group_spans(named_spans, whole)
+            return Raw(response.headers.get("Content-Type", ""), whole, next_cursor, spans)
 
         return await self.exchange(  # type: ignore[no-any-return]
             "GET", path, answer, params=params, extra_timeout_s=extra_timeout_s,
