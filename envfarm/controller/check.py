@@ -146,8 +146,14 @@ async def check_tasks(
     specs = _stage_specs(tasks, config)
     pipeline = _Pipeline(checks, config, events, settings, specs, len(tasks))
     async with open_stages(specs, settings, pipeline.episode_ended) as stages:
-        await asyncio.gather(*(pipeline.check(task, stages) for task in tasks))
+        await asyncio.gather(*(pipeline.check(task, stages) for task in longest_first(tasks)))
     return report
+
+
+def longest_first(tasks: Sequence[Task]) -> list[Task]:
+    """The tasks with services first (their episodes start databases: the longest), so that
+    the last episodes to start are short ones and the slots end together."""
+    return sorted(tasks, key=lambda task: task.compose is None or not task.compose.sidecars)
 
 
 MODES: tuple[EnvironmentMode, ...] = ("clean", "shared")

@@ -11,7 +11,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from envfarm.controller.check import CheckConfig, CheckEvents, CheckReport, check_tasks
+from envfarm.controller.check import (
+    CheckConfig,
+    CheckEvents,
+    CheckReport,
+    check_tasks,
+    longest_first,
+)
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import ImageError
 from envfarm.grading.base import Graded, Grader
@@ -174,3 +180,15 @@ def test_compare_modes_runs_in_the_pipeline_too(tmp_path: Path) -> None:
         "verifier modes disagree: the oracle's reward is clean invalid, shared 1"
     ]
     assert checks[slow.id].mode_rewards["shared"] == 1.0
+
+
+def test_the_tasks_with_services_start_first_and_the_rest_keep_their_order() -> None:
+    examples = Path(__file__).resolve().parents[2] / "tasks"
+    names = ["word-count-cli", "pg-schema-migration", "fix-lru-cache", "redis-rate-limiter"]
+    tasks = [load_task(examples / name) for name in names]
+    assert [task.root.name for task in longest_first(tasks)] == [
+        "pg-schema-migration",
+        "redis-rate-limiter",
+        "word-count-cli",
+        "fix-lru-cache",
+    ]
