@@ -130,6 +130,7 @@ async def check_tasks(
     if backend is None:
         raise ValueError("check_tasks needs a backend to build and run tasks")
     slots = asyncio.Semaphore(config.concurrency)
+    looks = OracleLooks()
     settings = RunSettings(
         backend=backend,
         grader=grader,
@@ -141,10 +142,10 @@ async def check_tasks(
         max_retries=config.max_retries,
         judge=config.judge,
         artifacts_dir=config.artifacts_dir,
-        oracle_watcher=OracleLooks(),
+        oracle_watcher=looks,
     )
     specs = _stage_specs(tasks, config)
-    pipeline = _Pipeline(checks, config, events, settings, specs, len(tasks))
+    pipeline = _Pipeline(checks, config, events, settings, specs, len(tasks), looks)
     async with open_stages(specs, settings, pipeline.episode_ended) as stages:
         await asyncio.gather(*(pipeline.check(task, stages) for task in longest_first(tasks)))
     return report
@@ -187,9 +188,10 @@ def _stage_specs(tasks: Sequence[Task], config: CheckConfig) -> list[StageSpec]:
 
 
 class _Pipeline:
-    """Each task on its own way through the stages: its build, then its image inspection and
-    its episodes of every stage at once, then its verdict; the inspections and episodes of all
-    tasks share ``config.concurrency`` slots."""
+    """Each task on its own way through the stages: its build, then its episodes of every stage
+    at once (the first oracle episode looking inside the image, ``looks``), then the look
+    completed where it could not decide, then its verdict; the episodes and throwaway sandboxes
+    of all tasks share ``config.concurrency`` slots."""
 
     def __init__(
         self,
@@ -199,8 +201,10 @@ class _Pipeline:
         settings: RunSettings,
         specs: Sequence[StageSpec],
         tasks: int,
+        looks: OracleLooks,
     ) -> None:
         self.checks, self.config, self.events, self.settings = checks, config, events, settings
+        self.looks = looks
         self.builds = asyncio.Semaphore(config.build_concurrency)
         self.counters = {
             "build": _Counter(events, "build", tasks),
@@ -251,13 +255,12 @@ class _Pipeline:
     async def _inspect(self, task: Task, image: PreparedImage) -> None:
         """The look the task's first oracle episode took inside the image, completed in
         throwaway sandboxes where it could not decide (``leaks_oracle``)."""
-        check, looks = self.checks[task.id], self.settings.oracle_watcher
-        assert isinstance(looks, OracleLooks)
+        check = self.checks[task.id]
         try:
-            found = looks.decided(task.id)
+            found = self.looks.decided(task.id)
             if found is None:
                 async with self.settings.slots:
-                    found = await looks.complete(
+                    found = await self.looks.complete(
                         task, self.settings.backend, image, run_id=self.settings.run_id
                     )
             check.add_findings(found)

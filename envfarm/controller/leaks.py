@@ -245,12 +245,16 @@ def find_by_size(
     wanted: Wanted, action: str, pruned: tuple[str, ...] = (), listing: str = ""
 ) -> str:
     """A ``find`` of the whole filesystem for the files of ``wanted``'s sizes, then ``action``;
-    ``listing`` (an action that prints) runs first for every regular file."""
+    ``listing`` (an action that prints) runs first for every regular file, and alone when
+    nothing is wanted."""
     sizes = sorted({size for _, _, size in wanted.values()})[:MAX_SIZES]
     size_test = " -o ".join(f"-size {size}c" for size in sizes)
     prune = " -o ".join(f"-path {shlex.quote(p)}" for p in ("/proc", "/sys", "/dev", *pruned))
+    walk = f"find / -xdev \\( {prune} \\) -prune -o -type f"
+    if not sizes:
+        return f"{walk} {listing}"
     listed = f"\\( {listing} -o -true \\) " if listing else ""
-    return f"find / -xdev \\( {prune} \\) -prune -o -type f {listed}\\( {size_test} \\) {action}"
+    return f"{walk} {listed}\\( {size_test} \\) {action}"
 
 
 _SHA256_LINE = re.compile(r"([0-9a-f]{64})  (.+)")

@@ -136,12 +136,8 @@ class OracleLooks:
 async def _pristine(sandbox: Sandbox, task: Task) -> _Pristine:
     hidden = wanted_hidden(task)
     listing = f"-size +{MIN_COMPARED_BYTES - 1}c -size -20M -printf 'L %s %p\\n'"
-    search = (  # one walk lists the files and hashes those of a hidden file's size
-        find_by_size(hidden, "-exec sha256sum {} +", listing=listing)
-        if hidden
-        else "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f "
-        + listing
-    )
+    # one walk lists the files and hashes those of a hidden file's size
+    search = find_by_size(hidden, "-exec sha256sum {} +", listing=listing)
     script = f"""echo "T $(date +%s.%N)"
 {SNAPSHOT}
 {search} 2>/dev/null
