@@ -148,6 +148,31 @@ async def test_postgres_defaults_and_trust_mode(tmp_path: Path) -> None:
         assert await run(sandbox, trusted) == "guest"
 
 
+async def test_postgres_from_the_built_cluster_matches_one_from_initdb(tmp_path: Path) -> None:
+    """The first start copies the image's cluster unless initdb options are given; either way
+    POSTGRES_USER is the bootstrap superuser, its password is asked for, and nothing of the
+    copy's adoption is left."""
+    services = PG + PG.replace("  db:", "  fresh:").replace(
+        "      POSTGRES_DB: shop\n",
+        "      POSTGRES_DB: shop\n      POSTGRES_INITDB_ARGS: --encoding=LATIN1 --locale=C\n",
+    )
+    sandbox = await environment(make_task(tmp_path / "pgtemplate", services))
+    async with sandbox:
+        facts = (
+            "SELECT rolname FROM pg_roles WHERE oid = 10;"
+            " SELECT count(*) FROM pg_roles WHERE rolname NOT LIKE 'pg\\_%';"
+            " SELECT rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'app';"
+            " SELECT name FROM items ORDER BY 1;"
+            " SHOW server_encoding;"
+        )
+        for host, encoding in (("db", "UTF8"), ("fresh", "LATIN1")):
+            query = f'PGPASSWORD=s3cret psql -h {host} -U app -d shop -tA -c "{facts}"'
+            lines = (await run(sandbox, query)).splitlines()
+            assert lines == ["app", "1", "t", "from-sh-shop", "seeded", encoding], host
+            wrong = await sandbox.exec(f"PGPASSWORD=nope psql -h {host} -U app -d shop -c ''")
+            assert "password authentication failed" in wrong.stderr, host
+
+
 async def test_postgres_without_a_password_fails_the_start_with_its_message(tmp_path: Path) -> None:
     services = PG.replace("POSTGRES_PASSWORD: s3cret", "POSTGRES_DB_UNUSED: x")
     sandbox = await environment(make_task(tmp_path / "nopw", services))

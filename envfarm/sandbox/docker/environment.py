@@ -53,7 +53,7 @@ from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
-from envfarm.sandbox.health import HealthPolicy, wait_healthy
+from envfarm.sandbox.health import WINDOW_S, HealthPolicy, wait_healthy
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 from envfarm.spec.task import Task
 
@@ -247,13 +247,20 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
             start_period_s=check.start_period,
         )
 
+        shell = [True]
+
         async def probe(_timeout: float) -> tuple[bool, str]:
+            if shell:
+                windowed = await _blocking(sidecars.probe_windowed, container_id, argv)
+                if windowed is not None:
+                    return windowed
+                shell.clear()
             return await _blocking(sidecars.probe, container_id, argv)
 
         async def stopped() -> str | None:
             return await _blocking(sidecars.stopped_reason, container_id)
 
-        await wait_healthy(service.name, policy, probe, stopped)
+        await wait_healthy(service.name, policy, probe, stopped, window_s=WINDOW_S)
 
     async def _main_healthy(self) -> None:
         check = self.task.config.environment.healthcheck

@@ -33,6 +33,7 @@ from envfarm.sandbox.docker.networks import network_options, remove_network
 from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
 from envfarm.sandbox.files import add_as_root
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB, SIDECAR_PIDS
+from envfarm.sandbox.health import windowed
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 from envfarm.spec.compose_fields import VolumeMount
 from envfarm.spec.task import Task
@@ -179,6 +180,15 @@ def probe(container_id: str, argv: list[str]) -> tuple[bool, str]:
     if code != 0:
         text = f"exit code {code}: {text}"
     return code == 0, text
+
+
+def probe_windowed(container_id: str, argv: list[str]) -> tuple[bool, str] | None:
+    """The check repeated in the sidecar for a window (``health.windowed``): (passed, the last
+    run's output), or None when the container has no ``/bin/sh`` to repeat it."""
+    passed, output = probe(container_id, windowed(argv))
+    if not passed and "OCI runtime exec failed" in output and "/bin/sh" in output:
+        return None
+    return passed, output
 
 
 def stopped_reason(container_id: str) -> str | None:
