@@ -38,6 +38,7 @@ MAX_LIMIT = 1000
 CONSUMER_PATTERN = r"^[A-Za-z0-9_.:@-]{1,128}$"
 NEXT_CURSOR = "Envfarm-Next-Cursor"
 GROUP_SPANS = "Envfarm-Group-Spans"
+JOB_ENDED = "Envfarm-Job-Ended"
 MAX_SPANS = 200  # a header line stays far below the 8 KB clients accept
 
 
@@ -186,6 +187,8 @@ async def job_groups(
         body = compressor.whole(text)
         if page.groups:  # a client may ask for the next page before it parses this one
             headers[NEXT_CURSOR] = str(page.groups[-1].cursor)
+        if page.ended:  # nor need it ask for another page at all
+            headers[JOB_ENDED] = "true"
         return Response(body, media_type=encoding.content_type, headers=headers)
     if last_event_id:
         if not last_event_id.strip().isdigit():

@@ -4,7 +4,9 @@ Each group is one ``event: group`` whose ``id`` is its cursor and whose ``data``
 JSON (the same object as in a ``GroupPage``), so a reconnecting ``EventSource`` resumes with
 ``Last-Event-ID`` exactly where it stopped. A comment line (``: keepalive``) is sent whenever
 nothing arrived for a while, to keep proxies from closing the connection. When the job has ended
-and every group was sent, one ``event: end`` carries the job's final view and the stream closes.
+and every group was sent, one ``event: end`` carries the job's final view and the stream closes:
+right after the page that the store read with the job's end (``RawGroupPage.ended``), or
+after an empty poll that began once the job had ended.
 The stream itself never acknowledges: a consumer acks with ``POST .../ack`` as for long-polling.
 The next page is read from the store while a page's events are being sent (the store's thread
 and the socket side by side); it is the same poll the loop would make next, made earlier, so
@@ -83,12 +85,16 @@ async def _events(
             view = await service.job(job_id) if wait_s == 0 else None
             page = await (ahead or poll(cursor, wait_s))
             ahead = None
-            if page.groups:  # the next poll reads the store while this page is sent
+            if page.groups and not page.ended:  # the next poll reads while this page is sent
                 ahead = poll(page.groups[-1].cursor, keepalive_s)
             for group in page.groups:
                 event = b"id: %d\nevent: group\ndata: " % group.cursor
                 yield b"".join([event, *group_parts(group, packed), b"\n\n"])
                 cursor = group.cursor
+            if page.ended:  # the job had ended when this page was read, with its last group
+                view = await service.job(job_id)
+                yield f"event: end\ndata: {view.model_dump_json()}\n\n".encode()
+                return
             if page.groups:
                 wait_s = keepalive_s
                 continue

@@ -266,7 +266,7 @@ class EnvfarmClient:
                     for _ in range(SEND_YIELDS):  # let the request go out before parsing
                         await asyncio.sleep(0)
                 found = decode(raw)
-                if found and raw.next_cursor is None:  # a server that does not name it
+                if found and raw.next_cursor is None and not raw.ended:  # not named: ask now
                     ahead.ask(found[-1].cursor)
                 for group in found:
                     yield group
@@ -274,6 +274,8 @@ class EnvfarmClient:
                     if acker is not None:
                         acker.finished(group.cursor)
                     await asyncio.sleep(0)  # the pages ahead read on while this one is parsed
+                if raw.ended:  # the server read the job's end with this page: nothing follows
+                    return
                 if found:
                     continue
                 if ended:

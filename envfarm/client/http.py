@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - the fallback when orjson is not instal
 RETRY_STATUSES = frozenset({502, 503, 504})
 NEXT_CURSOR = "Envfarm-Next-Cursor"
 GROUP_SPANS = "Envfarm-Group-Spans"
+JOB_ENDED = "Envfarm-Job-Ended"
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
 
@@ -49,6 +50,8 @@ class Raw:
     spans: tuple[tuple[int, int], ...] = ()
     """Each group's (start, end) in ``body``, from a header, when they hold up (see
     ``group_spans``); empty otherwise."""
+    ended: bool = False
+    """The job had ended when the page was read and no group comes after it (a header)."""
 
 
 def group_spans(header: str, body: bytes | Chunks) -> tuple[tuple[int, int], ...]:
@@ -173,7 +176,8 @@ class Transport:
             following = response.headers.get(NEXT_CURSOR, "")
             next_cursor = int(following) if following.isdigit() else None
             ok = 200 <= response.status < 300
-            if ok and next_cursor is not None and on_next_cursor is not None:
+            ended = ok and response.headers.get(JOB_ENDED, "").lower() == "true"
+            if ok and next_cursor is not None and on_next_cursor is not None and not ended:
                 on_next_cursor(next_cursor)
             encoding = response.headers.get("Content-Encoding")
             named_spans = response.headers.get(GROUP_SPANS, "")
@@ -181,14 +185,15 @@ class Transport:
                 chunks = Chunks([chunk async for chunk in response.content.iter_any()])
                 spans = group_spans(named_spans, chunks)
                 body: bytes | Chunks = chunks if spans else bytes(chunks)
-                return Raw(response.headers.get("Content-Type", ""), body, next_cursor, spans)
+                return Raw(response.headers.get("Content-Type", ""), body, next_cursor, spans,
+                           ended)  # fmt: skip
             data = await response.read()
             if not ok:
                 text = decompress(data, encoding)
                 raise error_of(response.status, response.reason, text.decode(), "GET", url)
             whole = decompress(data, encoding)
             spans = group_spans(named_spans, whole)
-            return Raw(response.headers.get("Content-Type", ""), whole, next_cursor, spans)
+            return Raw(response.headers.get("Content-Type", ""), whole, next_cursor, spans, ended)
 
         return await self.exchange(  # type: ignore[no-any-return]
             "GET", path, answer, params=params, extra_timeout_s=extra_timeout_s,

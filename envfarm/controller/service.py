@@ -29,7 +29,6 @@ from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task
 from envfarm.store.store import Store
-from envfarm.store.views import is_terminal
 
 STORE_POLL_S = 0.25
 PAGE_BYTES = 4 * 1024 * 1024
@@ -94,14 +93,12 @@ class Controller:
         deadline = time.monotonic() + wait_s
         while True:
             changed = self.worker.changed if self.worker is not None else None
-            found, _ = await self.store.delivered(
+            found, _, ended = await self.store.delivered_page(
                 job_id, after=after, limit=limit, consumer=consumer, max_bytes=PAGE_BYTES,
                 forms="packed" if packed else "json",
             )  # fmt: skip
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
-                break
-            if is_terminal((await self.store.statuses([job_id]))[job_id]):
+            if found or ended or remaining <= 0:
                 break
             waiting = min(remaining, STORE_POLL_S)
             with contextlib.suppress(TimeoutError):
@@ -109,7 +106,8 @@ class Controller:
                     await asyncio.wait_for(changed.wait(), waiting)
                 else:
                     await asyncio.sleep(waiting)
-        return RawGroupPage(groups=found, next_cursor=found[-1].cursor if found else after)
+        next_cursor = found[-1].cursor if found else after
+        return RawGroupPage(groups=found, next_cursor=next_cursor, ended=ended)
 
     async def ack(self, job_id: str, cursor: int, consumer: str = "default") -> None:
         await self.store.ack(job_id, cursor, consumer)

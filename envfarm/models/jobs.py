@@ -204,6 +204,9 @@ class RawGroup:
 class RawGroupPage:
     groups: list[RawGroup]
     next_cursor: int | None = None
+    ended: bool = False
+    """The job had ended when this page was read and no group comes after it: a reader has
+    nothing more to ask for."""
 
     def json(self) -> bytes:
         """The page as ``GroupPage`` JSON."""

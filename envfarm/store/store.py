@@ -46,7 +46,7 @@ from envfarm.store.schema import (
     policy_versions,
     workers,
 )
-from envfarm.store.views import Forms, delivered_groups, job_row, job_view
+from envfarm.store.views import Forms, delivered_groups, is_terminal, job_row, job_view
 
 T = TypeVar("T")
 VERSIONS_LOCK_KEY = 0x76657273  # "vers": publications take the next sequence number one at a time
@@ -292,8 +292,25 @@ class Store:
         order, and the job's last cursor. ``max_bytes``: stop after the group that brings the
         trajectories' text past it (a page always holds at least one group). ``forms``: which
         of each trajectory's texts to read (``views.delivered_groups``)."""
+        found, last, _ = await self.delivered_page(
+            job_id, after=after, limit=limit, consumer=consumer, max_bytes=max_bytes, forms=forms
+        )
+        return found, last
 
-        def read(conn: Connection) -> tuple[list[RawGroup], int]:
+    async def delivered_page(
+        self,
+        job_id: str,
+        *,
+        after: int | None,
+        limit: int,
+        consumer: str,
+        max_bytes: int | None = None,
+        forms: Forms = "both",
+    ) -> tuple[list[RawGroup], int, bool]:
+        """``delivered()``, and whether this page ends the job's delivery: the job had ended
+        when the page was read (in the same transaction) and no group comes after it."""
+
+        def read(conn: Connection) -> tuple[list[RawGroup], int, bool]:
             job = job_row(conn, job_id)
             start = after if after is not None else _acked(conn, job_id, consumer)
             rows = conn.execute(
@@ -302,7 +319,10 @@ class Store:
                 .order_by(groups.c.cursor)
                 .limit(limit)
             ).mappings()
-            return delivered_groups(conn, list(rows), forms, max_bytes), int(job["last_cursor"])
+            found = delivered_groups(conn, list(rows), forms, max_bytes)
+            last = int(job["last_cursor"])
+            reached = found[-1].cursor if found else start
+            return found, last, is_terminal(job["status"]) and reached >= last
 
         return await self.transaction(read)
 
