@@ -15,13 +15,20 @@ import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from envfarm.models.jobs import JobRequest, TaskKey
 from envfarm.models.packing import packed_text
 from envfarm.models.trajectory import Trajectory
-from envfarm.store.schema import episodes, groups, jobs, policy_versions, trajectories
+from envfarm.store.schema import (
+    episodes,
+    groups,
+    jobs,
+    packed_trajectories,
+    policy_versions,
+    trajectories,
+)
 
 Finalize = Callable[[list[Trajectory], bool], None]
 """Called once per completed group with its final trajectories and the job's leave-one-out."""
@@ -88,7 +95,10 @@ def version_seqs(conn: Connection) -> tuple[dict[str, int], int | None]:
 _FINISHED_TRAJECTORY = (
     update(trajectories)
     .where(trajectories.c.trajectory_id == bindparam("b_id"))
-    .values(data=bindparam("b_data"), packed=bindparam("b_packed"))
+    .values(data=bindparam("b_data"))
+)
+_PACKED_COPY = insert(packed_trajectories).values(
+    trajectory_id=bindparam("b_id"), packed=bindparam("b_packed")
 )
 
 
@@ -113,6 +123,12 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
         )
     if finished:
         conn.execute(_FINISHED_TRAJECTORY, finished)  # one executemany for the whole group
+        ids = [row["b_id"] for row in finished]
+        conn.execute(
+            delete(packed_trajectories).where(packed_trajectories.c.trajectory_id.in_(ids))
+        )
+        copies = [{"b_id": row["b_id"], "b_packed": row["b_packed"]} for row in finished]
+        conn.execute(_PACKED_COPY, copies)
     seqs, current = version_seqs(conn)
     dispatched = group["dispatch_version"]
     staleness = None

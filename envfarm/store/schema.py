@@ -112,8 +112,26 @@ trajectories = Table(
     Column("group_id", String(64), ForeignKey("groups.id"), nullable=False, index=True),
     Column("job_id", String(64), nullable=False, index=True),
     Column("data", Text, nullable=False),
-    Column("packed", Text, comment="data with packed token arrays, made when the group completed"),
 )
+
+packed_trajectories = Table(
+    "packed_trajectories",
+    metadata,
+    Column(
+        "trajectory_id",
+        String(80),
+        ForeignKey("trajectories.trajectory_id"),
+        primary_key=True,
+    ),
+    Column(
+        "packed",
+        Text,
+        nullable=False,
+        comment="the trajectory's data with packed token arrays, made when its group completed",
+    ),
+)
+"""A table of its own: after the JSON text in the same row, reading the copy walked the text's
+overflow pages (migration 0005)."""
 
 consumers = Table(
     "consumers",

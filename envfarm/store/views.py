@@ -18,7 +18,15 @@ from envfarm.models.jobs import (
     RawGroup,
     redacted,
 )
-from envfarm.store.schema import attempts, consumers, episodes, groups, jobs, trajectories
+from envfarm.store.schema import (
+    attempts,
+    consumers,
+    episodes,
+    groups,
+    jobs,
+    packed_trajectories,
+    trajectories,
+)
 
 Forms = Literal["json", "packed", "both"]
 
@@ -35,23 +43,26 @@ FIRST_READ = 4
 page's byte budget has room for at the size seen so far."""
 
 
-def _trajectory_columns(forms: Forms) -> list[Any]:
-    data, packed = trajectories.c.data, trajectories.c.packed
+def _read(forms: Forms) -> Any:
+    data, packed = trajectories.c.data, packed_trajectories.c.packed
     if forms == "json":
-        return [data, literal(None).label("packed")]
-    if forms == "packed":
-        return [case((packed.is_(None), data), else_=literal("")).label("data"), packed]
-    return [data, packed]
-
-
-_READS = {
-    forms: select(
-        trajectories.c.group_id, episodes.c.index.label("position"), *_trajectory_columns(forms)
+        columns = [data, literal(None).label("packed")]
+    elif forms == "packed":
+        columns = [case((packed.is_(None), data), else_=literal("")).label("data"), packed]
+    else:
+        columns = [data, packed]
+    joined = trajectories.join(episodes, episodes.c.id == trajectories.c.episode_id)
+    if forms != "json":
+        on = packed_trajectories.c.trajectory_id == trajectories.c.trajectory_id
+        joined = joined.outerjoin(packed_trajectories, on)
+    return (
+        select(trajectories.c.group_id, episodes.c.index.label("position"), *columns)
+        .select_from(joined)
+        .where(trajectories.c.group_id.in_(bindparam("ids", expanding=True)))
     )
-    .join(episodes, episodes.c.id == trajectories.c.episode_id)
-    .where(trajectories.c.group_id.in_(bindparam("ids", expanding=True)))
-    for forms in ("json", "packed", "both")
-}
+
+
+_READS = {forms: _read(forms) for forms in ("json", "packed", "both")}
 """Built once: building a statement cost more than SQLite's reading of a group. No ``ORDER
 BY``: sorting rows that carry 40 KB texts made SQLite copy them through a sorter that spills
 past its cache (a query for 25 groups cost six times one for 4, per trajectory); each group's

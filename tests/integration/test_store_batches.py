@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import delete
 
 from envfarm.api.encodings import Encoding, encode_page
 from envfarm.controller.groups import finalize_group
@@ -16,7 +16,7 @@ from envfarm.models.jobs import JobPolicy, JobRequest, RawGroup, RawGroupPage
 from envfarm.models.packing import loads, packed_text
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 from envfarm.store.leases import Lease
-from envfarm.store.schema import trajectories
+from envfarm.store.schema import packed_trajectories
 from envfarm.store.store import Store
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -114,10 +114,10 @@ async def test_a_delivery_reads_only_the_texts_its_answer_sends(store: Store) ->
     arrow = Encoding("application/vnd.apache.arrow.stream")
     assert encode_page(RawGroupPage(packed), arrow) == encode_page(RawGroupPage(both), arrow)
 
-    first = both[0].meta.group_id
+    ids = [loads(text)["trajectory_id"] for text in both[0].trajectories]
     await store.transaction(  # a group completed before the store kept packed copies
         lambda conn: conn.execute(
-            update(trajectories).where(trajectories.c.group_id == first).values(packed=None)
+            delete(packed_trajectories).where(packed_trajectories.c.trajectory_id.in_(ids))
         )
     )
     [old, new], _ = await store.delivered(job_id, after=0, limit=10, consumer="c", forms="packed")
