@@ -35,6 +35,9 @@ from envfarm.models.jobs import TERMINAL_STATUSES, RawGroupPage
 log = logging.getLogger(__name__)
 SSE_MEDIA_TYPE = "text/event-stream"
 RETRY_MS = 2000
+FIRST_PAGE = 4
+"""Groups the first poll reads: their events go out while the next, full page is read, rather
+than after a whole page's read."""
 
 
 async def group_events(
@@ -71,15 +74,15 @@ async def _events(
     keepalive_s: float,
     packed: bool,
 ) -> AsyncGenerator[bytes, None]:
-    def poll(cursor: int | None, wait_s: float) -> asyncio.Task[RawGroupPage]:
+    def poll(cursor: int | None, wait_s: float, size: int = limit) -> asyncio.Task[RawGroupPage]:
         return asyncio.ensure_future(service.groups(
-            job_id, after=cursor, limit=limit, wait_s=wait_s, consumer=consumer, packed=packed
+            job_id, after=cursor, limit=size, wait_s=wait_s, consumer=consumer, packed=packed
         ))  # fmt: skip
 
     cursor = after
     yield f"retry: {RETRY_MS}\n\n".encode()
     wait_s = keepalive_s
-    ahead: asyncio.Task[RawGroupPage] | None = None
+    ahead: asyncio.Task[RawGroupPage] | None = poll(cursor, wait_s, min(limit, FIRST_PAGE))
     try:
         while True:
             view = await service.job(job_id) if wait_s == 0 else None
