@@ -1,4 +1,5 @@
-"""Database fixtures: a fresh PostgreSQL database per test module, and ``db_url`` over both stores.
+"""Database fixtures: a fresh PostgreSQL database per test module, ``db_url`` over both stores,
+and ``store``, a store on it that completes groups as the controller does.
 
 PostgreSQL is the real server ``scripts/setup`` starts, reached as the role ``envfarm`` (which
 may create databases) at ``ENVFARM_TEST_PG_URL`` (default: loopback, port 5432, database
@@ -9,12 +10,17 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
+
+from envfarm.controller.groups import finalize_group
+from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
+from envfarm.store.leases import Lease
+from envfarm.store.store import Store
 
 DEFAULT_PG_URL = "postgresql+psycopg://envfarm:envfarm@127.0.0.1:5432/postgres"
 
@@ -63,3 +69,31 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         return str(request.getfixturevalue("pg_url"))
     directory: Path = tmp_path_factory.mktemp("sqlite")
     return f"sqlite:///{directory / 'envfarm.db'}"
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    """A store on ``db_url`` that completes groups (``finalize_group``); the jobs a test leaves
+    open are cancelled after it, as the database is shared by the module's tests."""
+    opened = await Store.open(db_url, finalize=finalize_group)
+    yield opened
+    for view in await opened.jobs():
+        if view.status in ("queued", "running", "paused"):
+            await opened.transition(view.id, "cancel")
+    await opened.close()
+
+
+def leased_result(lease: Lease, turns: list[Turn], *, attempt: int | None = None) -> Trajectory:
+    """The lease's episode ended with ``turns`` and a valid reward of 1 (``attempt``: the
+    lease's unless given)."""
+    return Trajectory(
+        trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
+        episode_id=lease.episode_id,
+        job_id=lease.job_id,
+        group_id=lease.group_id,
+        task_id=lease.task_id,
+        attempt=lease.attempt if attempt is None else attempt,
+        turns=turns,
+        reward=Reward(value=1.0, valid=True),
+        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
+    )

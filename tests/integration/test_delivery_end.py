@@ -5,7 +5,6 @@ HTTP: the client stops there instead of polling again, and the stream sends its 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -13,38 +12,19 @@ import pytest
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.client import EnvfarmClient
-from envfarm.controller.groups import finalize_group
 from envfarm.controller.service import Controller
 from envfarm.models.jobs import JobPolicy, JobRequest
-from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
+from envfarm.models.trajectory import Trajectory, Turn
 from envfarm.store.leases import Lease
 from envfarm.store.store import Store
+from tests.store_fixtures import leased_result
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def result(lease: Lease) -> Trajectory:
-    turn = Turn(index=0, prompt_token_ids=[1, 2], completion_token_ids=[3], logprobs=[-0.5])
-    return Trajectory(
-        trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
-        episode_id=lease.episode_id,
-        job_id=lease.job_id,
-        group_id=lease.group_id,
-        task_id=lease.task_id,
-        turns=[turn],
-        reward=Reward(value=1.0, valid=True),
-        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
-    )
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(db_url, finalize=finalize_group)
-    yield opened
-    for view in await opened.jobs():
-        if view.status in ("queued", "running", "paused"):
-            await opened.transition(view.id, "cancel")
-    await opened.close()
+    return leased_result(lease, [Turn(index=0, prompt_token_ids=[1, 2], completion_token_ids=[3],
+                                      logprobs=[-0.5])])  # fmt: skip
 
 
 async def job_of(store: Store, tasks: int, done: int) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -44,16 +43,6 @@ def result(lease: Lease, reward: float | None = 1.0, *, infra: bool = False) -> 
         error=error,
         provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
     )
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(db_url, finalize=finalize_group)
-    yield opened
-    for view in await opened.jobs():  # the database is shared by the module's tests
-        if view.status in ("queued", "running", "paused"):
-            await opened.transition(view.id, "cancel")
-    await opened.close()
 
 
 async def test_migrations_bring_the_database_to_head(store: Store) -> None:

@@ -4,20 +4,19 @@ real SQLite file and a real PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import delete
 
 from envfarm.api.encodings import Encoding, encode_page
-from envfarm.controller.groups import finalize_group
 from envfarm.controller.record_batch import RecordBatcher
 from envfarm.models.jobs import JobPolicy, JobRequest, RawGroup, RawGroupPage
 from envfarm.models.packing import loads, packed_text
-from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
+from envfarm.models.trajectory import Trajectory, Turn
 from envfarm.store.leases import Lease
 from envfarm.store.schema import packed_trajectories
 from envfarm.store.store import Store
+from tests.store_fixtures import leased_result
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -25,27 +24,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 def result(lease: Lease, *, attempt: int | None = None) -> Trajectory:
     turn = Turn(index=0, prompt_token_ids=[1, 70000, 2**31 - 1], completion_token_ids=[5, -3],
                 logprobs=[-0.5, -0.25])  # fmt: skip
-    return Trajectory(
-        trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
-        episode_id=lease.episode_id,
-        job_id=lease.job_id,
-        group_id=lease.group_id,
-        task_id=lease.task_id,
-        attempt=lease.attempt if attempt is None else attempt,
-        turns=[turn],
-        reward=Reward(value=1.0, valid=True),
-        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
-    )
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(db_url, finalize=finalize_group)
-    yield opened
-    for view in await opened.jobs():
-        if view.status in ("queued", "running", "paused"):
-            await opened.transition(view.id, "cancel")
-    await opened.close()
+    return leased_result(lease, [turn], attempt=attempt)
 
 
 async def new_job(store: Store, tasks: int, group_size: int) -> str:
