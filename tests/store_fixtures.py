@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 from envfarm.controller.groups import finalize_group
-from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
+from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory, Turn
 from envfarm.store.leases import Lease
 from envfarm.store.store import Store
 
@@ -83,9 +83,16 @@ async def store(db_url: str) -> AsyncIterator[Store]:
     await opened.close()
 
 
-def leased_result(lease: Lease, turns: list[Turn], *, attempt: int | None = None) -> Trajectory:
-    """The lease's episode ended with ``turns`` and a valid reward of 1 (``attempt``: the
-    lease's unless given)."""
+def leased_result(
+    lease: Lease,
+    turns: list[Turn],
+    *,
+    attempt: int | None = None,
+    reward: float | None = 1.0,
+    error: ErrorInfo | None = None,
+) -> Trajectory:
+    """The lease's episode ended with ``turns``, a reward of ``reward`` (None: no valid
+    reward) and ``error``; ``attempt``: the lease's unless given."""
     return Trajectory(
         trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
         episode_id=lease.episode_id,
@@ -94,6 +101,7 @@ def leased_result(lease: Lease, turns: list[Turn], *, attempt: int | None = None
         task_id=lease.task_id,
         attempt=lease.attempt if attempt is None else attempt,
         turns=turns,
-        reward=Reward(value=1.0, valid=True),
+        reward=Reward(value=reward, valid=reward is not None),
+        error=error,
         provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
     )

@@ -12,11 +12,12 @@ import pytest
 from envfarm.controller.groups import finalize_group
 from envfarm.errors import InvalidJobState, JobNotFound
 from envfarm.models.jobs import JobPolicy, JobRequest
-from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.models.trajectory import ErrorInfo, Trajectory
 from envfarm.store.groups import MAX_STALE_DROPS
 from envfarm.store.leases import Lease
 from envfarm.store.migrate import current_revision, head_revision
 from envfarm.store.store import Store
+from tests.store_fixtures import leased_result
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 HASHES = {"a": "hash-a", "b": "hash-b"}
@@ -32,17 +33,7 @@ def result(lease: Lease, reward: float | None = 1.0, *, infra: bool = False) -> 
     error = None
     if infra:
         error = ErrorInfo(type="SandboxGone", message="died", phase="agent", retryable=True)
-    return Trajectory(
-        trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
-        episode_id=lease.episode_id,
-        job_id=lease.job_id,
-        group_id=lease.group_id,
-        task_id=lease.task_id,
-        attempt=lease.attempt,
-        reward=Reward(value=reward, valid=reward is not None),
-        error=error,
-        provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
-    )
+    return leased_result(lease, [], reward=reward, error=error)
 
 
 async def test_migrations_bring_the_database_to_head(store: Store) -> None:
