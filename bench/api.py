@@ -9,8 +9,8 @@ a real process on loopback. Measured in one run:
   packed copy);
 - long-poll: ``GET /v1/jobs/{id}/groups`` pages with background acks, through
   ``envfarm.client``, in the JSON form (parsed into models, and read lazily as a trainer that
-  wants token ids and rewards reads it) and in compact forms (packed JSON, packed NDJSON,
-  Arrow), packed NDJSON also with gzip and zstd;
+  wants rewards and completion token ids as buffers reads it, ``token_buffers``) and in
+  compact forms (packed JSON, packed NDJSON, Arrow), packed NDJSON also with gzip and zstd;
 - streaming: the server-sent-event variant of the same route, JSON (models, lazy) and packed;
 - memory: the server's resident memory with one job of ``--queued`` queued episodes against
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
@@ -175,11 +175,11 @@ async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int,
             async for lazy in client.lazy_groups(
                 job_id, consumer=consumer, wait_s=0.0, encoding=form[0], compression=compression
             ):
-                # a trainer's read: ids, rewards and completion tokens, never messages
+                # a trainer's read: ids, rewards and completion tokens as buffers, never messages
                 count += sum(
                     1
                     for t in lazy.trajectories
-                    if t.reward is not None and t.token_arrays("completion_token_ids")
+                    if t.reward is not None and t.token_buffers("completion_token_ids")
                 )
         elif form == ["models"]:
             async for group in client.stream(job_id, consumer=consumer):
@@ -193,7 +193,7 @@ async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int,
                 count += sum(
                     1
                     for t in lazy.trajectories
-                    if t.reward is not None and t.token_arrays("completion_token_ids")
+                    if t.reward is not None and t.token_buffers("completion_token_ids")
                 )
                 if lazy.cursor == last:
                     break

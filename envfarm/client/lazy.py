@@ -9,8 +9,11 @@ read. This module is standalone: it imports nothing of envfarm beyond models.
 The JSON form (packed or not) is parsed with simdjson when pysimdjson is installed (the
 ``fast`` extra): it builds no Python object for what is not read, so a trainer that reads a
 trajectory's reward and completion ids pays for those, not for its prompt ids and tool
-output (half of orjson's cost for a whole trajectory; bench/RESULTS.md). Each group gets its
-own parser, so a group kept after the next one arrives stays readable.
+output (half of orjson's cost for a whole trajectory; bench/RESULTS.md). A group's proxies
+keep its parser busy, so a group kept after the next one arrives stays readable: the next group
+takes another parser from a small pool of this thread's parsers, and a parser is reused once
+the group it parsed is gone. A fresh parser per group would cost twice the parse: its buffers
+are larger than what the allocator keeps, so each is mapped from the kernel anew.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,22 +48,69 @@ FLOAT_ARRAYS = ("logprobs",)
 LITTLE = sys.byteorder == "little"
 HEAD_KEYS = ("trajectory_id", "episode_id", "reward")
 """What a ``LazyTrajectory`` knows without parsing its body."""
+POOL_SIZE = 8
+"""Parsers kept per thread; a consumer holding more groups than this gets throwaway ones."""
+_parsers = threading.local()
 
 
 def unpack(value: Any, code: str) -> list[Any] | None:
     """A packed array (base64 string) as a list; lists and None pass through."""
     if not isinstance(value, str):
         return value  # type: ignore[no-any-return]
+    return unpacked_view(value, code).tolist()
+
+
+def typed(data: Any, code: str) -> memoryview[Any]:
+    """``data``'s bytes as numbers of the struct format ``code`` (``i``, ``f``, ``q``, ``d``)."""
+    return memoryview(data).cast(code)  # type: ignore[call-overload,no-any-return]
+
+
+def unpacked_view(value: str, code: str) -> memoryview[Any]:
+    """A packed array (base64 of little-endian int32/float32) as a typed view of its bytes."""
+    if LITTLE:
+        return typed(base64.b64decode(value), code)
     data = array(code, base64.b64decode(value))
-    if not LITTLE:
-        data.byteswap()
-    return data.tolist()
+    data.byteswap()
+    return memoryview(data)
+
+
+def json_view(value: Any, name: str) -> memoryview[Any] | None:
+    """One turn's array as a typed view: unpacked when packed, else its numbers as int64/float64
+    (copied by simdjson in C when the value is simdjson's, so no Python number is made)."""
+    if value is None:
+        return None
+    floats = name in FLOAT_ARRAYS
+    if isinstance(value, str):
+        return unpacked_view(value, "f" if floats else "i")
+    wide = "d" if floats else "q"
+    if SIMDJSON and isinstance(value, simdjson.Array):
+        return typed(value.as_buffer(of_type="d" if floats else "i"), wide)
+    return memoryview(array(wide, value))
+
+
+def arrow_views(value: Any, name: str) -> list[memoryview[Any] | None]:
+    """A row's list<list<int32/float32>> cell as one typed view per turn, over Arrow's buffer."""
+    if not value.is_valid:
+        return []
+    code = "f" if name in FLOAT_ARRAYS else "i"
+    views: list[memoryview[Any] | None] = []
+    turns = value.values
+    for index in range(len(turns)):
+        turn = turns[index]
+        if not turn.is_valid:
+            views.append(None)
+            continue
+        numbers = turn.values
+        whole = typed(numbers.buffers()[1], code)
+        views.append(whole[numbers.offset : numbers.offset + len(numbers)])
+    return views
 
 
 @dataclass
 class LazyTrajectory:
     """One trajectory: ``trajectory_id``, ``episode_id``, ``reward`` at no parse cost;
-    ``token_arrays(name)`` per turn; ``to_dict()`` the whole object (token arrays as lists)."""
+    ``token_arrays(name)`` per turn as lists, ``token_buffers(name)`` per turn as typed views;
+    ``to_dict()`` the whole object (token arrays as lists)."""
 
     head: dict[str, Any]
     _raw: bytes | None = None
@@ -89,6 +140,16 @@ class LazyTrajectory:
         if name not in self._read:
             self._read[name] = self._arrays(name)
         return self._read[name]
+
+    def token_buffers(self, name: str) -> list[memoryview[Any] | None]:
+        """Each turn's array as a typed ``memoryview`` of its numbers, made without a Python
+        number per token: int32/float32 (format ``i``/``f``) from the packed forms and Arrow,
+        int64/float64 (``q``/``d``) from plain JSON numbers. ``numpy.asarray(view)`` and
+        ``torch.asarray(view)`` read it without a copy; ``view.tolist()`` gives the list."""
+        if self._columns is not None and name in self._columns:
+            return arrow_views(self._columns[name], name)
+        source = self._doc if self._parsed is None and self._doc is not None else self._body()
+        return [json_view(turn.get(name), name) for turn in source.get("turns") or ()]
 
     def _arrays(self, name: str) -> list[Any]:
         if self._columns is not None and name in self._columns:
@@ -152,13 +213,27 @@ def json_group(data: bytes | dict[str, Any]) -> LazyGroup:
 
 def simdjson_group(data: bytes) -> LazyGroup:
     """A group read through simdjson's proxies: only what is read becomes Python objects."""
-    doc: Any = simdjson.Parser().parse(data)  # a parser per group: its proxies outlive the next
+    doc = parse_pooled(data)
     trajectories = []
     for body in doc.get("trajectories") or ():
         head = {key: plain(body.get(key)) for key in HEAD_KEYS}
         trajectories.append(LazyTrajectory(head, _doc=body))
     meta = {key: plain(doc[key]) for key in doc.keys() if key != "trajectories"}  # noqa: SIM118
     return LazyGroup(GroupMeta.model_validate(meta), trajectories)
+
+
+def parse_pooled(data: bytes) -> Any:
+    """``data`` parsed by this thread's first parser that no living proxy holds."""
+    pool: list[Any] = _parsers.__dict__.setdefault("pool", [])
+    for parser in pool:
+        try:
+            return parser.parse(data)
+        except RuntimeError:  # its last document is still referenced
+            continue
+    parser = simdjson.Parser()
+    if len(pool) < POOL_SIZE:
+        pool.append(parser)
+    return parser.parse(data)
 
 
 def parsed_group(head: dict[str, Any]) -> LazyGroup:

@@ -60,6 +60,12 @@ async def test_every_form_yields_the_json_groups_and_acks_them_all(
         assert first.token_arrays("prompt_token_ids") == [[1, 2, 70000]]
         assert first.token_arrays("completion_token_ids") == [[5, -3]]
         assert first.token_arrays("logprobs") == [[-0.5, -0.25]]
+        ids, logprobs = (first.token_buffers(name)[0] for name in ("prompt_token_ids", "logprobs"))
+        assert ids is not None
+        assert logprobs is not None
+        assert (ids.tolist(), logprobs.tolist()) == ([1, 2, 70000], [-0.5, -0.25])
+        compact = encoding != "json" and encoding != "ndjson"
+        assert (ids.format, logprobs.format) == (("i", "f") if compact else ("q", "d"))
         assert first.to_dict()["turns"][0]["messages"] == TURN["messages"]
     assert service.acked[(job_id, "default")] == 3
 

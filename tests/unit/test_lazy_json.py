@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envfarm.client.lazy import LazyGroup, parsed_group, simdjson_group
+from envfarm.client.lazy import POOL_SIZE, LazyGroup, parsed_group, simdjson_group
 
 TURNS = [
     {
@@ -64,6 +64,9 @@ def test_both_readers_give_the_same_ids_rewards_arrays_and_bodies(reader: str) -
     assert first.token_arrays("completion_token_ids") == [[7, 8], [11]]
     assert first.token_arrays("prompt_suffix_ids") == [None, [9, 10]]
     assert first.token_arrays("logprobs") == [[-0.5, -0.25], None]
+    views = first.token_buffers("completion_token_ids")
+    assert [(v.format, v.tolist()) for v in views if v is not None] == [("q", [7, 8]), ("i", [11])]
+    assert [v and v.tolist() for v in first.token_buffers("logprobs")] == [[-0.5, -0.25], None]
     body: dict[str, Any] = first.to_dict()
     assert body["turns"][0]["messages"][0]["content"] == 'say "hi"\n'
     assert body["turns"][1]["completion_token_ids"] == [11]
@@ -71,8 +74,17 @@ def test_both_readers_give_the_same_ids_rewards_arrays_and_bodies(reader: str) -
 
 
 def test_a_group_kept_after_the_next_one_is_read_stays_readable() -> None:
-    kept = [simdjson_group(group_bytes(cursor)) for cursor in (1, 2, 3)]
+    cursors = range(1, POOL_SIZE + 4)  # more groups held than the pool keeps parsers
+    kept = [simdjson_group(group_bytes(cursor)) for cursor in cursors]
     assert [g.trajectories[1].token_arrays("prompt_token_ids")[0] for g in kept] == [
         [1, 2, 151_000]
-    ] * 3
-    assert [g.trajectories[0].to_dict()["trajectory_id"] for g in kept] == ["t1-0", "t2-0", "t3-0"]
+    ] * len(cursors)
+    assert [g.trajectories[0].to_dict()["trajectory_id"] for g in kept] == [
+        f"t{cursor}-0" for cursor in cursors
+    ]
+    del kept[1::2]  # the parsers of the groups let go are reused by the next ones
+    again = [simdjson_group(group_bytes(cursor)) for cursor in (20, 21, 22)]
+    assert [g.trajectories[0].trajectory_id for g in kept + again] == [
+        f"t{cursor}-0" for cursor in [*cursors[::2], 20, 21, 22]
+    ]
+    assert kept[0].trajectories[0].token_arrays("completion_token_ids") == [[7, 8], [11]]
