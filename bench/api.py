@@ -16,10 +16,13 @@ a real process on loopback. Measured in one run:
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
 
 Every mode is run once untimed first (the server's first answers import encoders and warm the
-store's cache), then ``--rounds`` rounds, each measuring the baseline and every mode in an
-order rotated by one per round, each mode as a fresh consumer. A mode's ratio is its rate over
-the same round's baseline; the table shows each mode's median rate and median ratio, so a
-minute of the machine's load lands on one round's figures, not on one mode's.
+store's cache), then ``--rounds`` rounds, each measuring every mode in an order rotated by one
+per round, each mode as a fresh consumer and each right after a baseline read of its own. A
+mode's ratio is its rate over that baseline's (the store read's rate swings by a third from
+one second to the next on a shared machine, so a baseline read once a round made the ratios
+swing with it); the table shows each mode's median rate and median ratio and the median of all
+baseline reads, so a minute of the machine's load lands on one round's figures, not on one
+mode's.
 
 Prints a table and, last, one JSON object.
 
@@ -227,17 +230,18 @@ async def main() -> None:
             for mode in MODES:
                 await consume(url, done, mode, f"warm-up_{mode}".replace(" ", "_"))
             for round_ in range(args.rounds):
-                count, base_s = await baseline(db, done)
-                rates["baseline"].append(count / base_s)
                 order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
                 for mode in order:
+                    count, base_s = await baseline(db, done)
+                    rates["baseline"].append(count / base_s)
                     count, seconds = await consume(
                         url, done, mode, f"r{round_}_{mode}".replace(" ", "_")
                     )
                     rates[mode].append(count / seconds)
                     ratios[mode].append(rates[mode][-1] / rates["baseline"][-1])
+                base = statistics.median(rates["baseline"][-len(MODES) :])
                 print(
-                    f"round {round_ + 1}: baseline {rates['baseline'][-1]:.0f} traj/s, "
+                    f"round {round_ + 1}: baseline {base:.0f} traj/s (median), "
                     + ", ".join(f"{m} {ratios[m][-1]:.2f}x" for m in MODES),
                     flush=True,
                 )

@@ -6,10 +6,11 @@ trainer that reads only token ids and rewards never parses messages or tool outp
 token arrays (base64 of little-endian int32/float32) are unpacked only when a turn's ids are
 read. This module is standalone: it imports nothing of envfarm beyond models.
 
-The JSON form (packed or not) is parsed with simdjson when pysimdjson is installed (the
-``fast`` extra): it builds no Python object for what is not read, so a trainer that reads a
-trajectory's reward and completion ids pays for those, not for its prompt ids and tool
-output (half of orjson's cost for a whole trajectory; bench/RESULTS.md). A group's proxies
+The JSON forms (packed or not; a page's group, or an NDJSON trajectory line when first read)
+are parsed with simdjson when pysimdjson is installed (the ``fast`` extra): it builds no
+Python object for what is not read, so a trainer that reads a trajectory's reward and
+completion ids pays for those, not for its prompt ids and tool output (half of orjson's cost
+for a whole trajectory; bench/RESULTS.md). A group's proxies
 keep its parser busy, so a group kept after the next one arrives stays readable: the next group
 takes another parser from a small pool of this thread's parsers, and a parser is reused once
 the group it parsed is gone. A fresh parser per group would cost twice the parse: its buffers
@@ -35,6 +36,13 @@ try:
     loads: Callable[[str | bytes], Any] = orjson.loads
 except ImportError:  # pragma: no cover - the fallback when orjson is not installed
     loads = json.loads
+
+try:
+    import pybase64  # SIMD base64: four times the standard library's speed
+
+    b64decode: Callable[[str], bytes] = pybase64.b64decode
+except ImportError:  # pragma: no cover - the fallback when pybase64 is not installed
+    b64decode = base64.b64decode
 
 try:
     import simdjson
@@ -68,8 +76,8 @@ def typed(data: Any, code: str) -> memoryview[Any]:
 def unpacked_view(value: str, code: str) -> memoryview[Any]:
     """A packed array (base64 of little-endian int32/float32) as a typed view of its bytes."""
     if LITTLE:
-        return typed(base64.b64decode(value), code)
-    data = array(code, base64.b64decode(value))
+        return typed(b64decode(value), code)
+    data = array(code, b64decode(value))
     data.byteswap()
     return memoryview(data)
 
@@ -148,15 +156,20 @@ class LazyTrajectory:
         ``torch.asarray(view)`` read it without a copy; ``view.tolist()`` gives the list."""
         if self._columns is not None and name in self._columns:
             return arrow_views(self._columns[name], name)
-        source = self._doc if self._parsed is None and self._doc is not None else self._body()
-        return [json_view(turn.get(name), name) for turn in source.get("turns") or ()]
+        return [json_view(turn.get(name), name) for turn in self._source().get("turns") or ()]
 
     def _arrays(self, name: str) -> list[Any]:
         if self._columns is not None and name in self._columns:
             return self._columns[name].as_py()  # type: ignore[no-any-return]
         code = "f" if name in FLOAT_ARRAYS else "i"
-        source = self._doc if self._parsed is None and self._doc is not None else self._body()
-        return [unpack(plain(turn.get(name)), code) for turn in source.get("turns") or ()]
+        return [unpack(plain(turn.get(name)), code) for turn in self._source().get("turns") or ()]
+
+    def _source(self) -> Any:
+        """Where the token arrays are read: the simdjson object (an NDJSON line is parsed into
+        one when first read), else the parsed body."""
+        if self._parsed is None and self._doc is None and self._raw is not None and SIMDJSON:
+            self._doc = parse_pooled(self._raw)
+        return self._doc if self._parsed is None and self._doc is not None else self._body()
 
     def _body(self) -> dict[str, Any]:
         if self._parsed is None:
