@@ -113,18 +113,22 @@ def page_json(page: RawGroupPage, packed: bool) -> bytes:
 def page_json_spans(page: RawGroupPage, packed: bool) -> tuple[bytes, list[tuple[int, int]]]:
     """The page as ``GroupPage`` JSON, and where each group's object lies in it (start, end):
     a client parses one group at a time, which costs it half as much as one large parse."""
-    parts, spans, at = [b'{"groups":['], [], len(b'{"groups":[')
+    chunks, spans = page_json_chunks(page, packed)
+    return b"".join(chunks), spans
+
+
+def page_json_chunks(page: RawGroupPage, packed: bool) -> tuple[list[bytes], list[tuple[int, int]]]:
+    """``page_json_spans`` as one chunk per group (each led by the page's head or a comma),
+    then the page's tail, for an answer written a group at a time."""
+    chunks, spans, at = [], [], 0
     for index, group in enumerate(page.groups):
-        if index:
-            parts.append(b",")
-            at += 1
-        start = at
-        for part in group_parts(group, packed):
-            parts.append(part)
-            at += len(part)
-        spans.append((start, at))
-    parts.append(b'],"next_cursor":' + dumps(page.next_cursor) + b"}")
-    return b"".join(parts), spans
+        lead = b"," if index else b'{"groups":['
+        chunks.append(b"".join([lead, *group_parts(group, packed)]))
+        spans.append((at + len(lead), at + len(chunks[-1])))
+        at += len(chunks[-1])
+    tail = b'],"next_cursor":' + dumps(page.next_cursor) + b"}"
+    chunks.append(tail if chunks else b'{"groups":[' + tail)
+    return chunks, spans
 
 
 def spans_header(spans: list[tuple[int, int]]) -> str:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.api.chunked import ChunkedResponse
 from envfarm.api.encodings import (
     ARROW,
     JSON,
@@ -20,7 +21,7 @@ from envfarm.api.encodings import (
     Compressor,
     encode_page,
     negotiate,
-    page_json_spans,
+    page_json_chunks,
     spans_header,
 )
 from envfarm.api.problems import (
@@ -178,18 +179,20 @@ async def job_groups(
             job_id, after=after, limit=limit, wait_s=wait, consumer=consumer,
             packed=encoding.packed or encoding.media_type == ARROW,
         )  # fmt: skip
-        if encoding.media_type == JSON:
-            text, spans = page_json_spans(page, encoding.packed)
-            if spans and len(spans) <= MAX_SPANS:
-                headers[GROUP_SPANS] = spans_header(spans)
-        else:
-            text = encode_page(page, encoding)
-        body = compressor.whole(text)
         if page.groups:  # a client may ask for the next page before it parses this one
             headers[NEXT_CURSOR] = str(page.groups[-1].cursor)
         if page.ended:  # nor need it ask for another page at all
             headers[JOB_ENDED] = "true"
-        return Response(body, media_type=encoding.content_type, headers=headers)
+        if encoding.media_type != JSON:
+            body = compressor.whole(encode_page(page, encoding))
+            return Response(body, media_type=encoding.content_type, headers=headers)
+        chunks, spans = page_json_chunks(page, encoding.packed)
+        if spans and len(spans) <= MAX_SPANS:
+            headers[GROUP_SPANS] = spans_header(spans)
+        if compressor.name:
+            body = compressor.whole(b"".join(chunks))
+            return Response(body, media_type=encoding.content_type, headers=headers)
+        return ChunkedResponse(chunks, media_type=encoding.content_type, headers=headers)
     if last_event_id:
         if not last_event_id.strip().isdigit():
             message = "must be a group cursor (an integer)"

@@ -101,18 +101,26 @@ async def test_an_unknown_accept_is_a_406_and_gzip_is_announced(
 
 
 @pytest.mark.parametrize("accept", ["application/json", "application/json; arrays=packed"])
+@pytest.mark.parametrize("accept_encoding", ["gzip", "identity"])
 async def test_a_json_page_names_the_span_of_each_group_in_its_body(
-    served: tuple[MemoryService, EnvfarmClient, str], accept: str
+    served: tuple[MemoryService, EnvfarmClient, str], accept: str, accept_encoding: str
 ) -> None:
     service, client, url = served
     job_id = await job_with_tokens(service, client, 3)
     async with aiohttp.ClientSession() as http:
         target = f"{url}/v1/jobs/{job_id}/groups"
         async with http.get(
-            target, headers={"Accept": accept, "Accept-Encoding": "gzip"}
+            target, headers={"Accept": accept, "Accept-Encoding": accept_encoding}
         ) as answer:
             body = await answer.read()
             header = answer.headers["Envfarm-Group-Spans"]
+            if accept_encoding == "identity":  # written a group at a time, under its length
+                assert answer.headers["Content-Length"] == str(len(body))
+                assert "Transfer-Encoding" not in answer.headers
+        async with http.get(  # an empty page
+            target, params={"after": "3"}, headers={"Accept-Encoding": accept_encoding}
+        ) as answer:
+            assert await answer.json() == {"groups": [], "next_cursor": None}
     spans = group_spans(header, body)
     assert len(spans) == 3
     whole = json.loads(body)["groups"]
