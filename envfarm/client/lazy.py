@@ -6,7 +6,7 @@ trainer that reads only token ids and rewards never parses messages or tool outp
 token arrays (base64 of little-endian int32/float32) are unpacked only when a turn's ids are
 read. This module is standalone: it imports nothing of envfarm beyond models.
 
-The JSON forms (packed or not; a page's group, or an NDJSON trajectory line when first read)
+The JSON forms (packed or not; a page's group, or an NDJSON trajectory line at each read)
 are parsed with simdjson when pysimdjson is installed (the ``fast`` extra): it builds no
 Python object for what is not read, so a trainer that reads a trajectory's reward and
 completion ids pays for those, not for its prompt ids and tool output (half of orjson's cost
@@ -26,7 +26,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from envfarm.models.jobs import GroupMeta
 
@@ -59,6 +59,7 @@ HEAD_KEYS = ("trajectory_id", "episode_id", "reward")
 POOL_SIZE = 8
 """Parsers kept per thread; a consumer holding more groups than this gets throwaway ones."""
 _parsers = threading.local()
+T = TypeVar("T")
 
 
 def unpack(value: Any, code: str) -> list[Any] | None:
@@ -156,20 +157,24 @@ class LazyTrajectory:
         ``torch.asarray(view)`` read it without a copy; ``view.tolist()`` gives the list."""
         if self._columns is not None and name in self._columns:
             return arrow_views(self._columns[name], name)
-        return [json_view(turn.get(name), name) for turn in self._source().get("turns") or ()]
+        return self._per_turn(lambda turn: json_view(turn.get(name), name))
 
     def _arrays(self, name: str) -> list[Any]:
         if self._columns is not None and name in self._columns:
             return self._columns[name].as_py()  # type: ignore[no-any-return]
         code = "f" if name in FLOAT_ARRAYS else "i"
-        return [unpack(plain(turn.get(name)), code) for turn in self._source().get("turns") or ()]
+        return self._per_turn(lambda turn: unpack(plain(turn.get(name)), code))
 
-    def _source(self) -> Any:
-        """Where the token arrays are read: the simdjson object (an NDJSON line is parsed into
-        one when first read), else the parsed body."""
+    def _per_turn(self, read: Callable[[Any], T]) -> list[T]:
+        """``read`` of each turn: of the group's simdjson object, of an NDJSON line parsed by
+        simdjson for this read alone (what ``read`` returns is a copy, so the parser goes back
+        to the pool at once, while a page's other lines wait their turn), or of the parsed
+        body."""
         if self._parsed is None and self._doc is None and self._raw is not None and SIMDJSON:
-            self._doc = parse_pooled(self._raw)
-        return self._doc if self._parsed is None and self._doc is not None else self._body()
+            line = parse_pooled(self._raw)
+            return [read(turn) for turn in line.get("turns") or ()]
+        source = self._doc if self._parsed is None and self._doc is not None else self._body()
+        return [read(turn) for turn in source.get("turns") or ()]
 
     def _body(self) -> dict[str, Any]:
         if self._parsed is None:
