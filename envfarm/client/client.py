@@ -202,7 +202,7 @@ class EnvfarmClient:
         self,
         job_id: str,
         *,
-        encoding: str = "ndjson-packed",
+        encoding: str = "packed",
         compression: str | None = None,
         consumer: str = "default",
         after: int | None = None,
@@ -212,8 +212,11 @@ class EnvfarmClient:
         ack_every: int = DEFAULT_EVERY,
         ack_interval_s: float = DEFAULT_INTERVAL_S,
     ) -> AsyncIterator[LazyGroup]:
-        """Like ``groups()`` in a compact form: ``encoding`` is one of ``ENCODINGS``,
-        ``compression`` None, "gzip" or "zstd" (gzip when zstandard is missing)."""
+        """Like ``groups()`` in a compact form: ``encoding`` is one of ``ENCODINGS`` (packed
+        JSON by default: the fastest to read, bench/RESULTS.md), ``compression`` None, "gzip"
+        or "zstd" (gzip when zstandard is missing)."""
+        if encoding not in ENCODINGS:
+            raise ValueError(f"encoding {encoding!r}: expected one of {', '.join(ENCODINGS)}")
         fetch = self._page_fetcher(job_id, consumer, limit, ENCODINGS[encoding],
                                    accept_encodings(compression))  # fmt: skip
         async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,

@@ -84,6 +84,19 @@ async def test_the_lazy_stream_yields_every_group(
     assert service.acked[(job_id, "default")] == 4
 
 
+async def test_the_default_lazy_form_is_packed_json_and_an_unknown_one_is_named(
+    served: tuple[MemoryService, EnvfarmClient, str],
+) -> None:
+    service, client, _ = served
+    job_id = await job_with_tokens(service, client, 2)
+    got = [g async for g in client.lazy_groups(job_id, consumer="default-form")]
+    buffers = got[1].trajectories[0].token_buffers("completion_token_ids")
+    assert [(b.format, b.tolist()) for b in buffers if b is not None] == [("i", [5, -3])]
+    with pytest.raises(ValueError, match="'msgpack': expected one of json, packed"):
+        async for _ in client.lazy_groups(job_id, encoding="msgpack"):
+            pass
+
+
 async def test_an_unknown_accept_is_a_406_and_gzip_is_announced(
     served: tuple[MemoryService, EnvfarmClient, str],
 ) -> None:
