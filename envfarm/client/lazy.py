@@ -10,11 +10,11 @@ The JSON forms (packed or not; a page's group, or an NDJSON trajectory line at e
 are parsed with simdjson when pysimdjson is installed (the ``fast`` extra): it builds no
 Python object for what is not read, so a trainer that reads a trajectory's reward and
 completion ids pays for those, not for its prompt ids and tool output (half of orjson's cost
-for a whole trajectory; bench/RESULTS.md). A group's proxies
-keep its parser busy, so a group kept after the next one arrives stays readable: the next group
-takes another parser from a small pool of this thread's parsers, and a parser is reused once
-the group it parsed is gone. A fresh parser per group would cost twice the parse: its buffers
-are larger than what the allocator keeps, so each is mapped from the kernel anew.
+for a whole trajectory; bench/RESULTS.md). A group's proxies keep its parser busy, so a
+group kept after the next one arrives stays readable: the next group takes another parser from
+a small pool of this thread's parsers, and a parser is reused once the group it parsed is gone.
+A fresh parser per group would cost twice the parse: its buffers are larger than what the
+allocator keeps, so each is mapped from the kernel anew.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ LITTLE = sys.byteorder == "little"
 HEAD_KEYS = ("trajectory_id", "episode_id", "reward")
 """What a ``LazyTrajectory`` knows without parsing its body."""
 POOL_SIZE = 8
-"""Parsers kept per thread; a consumer holding more groups than this gets throwaway ones."""
+"""Parsers kept per thread (each keeps buffers for the largest document it parsed); a consumer
+holding more groups than this gets throwaway ones."""
 _parsers = threading.local()
 T = TypeVar("T")
 
