@@ -63,6 +63,11 @@ _parsers = threading.local()
 T = TypeVar("T")
 
 
+def packed_code(name: str) -> str:
+    """The struct format of the array ``name`` in the packed forms: float32 or int32."""
+    return "f" if name in FLOAT_ARRAYS else "i"
+
+
 def unpack(value: Any, code: str) -> list[Any] | None:
     """A packed array (base64 string) as a list; lists and None pass through."""
     if not isinstance(value, str):
@@ -89,11 +94,11 @@ def json_view(value: Any, name: str) -> memoryview[Any] | None:
     (copied by simdjson in C when the value is simdjson's, so no Python number is made)."""
     if value is None:
         return None
-    floats = name in FLOAT_ARRAYS
     if isinstance(value, str):
-        return unpacked_view(value, "f" if floats else "i")
+        return unpacked_view(value, packed_code(name))
+    floats = name in FLOAT_ARRAYS
     wide = "d" if floats else "q"
-    if SIMDJSON and isinstance(value, simdjson.Array):
+    if SIMDJSON and isinstance(value, simdjson.Array):  # simdjson's "i" is int64
         return typed(value.as_buffer(of_type="d" if floats else "i"), wide)
     return memoryview(array(wide, value))
 
@@ -102,7 +107,7 @@ def arrow_views(value: Any, name: str) -> list[memoryview[Any] | None]:
     """A row's list<list<int32/float32>> cell as one typed view per turn, over Arrow's buffer."""
     if not value.is_valid:
         return []
-    code = "f" if name in FLOAT_ARRAYS else "i"
+    code = packed_code(name)
     views: list[memoryview[Any] | None] = []
     turns = value.values
     for index in range(len(turns)):
@@ -163,7 +168,7 @@ class LazyTrajectory:
     def _arrays(self, name: str) -> list[Any]:
         if self._columns is not None and name in self._columns:
             return self._columns[name].as_py()  # type: ignore[no-any-return]
-        code = "f" if name in FLOAT_ARRAYS else "i"
+        code = packed_code(name)
         return self._per_turn(lambda turn: unpack(plain(turn.get(name)), code))
 
     def _per_turn(self, read: Callable[[Any], T]) -> list[T]:
@@ -172,9 +177,11 @@ class LazyTrajectory:
         to the pool at once, while a page's other lines wait their turn), or of the parsed
         body."""
         if self._parsed is None and self._doc is None and self._raw is not None and SIMDJSON:
-            line = parse_pooled(self._raw)
-            return [read(turn) for turn in line.get("turns") or ()]
-        source = self._doc if self._parsed is None and self._doc is not None else self._body()
+            source = parse_pooled(self._raw)
+        elif self._parsed is None and self._doc is not None:
+            source = self._doc
+        else:
+            source = self._body()
         return [read(turn) for turn in source.get("turns") or ()]
 
     def _body(self) -> dict[str, Any]:

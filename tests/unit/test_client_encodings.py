@@ -64,7 +64,7 @@ async def test_every_form_yields_the_json_groups_and_acks_them_all(
         assert ids is not None
         assert logprobs is not None
         assert (ids.tolist(), logprobs.tolist()) == ([1, 2, 70000], [-0.5, -0.25])
-        compact = encoding != "json" and encoding != "ndjson"
+        compact = encoding not in ("json", "ndjson")
         assert (ids.format, logprobs.format) == (("i", "f") if compact else ("q", "d"))
         assert first.to_dict()["turns"][0]["messages"] == TURN["messages"]
     assert service.acked[(job_id, "default")] == 3
