@@ -6,6 +6,10 @@ newest finished cursor and everything before it, so the contract holds with fewe
 no group is acknowledged before the consumer finished with it, and none is delivered again
 after its acknowledgement was answered. ``close()`` flushes: the client calls it when the loop
 ends (the job ended, the loop broke out, or an error escaped) and when the client closes.
+
+The timer waits with ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 a cancel that
+arrived as ``wait_for``'s event was set could be swallowed, and the timer then ran on forever
+under a ``close()`` that waited for it (a consumer hung at the end of about one job in 70).
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ class BackgroundAcker:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+                async with asyncio.timeout(self._interval_s):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.flush()
@@ -77,8 +82,11 @@ class BackgroundAcker:
         """Stop the timer and acknowledge whatever was finished."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                if (current := asyncio.current_task()) and current.cancelling():
+                    raise  # the caller was cancelled too, not only the timer
             self._task = None
         await self.flush()
         if self._error is not None:

@@ -88,7 +88,8 @@ class Stage:
                 await self.running  # the worker's own error, if it raised one
                 raise StoreError(f"the {self.spec.name} stage stopped before {task.id} ended")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), WAIT_S)
+                async with asyncio.timeout(WAIT_S):
+                    await woken.wait()
             woken.clear()
         del self.woken[job_id]
         return [Trajectory.model_validate(raw) for raw in await self.store.trajectories(job_id)]

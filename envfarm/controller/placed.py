@@ -185,7 +185,8 @@ class PlacedSandbox(Sandbox, VerifierPhases, ProcessLogs):
         except BaseException:
             if self._inner is not None:
                 with contextlib.suppress(Exception, TimeoutError):
-                    await asyncio.wait_for(self._inner.stop(), LOST_STOP_S)
+                    async with asyncio.timeout(LOST_STOP_S):
+                        await self._inner.stop()
             self._owner._release(self, slot)
             raise
         self._owner.placer.started(self, self._image.tag)
@@ -228,7 +229,8 @@ class PlacedSandbox(Sandbox, VerifierPhases, ProcessLogs):
             if self._inner is not None:
                 if self._lost.is_set():  # a lost backend may never answer
                     with contextlib.suppress(Exception, TimeoutError):
-                        await asyncio.wait_for(self._inner.stop(), LOST_STOP_S)
+                        async with asyncio.timeout(LOST_STOP_S):
+                            await self._inner.stop()
                 else:
                     await self._inner.stop()
         finally:

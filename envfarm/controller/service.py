@@ -103,7 +103,8 @@ class Controller:
             waiting = min(remaining, STORE_POLL_S)
             with contextlib.suppress(TimeoutError):
                 if changed is not None:
-                    await asyncio.wait_for(changed.wait(), waiting)
+                    async with asyncio.timeout(waiting):
+                        await changed.wait()
                 else:
                     await asyncio.sleep(waiting)
         next_cursor = found[-1].cursor if found else after

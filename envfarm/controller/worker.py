@@ -149,7 +149,8 @@ class Worker:
                 except Exception:
                     log.exception("worker %s: unexpected error (retrying)", self.id)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+                    async with asyncio.timeout(self.config.poll_s):
+                        await self._wake.wait()
                 self._wake.clear()
         finally:
             await self._shutdown()

@@ -302,7 +302,8 @@ class EndpointPool(PolicyClient):
                 )
             record = call.waiting("unavailable", "every endpoint is ejected")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._back.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._back.wait()
             record.delay_s += time.monotonic() - now
 
     def _paused(

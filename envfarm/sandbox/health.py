@@ -82,9 +82,8 @@ async def wait_healthy(
         if why is not None:
             raise SandboxStartError(f"service {name!r} stopped before it was healthy: {why}")
         try:
-            passed, output = await asyncio.wait_for(
-                probe(policy.timeout_s), window_s + policy.timeout_s + 5
-            )
+            async with asyncio.timeout(window_s + policy.timeout_s + 5):
+                passed, output = await probe(policy.timeout_s)
         except TimeoutError:
             passed, output = False, f"the check did not finish within {policy.timeout_s:g} s"
         if passed:

@@ -100,9 +100,8 @@ async def run_build(spec: BuildSpec, on_log: LogFn | None) -> str:
     cancelled = threading.Event()
     log = threadsafe_log(on_log)
     try:
-        return await asyncio.wait_for(
-            asyncio.to_thread(_build_blocking, spec, log, cancelled), spec.timeout + GRACE_S
-        )
+        async with asyncio.timeout(spec.timeout + GRACE_S):
+            return await asyncio.to_thread(_build_blocking, spec, log, cancelled)
     except TimeoutError:
         message = f"{spec.where}: build did not finish within {spec.timeout:.0f} s"
         raise ImageError(message) from None

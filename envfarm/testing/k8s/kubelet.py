@@ -194,7 +194,8 @@ class SimulatedKubelet:
         self._set_status(pod, scheduled, nodeName=self.node_name)
         if self.start_delay_s:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping[uid].wait(), self.start_delay_s)
+                async with asyncio.timeout(self.start_delay_s):
+                    await self._stopping[uid].wait()
         pod = self._current(uid, namespace, name)
         if pod is None or self._stopping[uid].is_set():
             return

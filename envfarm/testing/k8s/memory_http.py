@@ -216,7 +216,8 @@ class MemoryApiServer:
         finally:
             await stream.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(sender, 5)
+                async with asyncio.timeout(5):
+                    await sender
             sender.cancel()
         return ws
 
