@@ -1,8 +1,8 @@
 """Delivery throughput of the REST API, and the controller's memory per 1,000 queued episodes.
 
 A store is filled with completed groups of realistic trajectories (token ids, logprobs, tool
-output) by the store's own lease/record path, then ``envfarm serve --no-worker`` serves it as
-a real process on loopback. Measured in one run:
+output; ``SHAPES``) by the store's own lease/record path, then ``envfarm serve --no-worker``
+serves it as a real process on loopback. Measured in one run:
 
 - the baseline: the same groups read straight from the store, in this process, as a JSON
   answer reads them (``Store.delivered(forms="json")``: each trajectory's JSON text, not its
@@ -27,6 +27,7 @@ mode's.
 Prints a table and, last, one JSON object.
 
     python bench/api.py [--groups 500] [--group-size 4] [--rounds 3] [--queued 100000] [--db URL]
+                        [--shape agent|flat]
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from envfarm.client import EnvfarmClient
 from envfarm.controller.groups import finalize_group
@@ -49,16 +53,47 @@ from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, ToolResult, Trajectory, Turn
 from envfarm.store.store import Store
 
-TURNS, PROMPT_TOKENS, COMPLETION_TOKENS = 8, 600, 150
+TURNS = 8
+SHAPES = ("agent", "flat")
+"""``agent``: an agent session as a model server reports it. Token ids spread over a 151,936-id
+vocabulary, logprobs float32 values, and each turn's prompt the turn before's prompt and
+completion followed by 30 tokens of tool output, so the compact layout keeps only those 30 (120
+prompt tokens, then 50 completion tokens a turn; about 40 KB of JSON). ``flat``: the shape of the
+figures before 2026-12-05, 600 prompt and 150 completion tokens a turn with ids below 750, every
+logprob -0.25 and no prompt extending another (about 39 KB of JSON, and a packed form larger
+than the JSON, since small ids print short and no prompt compacts)."""
+_rng = random.Random(18)
+VOCABULARY = [_rng.randrange(151_936) for _ in range(1 << 14)]
+LOGPROBS = [struct.unpack("<f", struct.pack("<f", -_rng.expovariate(2.0)))[0] for _ in range(4096)]
 
 
-def trajectory(lease, index: int) -> Trajectory:
+def token_arrays(shape: str, index: int) -> list[tuple[list[int], list[int], list[float]]]:
+    """Each turn's prompt ids, completion ids and logprobs."""
+    if shape == "flat":
+        ids, logprobs = list(range(150)), [-0.25] * 150
+        return [(list(range(t * 50, t * 50 + 600)), ids, logprobs) for t in range(TURNS)]
+    at = index * 7919
+
+    def take(pool: list[Any], count: int) -> list[Any]:
+        nonlocal at
+        start, at = at % (len(pool) - count), at + count
+        return pool[start : start + count]
+
+    turns, prompt = [], take(VOCABULARY, 120)
+    for _ in range(TURNS):
+        completion = take(VOCABULARY, 50)
+        turns.append((prompt, completion, take(LOGPROBS, 50)))
+        prompt = prompt + completion + take(VOCABULARY, 30)
+    return turns
+
+
+def trajectory(lease, index: int, shape: str) -> Trajectory:
     turns = [
         Turn(
             index=t,
-            prompt_token_ids=list(range(t * 50, t * 50 + PROMPT_TOKENS)),
-            completion_token_ids=list(range(COMPLETION_TOKENS)),
-            logprobs=[-0.25] * COMPLETION_TOKENS,
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            logprobs=logprobs,
             finish_reason="tool_calls",
             tool_results=[
                 ToolResult(
@@ -70,7 +105,7 @@ def trajectory(lease, index: int) -> Trajectory:
                 )
             ],
         )
-        for t in range(TURNS)
+        for t, (prompt, completion, logprobs) in enumerate(token_arrays(shape, index))
     ]
     return Trajectory(
         trajectory_id=f"{lease.episode_id}-a0",
@@ -84,7 +119,7 @@ def trajectory(lease, index: int) -> Trajectory:
     )
 
 
-async def fill(url: str, groups: int, group_size: int) -> str:
+async def fill(url: str, groups: int, group_size: int, shape: str = "agent") -> str:
     store = await Store.open(url, finalize=finalize_group)
     try:
         tasks = [f"bench/t{i}" for i in range(groups)]
@@ -95,7 +130,7 @@ async def fill(url: str, groups: int, group_size: int) -> str:
         ready = [f"hash-{task}" for task in tasks]
         while leases := await store.lease("bench", 256, 3600, ready):
             for lease in leases:
-                await store.record("bench", trajectory(lease, lease.index), final=True)
+                await store.record("bench", trajectory(lease, lease.index, shape), final=True)
         return done
     finally:
         await store.close()
@@ -127,6 +162,18 @@ async def baseline(url: str, job_id: str) -> tuple[int, float]:
             count += sum(len(g.trajectories) for g in page if g.json())
             after = page[-1].cursor
         return count, time.perf_counter() - started
+    finally:
+        await store.close()
+
+
+async def sizes(url: str, job_id: str) -> tuple[float, float]:
+    """The mean JSON and packed texts of a trajectory of the first page, in KB."""
+    store = await Store.open(url)
+    try:
+        page, _ = await store.delivered(job_id, after=0, limit=25, consumer="sizes")
+        texts = [len(t) for g in page for t in g.trajectories]
+        packed = [len(p or "") for g in page for p in g.packed or ()]
+        return statistics.mean(texts) / 1000, statistics.mean(packed) / 1000
     finally:
         await store.close()
 
@@ -216,13 +263,15 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--db", default=None, help="database URL (default: a SQLite file)")
+    parser.add_argument("--shape", choices=SHAPES, default="agent", help="token shape (SHAPES)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         db = args.db or f"sqlite:///{work / 'bench.db'}"
         started = time.perf_counter()
-        done = await fill(db, args.groups, args.group_size)
+        done = await fill(db, args.groups, args.group_size, args.shape)
         fill_s = time.perf_counter() - started
+        json_kb, packed_kb = await sizes(db, done)
         proc, url = serve(db, work)
         rates: dict[str, list[float]] = {"baseline": [], **{mode: [] for mode in MODES}}
         ratios: dict[str, list[float]] = {mode: [] for mode in MODES}
@@ -270,7 +319,8 @@ async def main() -> None:
     ratio = {mode: statistics.median(values) for mode, values in ratios.items()}
     spread = {mode: (min(values), max(values)) for mode, values in ratios.items()}
     trajectories = args.groups * args.group_size
-    print(f"{trajectories} trajectories a figure, {args.rounds} rounds; medians")
+    print(f"{trajectories} trajectories of the {args.shape} shape ({json_kb:.1f} KB of JSON, "
+          f"{packed_kb:.1f} KB packed) a figure, {args.rounds} rounds; medians")  # fmt: skip
     print(f"{'mode':<30} {'traj/s':>9} {'vs store':>9} {'range':>13}")
     print(f"{'baseline':<30} {rate['baseline']:>9.0f} {1:>8.2f}x")
     for mode in MODES:
@@ -280,6 +330,9 @@ async def main() -> None:
     print(f"server RSS: {empty_rss:.1f} MB empty, {loaded_rss:.1f} MB with {args.queued} queued "
           f"episodes (+ {per_1000:.3f} MB per 1,000); store filled in {fill_s:.1f}s")  # fmt: skip
     figures = {
+        "shape": args.shape,
+        "json_kb": round(json_kb, 1),
+        "packed_kb": round(packed_kb, 1),
         "groups": args.groups,
         "group_size": args.group_size,
         "rounds": args.rounds,

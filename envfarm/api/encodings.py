@@ -27,11 +27,7 @@ from typing import Any
 from envfarm.api.arrow_page import page_arrow
 from envfarm.api.problems import ProblemError, problem
 from envfarm.models.jobs import RawGroup, RawGroupPage
-from envfarm.models.packing import (
-    dumps,
-    loads,
-    packed_trajectory,
-)
+from envfarm.models.packing import dumps, loads, packed_text
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -89,7 +85,7 @@ def packed_texts(group: RawGroup) -> list[str]:
     """The group's trajectories in packed form: the store's copies, packed here when absent
     (groups completed before the store kept them)."""
     stored = group.packed or [None] * len(group.trajectories)
-    return [p if p is not None else dumps(packed_trajectory(t)).decode()
+    return [p if p is not None else packed_text(t)
             for t, p in zip(group.trajectories, stored, strict=True)]  # fmt: skip
 
 

@@ -26,7 +26,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from envfarm.models.jobs import GroupMeta
 
@@ -89,18 +89,56 @@ def unpacked_view(value: str, code: str) -> memoryview[Any]:
     return memoryview(data)
 
 
-def json_view(value: Any, name: str) -> memoryview[Any] | None:
-    """One turn's array as a typed view: unpacked when packed, else its numbers as int64/float64
-    (copied by simdjson in C when the value is simdjson's, so no Python number is made)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return unpacked_view(value, packed_code(name))
-    floats = name in FLOAT_ARRAYS
-    wide = "d" if floats else "q"
-    if SIMDJSON and isinstance(value, simdjson.Array):  # simdjson's "i" is int64
-        return typed(value.as_buffer(of_type="d" if floats else "i"), wide)
-    return memoryview(array(wide, value))
+def json_view_reader(name: str) -> Callable[[Any], memoryview[Any] | None]:
+    """What reads one turn's array ``name`` as a typed view: unpacked when packed, else its
+    numbers as int64/float64 (copied by simdjson in C when the value is simdjson's, so no Python
+    number is made). Made once per read of a trajectory, not per turn: a trainer reads every
+    turn of every trajectory."""
+    code = packed_code(name)
+    wide = "d" if code == "f" else "q"
+    of_type: Literal["d", "i"] = "d" if code == "f" else "i"  # simdjson's "i" is int64
+    array_type = simdjson.Array if SIMDJSON else ()
+
+    def read(turn: Any) -> memoryview[Any] | None:
+        value = turn.get(name)
+        if value is None:
+            return None
+        if isinstance(value, array_type):
+            return typed(value.as_buffer(of_type=of_type), wide)
+        if isinstance(value, str):
+            return unpacked_view(value, code)
+        return memoryview(array(wide, value))
+
+    return read
+
+
+COMPACT_SOURCES = ("prompt_suffix_ids", "completion_token_ids")
+"""What a turn's full prompt is rebuilt from in the compact layout (with the turn before)."""
+
+
+def whole_prompts(
+    prompts: list[T | None],
+    suffixes: list[T | None],
+    completions: list[T | None],
+    join: Callable[[T, T], T],
+) -> list[T | None]:
+    """Each turn's full prompt: its own, or (the compact layout of the packed forms) the turn
+    before's prompt and completion followed by its ``prompt_suffix_ids``."""
+    if all(suffix is None for suffix in suffixes):
+        return prompts
+    whole: list[T | None] = []
+    context: T | None = None
+    for prompt, suffix, completion in zip(prompts, suffixes, completions, strict=False):
+        if prompt is None and suffix is not None and context is not None:
+            prompt = join(context, suffix)
+        whole.append(prompt)
+        context = None if prompt is None or completion is None else join(prompt, completion)
+    return whole
+
+
+def joined_view(first: memoryview[Any], second: memoryview[Any]) -> memoryview[Any]:
+    """Two typed views of one format as one (a copy of both)."""
+    return typed(b"".join((first, second)), first.format)
 
 
 def arrow_views(value: Any, name: str) -> list[memoryview[Any] | None]:
@@ -151,9 +189,14 @@ class LazyTrajectory:
 
     def token_arrays(self, name: str) -> list[list[Any] | None]:
         """Each turn's ``prompt_token_ids``, ``completion_token_ids``, ``logprobs``, ...
-        (only this array is unpacked)."""
+        (only this array is unpacked; a full prompt is rebuilt from the compact layout)."""
         if name not in self._read:
-            self._read[name] = self._arrays(name)
+            arrays = self._arrays(name)
+            if name == "prompt_token_ids":
+                suffixes = self._arrays("prompt_suffix_ids")
+                completions = self.token_arrays("completion_token_ids")
+                arrays = whole_prompts(arrays, suffixes, completions, lambda a, b: [*a, *b])
+            self._read[name] = arrays
         return self._read[name]
 
     def token_buffers(self, name: str) -> list[memoryview[Any] | None]:
@@ -162,8 +205,13 @@ class LazyTrajectory:
         int64/float64 (``q``/``d``) from plain JSON numbers. ``numpy.asarray(view)`` and
         ``torch.asarray(view)`` read it without a copy; ``view.tolist()`` gives the list."""
         if self._columns is not None and name in self._columns:
-            return arrow_views(self._columns[name], name)
-        return self._per_turn(lambda turn: json_view(turn.get(name), name))
+            views = arrow_views(self._columns[name], name)
+        else:
+            views = self._per_turn(json_view_reader(name))
+        if name != "prompt_token_ids":
+            return views
+        suffixes, completions = (self.token_buffers(n) for n in COMPACT_SOURCES)
+        return whole_prompts(views, suffixes, completions, joined_view)
 
     def _arrays(self, name: str) -> list[Any]:
         if self._columns is not None and name in self._columns:
@@ -192,10 +240,14 @@ class LazyTrajectory:
         return self._parsed
 
     def to_dict(self) -> dict[str, Any]:
+        """The trajectory as the JSON form has it: token arrays as lists, every prompt whole."""
         body = self._body()
         for name in (*INT_ARRAYS, *FLOAT_ARRAYS):
             for turn, value in zip(body.get("turns") or (), self.token_arrays(name), strict=False):
                 turn[name] = value
+        for turn in body.get("turns") or ():
+            if turn.get("prompt_token_ids") is not None:
+                turn["prompt_suffix_ids"] = None
         return body
 
 

@@ -1,10 +1,13 @@
 """The packed layout of a trajectory's token arrays (docs/api.md, "Compact encodings").
 
-Per turn, ``prompt_token_ids``, ``prompt_suffix_ids`` and ``completion_token_ids`` become base64
-strings of little-endian int32 and ``logprobs`` of little-endian float32; everything else is as
-in the JSON form. The store keeps a packed copy of each delivered trajectory, made once when its
-group completes, so a compact answer is concatenated like the JSON one rather than re-encoded
-per request (turning decimal token ids into binary is the expensive part).
+The packed form is the compact token layout (``envfarm.models.samples``: a turn whose prompt
+extends the previous turn's prompt and completion keeps only ``prompt_suffix_ids``) with each
+turn's ``prompt_token_ids``, ``prompt_suffix_ids`` and ``completion_token_ids`` as base64 strings
+of little-endian int32 and ``logprobs`` of little-endian float32; everything else is as in the
+JSON form. An agent's prompts are append-only, so the full layout grows with the square of the
+turns and the compact one linearly. The store keeps a packed copy of each delivered trajectory,
+made once when its group completes, so a compact answer is concatenated like the JSON one rather
+than re-encoded per request (turning decimal token ids into binary is the expensive part).
 """
 
 from __future__ import annotations
@@ -44,9 +47,27 @@ def pack(values: list[Any], code: str) -> str:
     return base64.b64encode(data.tobytes()).decode()
 
 
+def compact_turns(turns: list[dict[str, Any]]) -> None:
+    """Parsed turns put in the compact layout in place: a turn whose prompt extends the turn
+    before's prompt and completion keeps only ``prompt_suffix_ids`` (the rule of
+    ``samples.PromptCompactor``, on JSON rather than models). Turns already compact stay so."""
+    context: list[Any] | None = None
+    for turn in turns:
+        prompt = turn.get("prompt_token_ids")
+        suffix = turn.get("prompt_suffix_ids")
+        if prompt is None:
+            prompt = None if suffix is None or context is None else context + suffix
+        elif context and len(prompt) >= len(context) and prompt[: len(context)] == context:
+            turn["prompt_suffix_ids"], turn["prompt_token_ids"] = prompt[len(context) :], None
+        completion = turn.get("completion_token_ids")
+        context = None if prompt is None or completion is None else prompt + completion
+
+
 def packed_trajectory(text: str | bytes) -> dict[str, Any]:
-    """A trajectory's JSON text, parsed, with its token arrays packed."""
+    """A trajectory's JSON text (either layout), parsed, in the compact layout with its token
+    arrays packed."""
     trajectory: dict[str, Any] = loads(text)
+    compact_turns(trajectory.get("turns") or [])
     for turn in trajectory.get("turns") or ():
         for name in ARRAY_FIELDS:
             value = turn.get(name)

@@ -19,6 +19,9 @@ from tests.unit.api_double import MemoryService
 JOB = {"tasks": ["alpha"], "policy": {"base_url": "oracle"}, "group_size": 2}
 TURN = {"index": 0, "prompt_token_ids": [1, 2, 70000], "completion_token_ids": [5, -3],
         "logprobs": [-0.5, -0.25], "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+NEXT = {"index": 1, "prompt_token_ids": [1, 2, 70000, 5, -3, 9], "completion_token_ids": [7],
+        "logprobs": [-1.0]}  # fmt: skip
+"""Its prompt extends the first turn's prompt and completion: the compact forms send ``[9]``."""
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -36,7 +39,7 @@ async def job_with_tokens(service: MemoryService, client: EnvfarmClient, groups:
     for _ in range(groups):
         group = service.add_group(job_id)
         for trajectory in group.trajectories:
-            trajectory["turns"] = [dict(TURN)]
+            trajectory["turns"] = [dict(TURN), dict(NEXT)]
     service.finish(job_id)
     return job_id
 
@@ -57,16 +60,24 @@ async def test_every_form_yields_the_json_groups_and_acks_them_all(
         ]
         first = lazy.trajectories[0]
         assert first.reward["value"] == plain.trajectories[0]["reward"]["value"]
-        assert first.token_arrays("prompt_token_ids") == [[1, 2, 70000]]
-        assert first.token_arrays("completion_token_ids") == [[5, -3]]
-        assert first.token_arrays("logprobs") == [[-0.5, -0.25]]
-        ids, logprobs = (first.token_buffers(name)[0] for name in ("prompt_token_ids", "logprobs"))
-        assert ids is not None
-        assert logprobs is not None
-        assert (ids.tolist(), logprobs.tolist()) == ([1, 2, 70000], [-0.5, -0.25])
         compact = encoding not in ("json", "ndjson")
-        assert (ids.format, logprobs.format) == (("i", "f") if compact else ("q", "d"))
-        assert first.to_dict()["turns"][0]["messages"] == TURN["messages"]
+        prompts = [TURN["prompt_token_ids"], NEXT["prompt_token_ids"]]
+        assert first.token_arrays("prompt_suffix_ids") == ([None, [9]] if compact else [None, None])
+        assert first.token_arrays("prompt_token_ids") == prompts
+        assert first.token_arrays("completion_token_ids") == [[5, -3], [7]]
+        assert first.token_arrays("logprobs") == [[-0.5, -0.25], [-1.0]]
+        ids = first.token_buffers("prompt_token_ids")
+        logprobs = first.token_buffers("logprobs")[0]
+        assert [view.tolist() if view else None for view in ids] == prompts
+        assert logprobs is not None
+        assert logprobs.tolist() == [-0.5, -0.25]
+        assert ids[1] is not None
+        assert (ids[1].format, logprobs.format) == (("i", "f") if compact else ("q", "d"))
+        whole = first.to_dict()["turns"]
+        assert whole[0]["messages"] == TURN["messages"]
+        assert [(t["prompt_token_ids"], t["prompt_suffix_ids"]) for t in whole] == [
+            (prompt, None) for prompt in prompts
+        ]
     assert service.acked[(job_id, "default")] == 3
 
 
@@ -79,8 +90,10 @@ async def test_the_lazy_stream_yields_every_group(
     job_id = await job_with_tokens(service, client, 4)
     got = [g async for g in client.lazy_stream(job_id, packed=packed, compression=compression)]
     assert [g.cursor for g in got] == [1, 2, 3, 4]
-    assert got[0].trajectories[0].token_arrays("logprobs") == [[-0.5, -0.25]]
-    assert got[3].trajectories[1].token_arrays("prompt_token_ids") == [[1, 2, 70000]]
+    assert got[0].trajectories[0].token_arrays("logprobs") == [[-0.5, -0.25], [-1.0]]
+    last = got[3].trajectories[1]
+    assert last.token_arrays("prompt_token_ids") == [[1, 2, 70000], [1, 2, 70000, 5, -3, 9]]
+    assert last.token_arrays("prompt_suffix_ids") == [None, [9] if packed else None]
     assert service.acked[(job_id, "default")] == 4
 
 
@@ -91,7 +104,8 @@ async def test_the_default_lazy_form_is_packed_json_and_an_unknown_one_is_named(
     job_id = await job_with_tokens(service, client, 2)
     got = [g async for g in client.lazy_groups(job_id, consumer="default-form")]
     buffers = got[1].trajectories[0].token_buffers("completion_token_ids")
-    assert [(b.format, b.tolist()) for b in buffers if b is not None] == [("i", [5, -3])]
+    got_buffers = [(b.format, b.tolist()) for b in buffers if b is not None]
+    assert got_buffers == [("i", [5, -3]), ("i", [7])]
     with pytest.raises(ValueError, match="'msgpack': expected one of json, packed"):
         async for _ in client.lazy_groups(job_id, encoding="msgpack"):
             pass

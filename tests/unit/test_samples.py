@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from envfarm.client.lazy import unpack
+from envfarm.models.packing import packed_trajectory
 from envfarm.models.samples import (
     PromptCompactor,
     compacted_turns,
@@ -174,3 +176,24 @@ def test_a_dangling_suffix_is_a_clear_error() -> None:
     bad = Turn(index=0, prompt_suffix_ids=[1])
     with pytest.raises(ValueError, match="turn 0 has prompt_suffix_ids"):
         list(full_prompts([bad]))
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [([1, 2], [3]), ([1, 2, 3, 4], [5]), ([1, 2, 3, 4, 5, 6], [7])],
+        [([1, 2], [3]), ([9, 1, 2, 3], [5]), ([9, 1, 2, 3, 5, 6], None), ([9], [1])],
+        [([1], None), ([1, 2], [3]), (None, [4]), ([1, 2, 3, 4], [5])],
+    ],
+    ids=["extending", "history rewritten, completion missing", "no ids on some turns"],
+)
+def test_the_packed_form_has_the_compact_layout_of_the_models(
+    turns: list[tuple[list[int] | None, list[int] | None]],
+) -> None:
+    traj = trajectory(*(turn(i, prompt, done) for i, (prompt, done) in enumerate(turns)))
+    packed = packed_trajectory(traj.to_json())
+    compact = json.loads(traj.to_json(compact_tokens=True))
+    for name in ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids"):
+        got = [unpack(t[name], "i") for t in packed["turns"]]
+        assert got == [t[name] for t in compact["turns"]]
+    assert packed_trajectory(traj.to_json(compact_tokens=True)) == packed  # already compact
