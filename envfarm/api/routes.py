@@ -68,7 +68,9 @@ class PolicyVersion(Body):
     version: str = Field(min_length=1, max_length=200)
 
 
-def _service(request: Request) -> JobService:
+async def _service(request: Request) -> JobService:
+    """The app's service. A coroutine, since FastAPI runs a plain function dependency on its
+    thread pool: a thread hop on every request (0.06-0.14 ms of a 0.3-0.4 ms `GET /v1/tasks`)."""
     service: JobService = request.app.state.service
     return service
 
