@@ -137,7 +137,9 @@ def whole_prompts(
 
 
 def joined_view(first: memoryview[Any], second: memoryview[Any]) -> memoryview[Any]:
-    """Two typed views of one format as one (a copy of both)."""
+    """Two typed views as one (a copy of both), in the first one's format."""
+    if first.format != second.format:  # JSON numbers before packed ones: not from one server
+        return memoryview(array(first.format, [*first.tolist(), *second.tolist()]))
     return typed(b"".join((first, second)), first.format)
 
 

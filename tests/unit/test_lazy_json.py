@@ -67,6 +67,9 @@ def test_both_readers_give_the_same_ids_rewards_arrays_and_bodies(reader: str) -
     views = first.token_buffers("completion_token_ids")
     assert [(v.format, v.tolist()) for v in views if v is not None] == [("q", [7, 8]), ("i", [11])]
     assert [v and v.tolist() for v in first.token_buffers("logprobs")] == [[-0.5, -0.25], None]
+    whole = [[1, 2, 151_000], [1, 2, 151_000, 7, 8, 9, 10]]  # the suffix after turn 0's context
+    assert first.token_arrays("prompt_token_ids") == whole
+    assert [v and v.tolist() for v in first.token_buffers("prompt_token_ids")] == whole
     body: dict[str, Any] = first.to_dict()
     assert body["turns"][0]["messages"][0]["content"] == 'say "hi"\n'
     assert body["turns"][1]["completion_token_ids"] == [11]
@@ -88,3 +91,24 @@ def test_a_group_kept_after_the_next_one_is_read_stays_readable() -> None:
         f"t{cursor}-0" for cursor in [*cursors[::2], 20, 21, 22]
     ]
     assert kept[0].trajectories[0].token_arrays("completion_token_ids") == [[7, 8], [11]]
+
+
+def packed(values: list[int]) -> str:
+    return base64.b64encode(array("i", values).tobytes()).decode()
+
+
+def test_packed_copies_with_every_prompt_whole_are_read_as_they_are() -> None:
+    """Copies made before the packed forms were compact keep every prompt whole."""
+    turns = [
+        {"index": 0, "prompt_token_ids": packed([1, 2]), "completion_token_ids": packed([3])},
+        {"index": 1, "prompt_token_ids": packed([1, 2, 3, 4]), "prompt_suffix_ids": None,
+         "completion_token_ids": packed([5])},
+    ]  # fmt: skip
+    body = {"trajectory_id": "t", "episode_id": "e", "reward": None, "turns": turns}
+    data = json.dumps({"cursor": 1, "group_id": "g", "task_id": "t", "trajectories": [body]})
+    for reader in READERS.values():
+        (trajectory,) = reader(data.encode()).trajectories
+        assert trajectory.token_arrays("prompt_token_ids") == [[1, 2], [1, 2, 3, 4]]
+        views = trajectory.token_buffers("prompt_token_ids")
+        assert [v and (v.format, v.tolist()) for v in views] == [("i", [1, 2]), ("i", [1, 2, 3, 4])]
+        assert [t["prompt_suffix_ids"] for t in trajectory.to_dict()["turns"]] == [None, None]
