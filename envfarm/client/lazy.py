@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import sys
 import threading
 from array import array
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from envfarm.models.jobs import GroupMeta
+from envfarm.models.samples import whole_prompts
 
 try:
     import orjson
@@ -116,26 +118,6 @@ COMPACT_SOURCES = ("prompt_suffix_ids", "completion_token_ids")
 """What a turn's full prompt is rebuilt from in the compact layout (with the turn before)."""
 
 
-def whole_prompts(
-    prompts: list[T | None],
-    suffixes: list[T | None],
-    completions: list[T | None],
-    join: Callable[[T, T], T],
-) -> list[T | None]:
-    """Each turn's full prompt: its own, or (the compact layout of the packed forms) the turn
-    before's prompt and completion followed by its ``prompt_suffix_ids``."""
-    if all(suffix is None for suffix in suffixes):
-        return prompts
-    whole: list[T | None] = []
-    context: T | None = None
-    for prompt, suffix, completion in zip(prompts, suffixes, completions, strict=False):
-        if prompt is None and suffix is not None and context is not None:
-            prompt = join(context, suffix)
-        whole.append(prompt)
-        context = None if prompt is None or completion is None else join(prompt, completion)
-    return whole
-
-
 def joined_view(first: memoryview[Any], second: memoryview[Any]) -> memoryview[Any]:
     """Two typed views as one (a copy of both), in the first one's format."""
     if first.format != second.format:  # JSON numbers before packed ones: not from one server
@@ -195,9 +177,8 @@ class LazyTrajectory:
         if name not in self._read:
             arrays = self._arrays(name)
             if name == "prompt_token_ids":
-                suffixes = self._arrays("prompt_suffix_ids")
-                completions = self.token_arrays("completion_token_ids")
-                arrays = whole_prompts(arrays, suffixes, completions, lambda a, b: [*a, *b])
+                suffixes, completions = (self.token_arrays(n) for n in COMPACT_SOURCES)
+                arrays = whole_prompts(arrays, suffixes, completions, operator.add)
             self._read[name] = arrays
         return self._read[name]
 

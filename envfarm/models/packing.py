@@ -19,6 +19,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from envfarm.models.samples import extends
+
 try:
     import orjson
 
@@ -57,7 +59,7 @@ def compact_turns(turns: list[dict[str, Any]]) -> None:
         suffix = turn.get("prompt_suffix_ids")
         if prompt is None:
             prompt = None if suffix is None or context is None else context + suffix
-        elif context and len(prompt) >= len(context) and prompt[: len(context)] == context:
+        elif context and extends(prompt, context):
             turn["prompt_suffix_ids"], turn["prompt_token_ids"] = prompt[len(context) :], None
         completion = turn.get("completion_token_ids")
         context = None if prompt is None or completion is None else prompt + completion

@@ -17,12 +17,17 @@ on. Nothing is ever re-tokenized.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from envfarm.models.trajectory import TrainingSample, Trajectory, Turn
 
+T = TypeVar("T")
 
-def _extends(prompt: list[int], context: list[int]) -> bool:
+
+def extends(prompt: Sequence[Any], context: Sequence[Any]) -> bool:
+    """``prompt`` starts with ``context`` (the previous turn's prompt and completion)."""
     return len(prompt) >= len(context) and prompt[: len(context)] == context
 
 
@@ -42,27 +47,48 @@ class PromptCompactor:
             else:
                 self.context = None
                 return
-        elif self.context is not None and self.context and _extends(prompt, self.context):
+        elif self.context is not None and self.context and extends(prompt, self.context):
             turn.prompt_suffix_ids = prompt[len(self.context) :]
             turn.prompt_token_ids = None
         completion = turn.completion_token_ids
         self.context = None if completion is None else prompt + completion
 
 
+def whole_prompts(
+    prompts: Sequence[T | None],
+    suffixes: Sequence[T | None],
+    completions: Sequence[T | None],
+    join: Callable[[T, T], T],
+) -> list[T | None]:
+    """Each turn's full prompt, of any array type ``join`` concatenates: its own, or (the
+    compact layout) the turn before's prompt and completion followed by its suffix. A suffix
+    with nothing before it to extend leaves the prompt None."""
+    if all(suffix is None for suffix in suffixes):
+        return list(prompts)
+    whole: list[T | None] = []
+    context: T | None = None
+    for prompt, suffix, completion in zip(prompts, suffixes, completions, strict=False):
+        if prompt is None and suffix is not None and context is not None:
+            prompt = join(context, suffix)
+        whole.append(prompt)
+        context = None if prompt is None or completion is None else join(prompt, completion)
+    return whole
+
+
 def full_prompts(turns: Sequence[Turn]) -> Iterator[list[int] | None]:
     """Each turn's full prompt ids (None when the turn has none), whatever the layout."""
-    context: list[int] | None = None
-    for turn in turns:
-        prompt = turn.prompt_token_ids
+    prompts = whole_prompts(
+        [turn.prompt_token_ids for turn in turns],
+        [turn.prompt_suffix_ids for turn in turns],
+        [turn.completion_token_ids for turn in turns],
+        operator.add,
+    )
+    for turn, prompt in zip(turns, prompts, strict=True):
         if prompt is None and turn.prompt_suffix_ids is not None:
-            if context is None:
-                raise ValueError(
-                    f"turn {turn.index} has prompt_suffix_ids but the previous turn has no "
-                    "prompt and completion ids to extend"
-                )
-            prompt = context + turn.prompt_suffix_ids
-        completion = turn.completion_token_ids
-        context = None if prompt is None or completion is None else prompt + completion
+            raise ValueError(
+                f"turn {turn.index} has prompt_suffix_ids but the previous turn has no "
+                "prompt and completion ids to extend"
+            )
         yield prompt
 
 
@@ -110,7 +136,7 @@ def merged_samples(trajectory: Trajectory) -> list[TrainingSample]:
         if (
             current is None
             or current.segment != turn.segment
-            or not _extends(prompt, current.token_ids)
+            or not extends(prompt, current.token_ids)
         ):
             current = TrainingSample(
                 segment=turn.segment, turns=[], token_ids=[], loss_mask=[], logprobs=[]
