@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from envfarm.client import EnvfarmClient
 from envfarm.controller.groups import finalize_group
@@ -55,35 +54,32 @@ from envfarm.store.store import Store
 
 TURNS = 8
 SHAPES = ("agent", "flat")
-"""``agent``: an agent session as a model server reports it. Token ids spread over a 151,936-id
+"""``agent``: an agent session as a model server reports it. Token ids drawn over a 151,936-id
 vocabulary, logprobs float32 values, and each turn's prompt the turn before's prompt and
 completion followed by 30 tokens of tool output, so the compact layout keeps only those 30 (120
-prompt tokens, then 50 completion tokens a turn; about 40 KB of JSON). ``flat``: the shape of the
-figures before 2026-12-05, 600 prompt and 150 completion tokens a turn with ids below 750, every
-logprob -0.25 and no prompt extending another (about 39 KB of JSON, and a packed form larger
-than the JSON, since small ids print short and no prompt compacts)."""
+prompt tokens, then 50 completion tokens a turn; about 40 KB of JSON). Every trajectory's
+tokens are its own draw, so compression finds no repeats across trajectories. ``flat``: the
+shape of the figures recorded before the agent shape, 600 prompt and 150 completion tokens a
+turn with ids below 750, every logprob -0.25, no prompt extending another, and the same arrays
+in every trajectory (about 39 KB of JSON, and a packed form larger than the JSON, since small
+ids print short and no prompt compacts)."""
+VOCABULARY = range(151_936)
 _rng = random.Random(18)
-VOCABULARY = [_rng.randrange(151_936) for _ in range(1 << 14)]
 LOGPROBS = [struct.unpack("<f", struct.pack("<f", -_rng.expovariate(2.0)))[0] for _ in range(4096)]
+"""float32 values a model server might report, drawn from."""
 
 
-def token_arrays(shape: str, index: int) -> list[tuple[list[int], list[int], list[float]]]:
-    """Each turn's prompt ids, completion ids and logprobs."""
+def token_arrays(shape: str, seed: str) -> list[tuple[list[int], list[int], list[float]]]:
+    """Each turn's prompt ids, completion ids and logprobs, drawn from ``seed``."""
     if shape == "flat":
         ids, logprobs = list(range(150)), [-0.25] * 150
         return [(list(range(t * 50, t * 50 + 600)), ids, logprobs) for t in range(TURNS)]
-    at = index * 7919
-
-    def take(pool: list[Any], count: int) -> list[Any]:
-        nonlocal at
-        start, at = at % (len(pool) - count), at + count
-        return pool[start : start + count]
-
-    turns, prompt = [], take(VOCABULARY, 120)
+    draw = random.Random(seed)
+    turns, prompt = [], draw.choices(VOCABULARY, k=120)
     for _ in range(TURNS):
-        completion = take(VOCABULARY, 50)
-        turns.append((prompt, completion, take(LOGPROBS, 50)))
-        prompt = prompt + completion + take(VOCABULARY, 30)
+        completion = draw.choices(VOCABULARY, k=50)
+        turns.append((prompt, completion, draw.choices(LOGPROBS, k=50)))
+        prompt = prompt + completion + draw.choices(VOCABULARY, k=30)
     return turns
 
 
@@ -105,7 +101,7 @@ def trajectory(lease, index: int, shape: str) -> Trajectory:
                 )
             ],
         )
-        for t, (prompt, completion, logprobs) in enumerate(token_arrays(shape, index))
+        for t, (prompt, completion, logprobs) in enumerate(token_arrays(shape, lease.episode_id))
     ]
     return Trajectory(
         trajectory_id=f"{lease.episode_id}-a0",
