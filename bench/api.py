@@ -12,6 +12,9 @@ serves it as a real process on loopback. Measured in one run:
   wants rewards and completion token ids as buffers reads it, ``token_buffers``) and in
   compact forms (packed JSON, packed NDJSON, Arrow), packed NDJSON also with gzip and zstd;
 - streaming: the server-sent-event variant of the same route, JSON (models, lazy) and packed;
+- the client's parse alone: the same trainer read of the JSON and packed forms in this process,
+  from bytes read out of the store untimed, with no HTTP and no server. A delivery through a
+  client that parses can be no faster, so its ratio is the ceiling of that form's;
 - memory: the server's resident memory with one job of ``--queued`` queued episodes against
   an empty store, per 1,000 episodes (and the database's bytes per 1,000 episodes).
 
@@ -46,11 +49,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from envfarm.api.encodings import group_parts
 from envfarm.client import EnvfarmClient
+from envfarm.client.lazy import LazyTrajectory, json_group
 from envfarm.controller.groups import finalize_group
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, ToolResult, Trajectory, Turn
+from envfarm.store.leases import Lease
 from envfarm.store.store import Store
+from envfarm.store.views import Forms
 
 TURNS = 8
 SHAPES = ("agent", "flat")
@@ -83,7 +90,7 @@ def token_arrays(shape: str, seed: str) -> list[tuple[list[int], list[int], list
     return turns
 
 
-def trajectory(lease, index: int, shape: str) -> Trajectory:
+def trajectory(lease: Lease, index: int, shape: str) -> Trajectory:
     turns = [
         Turn(
             index=t,
@@ -162,6 +169,39 @@ async def baseline(url: str, job_id: str) -> tuple[int, float]:
         await store.close()
 
 
+async def parse_floor(url: str, job_id: str, form: str) -> tuple[int, float]:
+    """The client's lazy read of the same groups with no HTTP and no server: each group's
+    bytes as an answer carries them, read from the store untimed, then parsed and read as the
+    trainer reads them, timed. Delivery through a client that parses can go no faster."""
+    packed = form == "packed"
+    store = await Store.open(url)
+    try:
+        count, seconds, after = 0, 0.0, 0
+        while True:
+            forms: Forms = "packed" if packed else "json"
+            page, _ = await store.delivered(
+                job_id, after=after, limit=100, consumer="floor", forms=forms
+            )
+            if not page:
+                break
+            bodies = [b"".join(group_parts(group, packed)) for group in page]
+            started = time.perf_counter()
+            for body in bodies:
+                count += trainer_read(json_group(body).trajectories)
+            seconds += time.perf_counter() - started
+            after = page[-1].cursor
+        return count, seconds
+    finally:
+        await store.close()
+
+
+def trainer_read(trajectories: list[LazyTrajectory]) -> int:
+    """A trainer's read: ids, rewards and completion tokens as buffers, never messages."""
+    return sum(
+        1 for t in trajectories if t.reward is not None and t.token_buffers("completion_token_ids")
+    )
+
+
 async def sizes(url: str, job_id: str) -> tuple[float, float]:
     """The mean JSON and packed texts of a trajectory of the first page, in KB."""
     store = await Store.open(url)
@@ -206,6 +246,10 @@ MODES = (
 )  # fmt: skip
 """``models``: the JSON form parsed into ``DeliveredGroup`` models (``groups()``, ``stream()``);
 every other mode is read lazily (``lazy_groups()``, ``lazy_stream()``) as a trainer reads it."""
+FLOORS = ("client parse alone json", "client parse alone packed")
+"""Not deliveries: the client's own read of the JSON and packed forms, in this process with no
+HTTP (``parse_floor``), the most a delivery in that form can reach."""
+MEASURED = MODES + FLOORS
 
 
 async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int, float]:
@@ -221,12 +265,7 @@ async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int,
             async for lazy in client.lazy_groups(
                 job_id, consumer=consumer, wait_s=0.0, encoding=form[0], compression=compression
             ):
-                # a trainer's read: ids, rewards and completion tokens as buffers, never messages
-                count += sum(
-                    1
-                    for t in lazy.trajectories
-                    if t.reward is not None and t.token_buffers("completion_token_ids")
-                )
+                count += trainer_read(lazy.trajectories)
         elif form == ["models"]:
             async for group in client.stream(job_id, consumer=consumer):
                 count += len(group.trajectories)
@@ -236,11 +275,7 @@ async def consume(url: str, job_id: str, mode: str, consumer: str) -> tuple[int,
             async for lazy in client.lazy_stream(
                 job_id, consumer=consumer, packed=form[0] == "packed", compression=compression
             ):
-                count += sum(
-                    1
-                    for t in lazy.trajectories
-                    if t.reward is not None and t.token_buffers("completion_token_ids")
-                )
+                count += trainer_read(lazy.trajectories)
                 if lazy.cursor == last:
                     break
         return count, time.perf_counter() - started  # fmt: skip
@@ -269,25 +304,27 @@ async def main() -> None:
         fill_s = time.perf_counter() - started
         json_kb, packed_kb = await sizes(db, done)
         proc, url = serve(db, work)
-        rates: dict[str, list[float]] = {"baseline": [], **{mode: [] for mode in MODES}}
-        ratios: dict[str, list[float]] = {mode: [] for mode in MODES}
+        rates: dict[str, list[float]] = {"baseline": [], **{mode: [] for mode in MEASURED}}
+        ratios: dict[str, list[float]] = {mode: [] for mode in MEASURED}
         try:
             for mode in MODES:
                 await consume(url, done, mode, f"warm-up_{mode}".replace(" ", "_"))
             for round_ in range(args.rounds):
-                order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
+                order = MEASURED[round_ % len(MEASURED) :] + MEASURED[: round_ % len(MEASURED)]
                 for mode in order:
                     count, base_s = await baseline(db, done)
                     rates["baseline"].append(count / base_s)
-                    count, seconds = await consume(
-                        url, done, mode, f"r{round_}_{mode}".replace(" ", "_")
-                    )
+                    if mode in FLOORS:
+                        count, seconds = await parse_floor(db, done, mode.split()[-1])
+                    else:
+                        name = f"r{round_}_{mode}".replace(" ", "_")
+                        count, seconds = await consume(url, done, mode, name)
                     rates[mode].append(count / seconds)
                     ratios[mode].append(rates[mode][-1] / rates["baseline"][-1])
-                base = statistics.median(rates["baseline"][-len(MODES) :])
+                base = statistics.median(rates["baseline"][-len(MEASURED) :])
                 print(
                     f"round {round_ + 1}: baseline {base:.0f} traj/s (median), "
-                    + ", ".join(f"{m} {ratios[m][-1]:.2f}x" for m in MODES),
+                    + ", ".join(f"{m} {ratios[m][-1]:.2f}x" for m in MEASURED),
                     flush=True,
                 )
         finally:
@@ -319,7 +356,7 @@ async def main() -> None:
           f"{packed_kb:.1f} KB packed) a figure, {args.rounds} rounds; medians")  # fmt: skip
     print(f"{'mode':<30} {'traj/s':>9} {'vs store':>9} {'range':>13}")
     print(f"{'baseline':<30} {rate['baseline']:>9.0f} {1:>8.2f}x")
-    for mode in MODES:
+    for mode in MEASURED:
         low, high = spread[mode]
         print(f"{mode:<30} {rate[mode]:>9.0f} {ratio[mode]:>8.2f}x {low:>6.2f}-{high:.2f}x")
     per_1000 = (loaded_rss - empty_rss) / (args.queued / 1000)
@@ -333,8 +370,8 @@ async def main() -> None:
         "group_size": args.group_size,
         "rounds": args.rounds,
         "store_traj_per_s": round(rate["baseline"]),
-        **{f"{mode}_traj_per_s": round(rate[mode]) for mode in MODES},
-        **{f"{mode}_vs_store": round(ratio[mode], 3) for mode in MODES},
+        **{f"{mode}_traj_per_s": round(rate[mode]) for mode in MEASURED},
+        **{f"{mode}_vs_store": round(ratio[mode], 3) for mode in MEASURED},
         "server_rss_empty_mb": round(empty_rss, 1),
         "server_rss_queued_mb": round(loaded_rss, 1),
         "queued_episodes": args.queued,
