@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
@@ -47,27 +47,38 @@ def add_group(
     request: JobRequest,
     replaces: str | None = None,
 ) -> str:
-    group_id = f"grp-{uuid.uuid4().hex[:12]}"
+    """A group after the job's last one (``ix_groups_job_seq`` finds it)."""
     seq = conn.execute(
         select(func.coalesce(func.max(groups.c.seq), 0)).where(groups.c.job_id == job_id)
     ).scalar()
-    group_seq = int(seq or 0) + 1
-    conn.execute(
-        insert(groups).values(
-            id=group_id,
-            job_id=job_id,
-            task_id=task_id,
-            task_hash=task_hash,
-            seq=group_seq,
-            state="pending",
-            stale=False,
-            replaces=replaces,
-        )
-    )
+    first_seq = int(seq or 0) + 1
+    tasks = [(task_id, task_hash)]
+    return add_groups(conn, job_id, tasks, request, first_seq=first_seq, replaces=replaces)[0]
+
+
+def add_groups(
+    conn: Connection,
+    job_id: str,
+    tasks: Sequence[tuple[str, str]],
+    request: JobRequest,
+    *,
+    first_seq: int = 1,
+    replaces: str | None = None,
+) -> list[str]:
+    """A group of ``group_size`` queued episodes for each (task id, task hash), numbered from
+    ``first_seq``: two inserts for any number of groups. A new job's groups are numbered
+    here, not by asking the store for the job's last number once per group, which made a job
+    of 100,000 tasks take minutes to create."""
     base_seed = request.sampling.seed
-    conn.execute(
-        insert(episodes),
-        [
+    group_rows: list[dict[str, Any]] = []
+    episode_rows: list[dict[str, Any]] = []
+    for offset, (task_id, task_hash) in enumerate(tasks):
+        group_id, group_seq = f"grp-{uuid.uuid4().hex[:12]}", first_seq + offset
+        group_rows.append(
+            {"id": group_id, "job_id": job_id, "task_id": task_id, "task_hash": task_hash,
+             "seq": group_seq, "state": "pending", "stale": False, "replaces": replaces}
+        )  # fmt: skip
+        episode_rows.extend(
             {
                 "id": f"ep-{uuid.uuid4().hex[:12]}",
                 "job_id": job_id,
@@ -80,9 +91,11 @@ def add_group(
                 "seed": None if base_seed is None else base_seed + index,
             }
             for index in range(request.group_size)
-        ],
-    )
-    return group_id
+        )
+    if group_rows:
+        conn.execute(insert(groups), group_rows)
+        conn.execute(insert(episodes), episode_rows)
+    return [str(row["id"]) for row in group_rows]
 
 
 def version_seqs(conn: Connection) -> tuple[dict[str, int], int | None]:
@@ -104,7 +117,15 @@ _PACKED_COPY = insert(packed_trajectories).values(
 
 def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -> None:
     group = conn.execute(select(groups).where(groups.c.id == group_id)).mappings().one()
-    job = conn.execute(select(jobs).where(jobs.c.id == group["job_id"])).mappings().one()
+    job = (
+        conn.execute(
+            select(
+                jobs.c.id, jobs.c.max_staleness, jobs.c.stale_policy, jobs.c.leave_one_out
+            ).where(jobs.c.id == group["job_id"])
+        )
+        .mappings()
+        .one()
+    )
     rows = conn.execute(
         select(trajectories.c.trajectory_id, trajectories.c.data)
         .join(episodes, episodes.c.id == trajectories.c.episode_id)
@@ -112,9 +133,8 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
         .order_by(episodes.c.index)
     ).all()
     group_trajectories = [Trajectory.model_validate_json(r.data) for r in rows]
-    request = JobRequest.model_validate_json(job["request"])
     if finalize is not None:
-        finalize(group_trajectories, request.leave_one_out)
+        finalize(group_trajectories, bool(job["leave_one_out"]))
     finished = []
     for trajectory in group_trajectories:
         text = trajectory.to_json()
@@ -143,6 +163,9 @@ def complete_group(conn: Connection, group_id: str, finalize: Finalize | None) -
             .where(groups.c.id == group_id)
             .values(state="dropped", staleness=staleness, completed_at=time.time())
         )
+        request = JobRequest.model_validate_json(
+            conn.execute(select(jobs.c.request).where(jobs.c.id == job["id"])).scalar_one()
+        )  # the size of the job's task list: read only for the rare replacement
         add_group(conn, job["id"], group["task_id"], group["task_hash"], request, replaces=group_id)
         return
     cursor = conn.execute(

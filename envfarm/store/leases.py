@@ -51,7 +51,7 @@ def lease(
         return []
     active = (
         conn.execute(
-            select(jobs)
+            select(*(column for column in jobs.c if column.name != "request"))
             .where(jobs.c.status.in_(("queued", "running")))
             .order_by(jobs.c.priority.desc(), jobs.c.created_at)
         )

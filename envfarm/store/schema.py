@@ -35,6 +35,7 @@ jobs = Table(
     Column("max_staleness", Integer),
     Column("stale_policy", String(8), nullable=False),
     Column("max_retries", Integer, nullable=False),
+    Column("leave_one_out", Boolean, nullable=False, default=False),
     Column("request", Text, nullable=False),
     Column("last_cursor", Integer, nullable=False, default=0),
     Column("created_at", Float, nullable=False),
@@ -61,6 +62,7 @@ groups = Table(
     Column("completed_at", Float),
     UniqueConstraint("job_id", "cursor", name="uq_groups_job_cursor"),
     Index("ix_groups_job_state", "job_id", "state"),
+    Index("ix_groups_job_seq", "job_id", "seq"),
 )
 
 episodes = Table(

@@ -144,14 +144,15 @@ class Store:
                     max_staleness=request.max_staleness,
                     stale_policy=request.stale_policy,
                     max_retries=request.max_retries,
+                    leave_one_out=request.leave_one_out,
                     request=request_json(request),
                     last_cursor=0,
                     created_at=now,
                     updated_at=now,
                 )
             )
-            for task_id in request.tasks:
-                grp.add_group(conn, job_id, task_id, task_hashes[task_id], request)
+            tasks = [(task_id, task_hashes[task_id]) for task_id in request.tasks]
+            grp.add_groups(conn, job_id, tasks, request)
             return job_id
 
         return await self.transaction(create)
@@ -311,7 +312,7 @@ class Store:
         when the page was read (in the same transaction) and no group comes after it."""
 
         def read(conn: Connection) -> tuple[list[RawGroup], int, bool]:
-            job = job_row(conn, job_id)
+            job = job_row(conn, job_id, jobs.c.status, jobs.c.last_cursor)
             start = after if after is not None else _acked(conn, job_id, consumer)
             rows = conn.execute(
                 select(groups)
@@ -328,7 +329,7 @@ class Store:
 
     async def ack(self, job_id: str, cursor: int, consumer: str) -> int:
         def write(conn: Connection) -> int:
-            job = job_row(conn, job_id)
+            job = job_row(conn, job_id, jobs.c.last_cursor)
             if cursor > job["last_cursor"] or cursor < 0:
                 raise InvalidJobState(
                     f"cursor {cursor} of job {job_id} was never delivered "
@@ -387,7 +388,7 @@ class Store:
 
     async def task_hashes(self, job_id: str) -> dict[str, str]:
         def read(conn: Connection) -> dict[str, str]:
-            job_row(conn, job_id)
+            job_row(conn, job_id, jobs.c.id)
             rows = conn.execute(
                 select(groups.c.task_id, groups.c.task_hash).where(groups.c.job_id == job_id)
             ).all()

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from sqlalchemy import bindparam, case, func, literal, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement
 
 from envfarm.errors import JobNotFound
 from envfarm.models.jobs import (
@@ -31,8 +32,11 @@ from envfarm.store.schema import (
 Forms = Literal["json", "packed", "both"]
 
 
-def job_row(conn: Connection, job_id: str) -> Any:
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+def job_row(conn: Connection, job_id: str, *columns: ColumnElement[Any]) -> Any:
+    """The job's row, or only ``columns`` of it: its request is as long as its task list, too
+    much to read for a page or an acknowledgement of a job of 100,000 tasks."""
+    query = select(*columns) if columns else select(jobs)
+    row = conn.execute(query.where(jobs.c.id == job_id)).mappings().first()
     if row is None:
         raise JobNotFound(f"no job {job_id!r}", field="job_id")
     return row

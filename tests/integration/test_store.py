@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import select
 
 from envfarm.controller.groups import finalize_group
 from envfarm.errors import InvalidJobState, JobNotFound
@@ -16,6 +17,7 @@ from envfarm.models.trajectory import ErrorInfo, Trajectory
 from envfarm.store.groups import MAX_STALE_DROPS
 from envfarm.store.leases import Lease
 from envfarm.store.migrate import current_revision, head_revision
+from envfarm.store.schema import episodes, groups
 from envfarm.store.store import Store
 from tests.store_fixtures import leased_result
 
@@ -160,6 +162,57 @@ async def test_priority_then_fair_share_then_per_job_limits(store: Store) -> Non
     assert sorted(lease.job_id for lease in leases) == sorted([low, other, other, other])
 
 
+def group_seqs(store: Store, job_id: str) -> dict[str, int]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(groups.c.id, groups.c.seq).where(groups.c.job_id == job_id))
+        return {row.id: row.seq for row in rows}
+
+
+async def test_a_jobs_groups_are_numbered_in_task_order_each_with_its_episodes(
+    store: Store,
+) -> None:
+    tasks = [f"t{i}" for i in range(40)]
+    job = await store.create_job(request(tasks=tasks, group_size=3), dict.fromkeys(tasks, "h"))
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(groups.c.id, groups.c.task_id, groups.c.seq).where(groups.c.job_id == job)
+        ).all()
+        members = conn.execute(
+            select(
+                episodes.c.group_id,
+                episodes.c.task_id,
+                episodes.c.index.label("position"),
+                episodes.c.seq,
+            )
+            .where(episodes.c.job_id == job)
+        ).all()  # fmt: skip
+    assert sorted((row.seq, row.task_id) for row in rows) == list(enumerate(tasks, start=1))
+    seq_of = {row.id: row.seq for row in rows}
+    task_of = {row.id: row.task_id for row in rows}
+    assert sorted((seq_of[e.group_id], e.position) for e in members) == [
+        (seq, index) for seq in range(1, 41) for index in range(3)
+    ]
+    assert all(e.seq == seq_of[e.group_id] * 10_000 + e.position for e in members)
+    assert all(e.task_id == task_of[e.group_id] for e in members)
+
+
+async def test_a_jobs_leave_one_out_setting_reaches_its_groups_advantages(store: Store) -> None:
+    jobs = {loo: await store.create_job(request(group_size=3, leave_one_out=loo), HASHES)
+            for loo in (False, True)}  # fmt: skip
+    leases = await store.lease("w", 6, 30, READY)
+    for job_id in jobs.values():
+        mine = sorted((lease for lease in leases if lease.job_id == job_id), key=lambda x: x.index)
+        for lease, reward in zip(mine, [1.0, 0.0, 0.0], strict=True):
+            await store.record("w", result(lease, reward), final=True)
+    first: dict[bool, float] = {}
+    for loo, job_id in jobs.items():
+        [raw], _ = await store.delivered(job_id, after=0, limit=5, consumer="c")
+        first[loo] = raw.parsed().trajectories[0]["advantage"]
+    std = (2 / 9) ** 0.5  # of rewards 1, 0, 0
+    assert first[False] == pytest.approx((1 - 1 / 3) / std, abs=1e-3)
+    assert first[True] == pytest.approx((1 - 0) / std, abs=1e-3)
+
+
 async def test_stale_groups_are_dropped_and_rerun_or_marked(store: Store) -> None:
     await store.publish_version("1")
     dropping = await store.create_job(request(group_size=1, max_staleness=1), HASHES)
@@ -179,6 +232,7 @@ async def test_stale_groups_are_dropped_and_rerun_or_marked(store: Store) -> Non
     assert (await store.delivered(dropping, after=0, limit=5, consumer="c"))[0] == []
     [rerun] = await store.lease("w", 1, 30, READY)
     assert rerun.job_id == dropping
+    assert group_seqs(store, dropping) == {leases[dropping].group_id: 1, rerun.group_id: 2}
     assert rerun.dispatch_version == "3"
     [raw], _ = await store.delivered(marking, after=0, limit=5, consumer="c")
     marked = raw.parsed()

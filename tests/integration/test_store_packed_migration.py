@@ -8,7 +8,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
 from envfarm.store.engine import normalize_url, open_engine
-from envfarm.store.migrate import alembic_config, head_revision
+from envfarm.store.migrate import alembic_config
 
 ROWS = [("t1", '{"a":[1,2]}', '{"a":"AQAAAAIAAAA="}'), ("t2", '{"a":[]}', None)]
 
@@ -70,6 +70,5 @@ def test_packed_copies_move_to_their_own_table_and_back(db_url: str) -> None:
         migrate(engine, "head")
         with engine.connect() as connection:
             assert packed_copies(connection) == {"t1": ROWS[0][2]}
-        assert head_revision() == "0005"
     finally:
         engine.dispose()
