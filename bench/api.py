@@ -174,11 +174,11 @@ async def parse_floor(url: str, job_id: str, form: str) -> tuple[int, float]:
     bytes as an answer carries them, read from the store untimed, then parsed and read as the
     trainer reads them, timed. Delivery through a client that parses can go no faster."""
     packed = form == "packed"
+    forms: Forms = "packed" if packed else "json"
     store = await Store.open(url)
     try:
         count, seconds, after = 0, 0.0, 0
         while True:
-            forms: Forms = "packed" if packed else "json"
             page, _ = await store.delivered(
                 job_id, after=after, limit=100, consumer="floor", forms=forms
             )

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic import command
 from psycopg import sql
+from sqlalchemy.engine import Engine
 
 from envfarm.controller.groups import finalize_group
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory, Turn
 from envfarm.store.leases import Lease
+from envfarm.store.migrate import alembic_config
 from envfarm.store.store import Store
 
 DEFAULT_PG_URL = "postgresql+psycopg://envfarm:envfarm@127.0.0.1:5432/postgres"
@@ -105,3 +108,10 @@ def leased_result(
         error=error,
         provenance=Provenance(task_hash=lease.task_hash, envfarm_version="test"),
     )
+
+
+def migrate(engine: Engine, revision: str, down: bool = False) -> None:
+    """Upgrade (or downgrade) the database to ``revision`` with the store's own migrations."""
+    with engine.begin() as connection:
+        config = alembic_config(connection)
+        (command.downgrade if down else command.upgrade)(config, revision)

@@ -36,6 +36,10 @@ class Lease:
     dispatch_version: str | None
 
 
+_JOB_COLUMNS = [column for column in jobs.c if column.name != "request"]
+"""A job's row without its request, which is as long as its task list."""
+
+
 def lease(
     conn: Connection,
     worker: str,
@@ -51,7 +55,7 @@ def lease(
         return []
     active = (
         conn.execute(
-            select(*(column for column in jobs.c if column.name != "request"))
+            select(*_JOB_COLUMNS)
             .where(jobs.c.status.in_(("queued", "running")))
             .order_by(jobs.c.priority.desc(), jobs.c.created_at)
         )

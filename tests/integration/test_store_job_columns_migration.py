@@ -8,7 +8,7 @@ from sqlalchemy import inspect, text
 
 from envfarm.store.engine import normalize_url, open_engine
 from envfarm.store.migrate import head_revision
-from tests.integration.test_store_packed_migration import migrate
+from tests.store_fixtures import migrate
 
 REQUESTS = {"loo": '{"tasks": ["t"], "leave_one_out": true}', "plain": '{"tasks": ["t"]}'}
 

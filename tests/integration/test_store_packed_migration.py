@@ -3,20 +3,13 @@ in ``trajectories.packed`` move to ``packed_trajectories`` and back, none lost."
 
 from __future__ import annotations
 
-from alembic import command
 from sqlalchemy import inspect, text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from envfarm.store.engine import normalize_url, open_engine
-from envfarm.store.migrate import alembic_config
+from tests.store_fixtures import migrate
 
 ROWS = [("t1", '{"a":[1,2]}', '{"a":"AQAAAAIAAAA="}'), ("t2", '{"a":[]}', None)]
-
-
-def migrate(engine: Engine, revision: str, down: bool = False) -> None:
-    with engine.begin() as connection:
-        config = alembic_config(connection)
-        (command.downgrade if down else command.upgrade)(config, revision)
 
 
 def packed_copies(connection: Connection) -> dict[str, str]:
