@@ -206,16 +206,11 @@ def finish_job_if_done(conn: Connection, job_id: str) -> bool:
     # The job row's lock first: two transactions ending the job's last two groups at once
     # (record and fail_task) must not both count the other's group as still open.
     conn.execute(select(jobs.c.id).where(jobs.c.id == job_id).with_for_update())
-    unfinished = conn.execute(
-        select(func.count()).where(
-            groups.c.job_id == job_id, groups.c.state.in_(("pending", "running"))
-        )
-    ).scalar()
-    if unfinished:
+    # Whether one group is left, not how many: counting them read every open group of the
+    # job at each group's end (5 ms a group in a job of 100,000 tasks, and quadratic in it).
+    if _any_group(conn, job_id, ("pending", "running")):
         return False
-    completed = conn.execute(
-        select(func.count()).where(groups.c.job_id == job_id, groups.c.state == "completed")
-    ).scalar()
+    completed = _any_group(conn, job_id, ("completed",))
     status = "completed" if completed else "failed"
     done = conn.execute(
         update(jobs)
@@ -227,6 +222,13 @@ def finish_job_if_done(conn: Connection, job_id: str) -> bool:
         )
     )
     return done.rowcount == 1
+
+
+def _any_group(conn: Connection, job_id: str, states: tuple[str, ...]) -> bool:
+    found = conn.execute(
+        select(groups.c.id).where(groups.c.job_id == job_id, groups.c.state.in_(states)).limit(1)
+    ).first()
+    return found is not None
 
 
 def fail_task(conn: Connection, job_id: str, task_hash: str, message: str) -> bool:

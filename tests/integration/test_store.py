@@ -326,3 +326,17 @@ async def test_versions_published_at_once_all_get_a_place(store: Store) -> None:
     await asyncio.gather(*(store.publish_version(f"race-{i}") for i in range(6)))
     names, _current = await store.versions()
     assert {f"race-{i}" for i in range(6)} <= set(names)
+
+
+async def test_a_job_ends_with_its_last_group_failed_only_if_none_completed(store: Store) -> None:
+    mixed = await store.create_job(request(tasks=["a", "b"]), HASHES)
+    assert await store.fail_task(mixed, "hash-a", "cannot build") is False
+    assert (await store.job(mixed)).status != "failed"
+    for lease in await store.lease("w1", 10, 30, ["hash-b"]):
+        await store.record("w1", result(lease), final=True)
+    assert (await store.job(mixed)).status == "completed"
+    hopeless = await store.create_job(request(tasks=["a", "b"]), HASHES)
+    assert await store.fail_task(hopeless, "hash-a", "cannot build") is False
+    assert await store.fail_task(hopeless, "hash-b", "cannot build") is True
+    view = await store.job(hopeless)
+    assert (view.status, view.error) == ("failed", "no group of this job could run")
