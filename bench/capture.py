@@ -47,6 +47,7 @@ from pathlib import Path
 
 from envfarm.agent.capture.server import CaptureServer
 from envfarm.agent.capture.session import CaptureLimits, CaptureSession
+from envfarm.plan.planner import plan_episode
 from envfarm.policy import PolicyServer
 from envfarm.policy.base import SamplingParams
 from envfarm.policy.openai import OpenAIPolicy
@@ -106,7 +107,7 @@ async def main(calls: int, task_dir: Path, rounds: int) -> None:
     load = _load()
     backend = DockerBackend()
     task = load_task(task_dir)
-    image = await backend.prepare(task)
+    image = await backend.prepare(plan_episode(task).sandbox)
     fake = FakeVLLM(commands=["ls"])  # every call is the first step: the same answer
     results: dict[str, list[float]] = {}
     cpu: dict[str, float] = {}
@@ -135,7 +136,7 @@ async def main(calls: int, task_dir: Path, rounds: int) -> None:
 
         async with (
             CaptureServer(new_session(), model="policy") as capture,
-            backend.create(task, image, run_id="bench-capture") as sandbox,
+            backend.create(plan_episode(task).sandbox, image, run_id="bench-capture") as sandbox,
         ):
             assert isinstance(sandbox, ChannelPortForwarding)
             channel = sandbox.channel

@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 
 from envfarm.client import EnvfarmClient  # noqa: E402
 from envfarm.errors import EnvfarmError  # noqa: E402
+from envfarm.plan.planner import plan_episode  # noqa: E402
 from envfarm.sandbox.docker.backend import DockerBackend  # noqa: E402
 from envfarm.spec.task import load_task  # noqa: E402
 from envfarm.testing.chaos_policy import ChaosPolicyServer, ChaosResponder  # noqa: E402
@@ -274,7 +275,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     docker = DockerBackend()
     for task_id in ids:  # built once before the chaos, so kills never land in a first build
         if task_id.startswith(DOCKER_PREFIX):
-            await docker.prepare(load_task(tasks_dir / task_id.split("/")[1]))
+            await docker.prepare(plan_episode(load_task(tasks_dir / task_id.split("/")[1])).sandbox)
     responder = ChaosResponder(COMMAND, rate=args.fault_rate, cap=args.kills, seed=args.seed)
     policy = ChaosPolicyServer(responder)
     await policy.start()

@@ -23,6 +23,7 @@ from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, discover_tasks
 
@@ -82,7 +83,9 @@ async def main(rounds: int, concurrency: int) -> None:
     tasks, errors = discover_tasks([TASKS / name for name in TASK_NAMES])
     assert not errors, errors
     backend = DockerBackend()
-    images = {task.id: (await backend.prepare(task)).tag for task in tasks}  # build outside timing
+    images = {
+        task.id: (await backend.prepare(plan_episode(task).sandbox)).tag for task in tasks
+    }  # build outside timing
     n = len(tasks) * rounds
 
     start = time.perf_counter()

@@ -21,6 +21,7 @@ from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, discover_tasks
 
@@ -49,7 +50,7 @@ async def main(rounds: int) -> None:
     assert not errors, errors
     backend = DockerBackend()
     for task in tasks:
-        await backend.prepare(task)  # build outside timing
+        await backend.prepare(plan_episode(task).sandbox)  # build outside timing
     runs: dict[tuple[str, str], list[Trajectory]] = {}
     for _ in range(rounds):  # interleaved, so drift in the machine's load hits both modes
         for task in tasks:

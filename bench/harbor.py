@@ -50,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.spec.task import Task, discover_tasks
 
@@ -161,7 +162,7 @@ class BenchTask:
 async def prepare(tasks: list[Task]) -> list[BenchTask]:
     prepared = []
     for task in tasks:
-        images = await build_environment_images(task)
+        images = await build_environment_images(environment_spec(task))
         services = {name: built.tag for name, built in images.services.items()}
         prepared.append(BenchTask(task, images.main.tag, services))
     return prepared

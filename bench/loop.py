@@ -29,6 +29,7 @@ from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
+from envfarm.plan.models import SandboxSpec
 from envfarm.policy.base import ToolCallRaw
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer, Reply, completion_reply
@@ -64,8 +65,8 @@ class GradingBackend(FakeBackend):
     """Fake sandboxes whose tests/test.sh "passes": it writes a reward of 1. Their clock answers
     as GNU date does, so grading reuses the image's pristine state as on real images."""
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        sandbox = super().create(task, image, run_id=run_id)
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        sandbox = super().create(spec, image, run_id=run_id)
         assert isinstance(sandbox, FakeSandbox)
 
         def handler(command: str, sandbox: FakeSandbox = sandbox) -> ExecResult:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
@@ -135,16 +136,16 @@ async def bench_warm_acquire(n: int) -> list[float]:
     """Acquire from a warm pool of 2 (an example task's image), waiting for the refill between."""
     backend = DockerBackend()
     task = load_task(TASK)
-    image = await backend.prepare(task)
+    image = await backend.prepare(plan_episode(task).sandbox)
     pools = WarmPools(backend, size=2, run_id="bench")
-    pools.warm(task, image)
+    pools.warm(plan_episode(task).sandbox, image)
     samples = []
     try:
         for _ in range(n):
-            while pools.ready(task, image) < 1:
+            while pools.ready(plan_episode(task).sandbox, image) < 1:
                 await asyncio.sleep(0.01)
             start = time.perf_counter()
-            sandbox = await pools.acquire(task, image)
+            sandbox = await pools.acquire(plan_episode(task).sandbox, image)
             samples.append(time.perf_counter() - start)
             await sandbox.stop()
     finally:

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from envfarm.errors import SandboxError
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
@@ -48,7 +49,7 @@ async def one_environment(
     backend: DockerBackend, task: Task, image: PreparedImage, run_id: str
 ) -> tuple[float, float]:
     """(start to first query answered, teardown) in seconds; raises what the start raised."""
-    sandbox = backend.create(task, image, run_id=run_id)
+    sandbox = backend.create(plan_episode(task).sandbox, image, run_id=run_id)
     start = time.perf_counter()
     try:
         await sandbox.start()
@@ -112,7 +113,7 @@ async def main(n: int, alone_rounds: int, networks: int) -> None:
     run_id = f"bench-services-{uuid.uuid4().hex[:8]}"
     backend = DockerBackend()
     task = load_task(TASK)
-    image = await backend.prepare(task)
+    image = await backend.prepare(plan_episode(task).sandbox)
     alone = [await one_environment(backend, task, image, run_id) for _ in range(alone_rounds)]
     ready, teardown, errors, wall = await together(backend, task, image, n, run_id)
     net_times, net_errors, alive = await asyncio.to_thread(networks_fit, networks, run_id)

@@ -82,7 +82,12 @@ async def run(task_name: str, episodes: int) -> tuple[list[dict[str, Any]], list
     tasks, errors = discover_tasks([TASKS / task_name])
     assert not errors, errors
     backend = DockerBackend()
-    image = (await backend.prepare(tasks[0])).image_id
+    try:  # a tree from before the episode plan (--tree) prepares a task
+        from envfarm.plan.planner import plan_episode
+
+        image = (await backend.prepare(plan_episode(tasks[0]).sandbox)).image_id
+    except ImportError:
+        image = (await backend.prepare(tasks[0])).image_id  # type: ignore[arg-type]
     bare = []
     for _ in range(3):
         start = time.monotonic()

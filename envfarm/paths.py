@@ -12,12 +12,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from envfarm.settings import Settings
+
 
 def user_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The data directory (not created here)."""
     env = os.environ if environ is None else environ
-    if explicit := env.get("ENVFARM_DATA_DIR"):
-        return Path(explicit).expanduser()
+    if (explicit := Settings.from_env(env).data_dir) is not None:
+        return explicit
     xdg = env.get("XDG_DATA_HOME")
     if xdg and Path(xdg).is_absolute():  # the spec says to ignore a relative one
         return Path(xdg) / "envfarm"

@@ -13,8 +13,15 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from envfarm.cli.options import judge_options, offline_option, task_paths, verifier_network_option
+from envfarm.cli.options import (
+    command_settings,
+    judge_options,
+    offline_option,
+    task_paths,
+    verifier_network_option,
+)
 from envfarm.cli.render import JobProgress, console
+from envfarm.controller.assembly import open_backend
 from envfarm.controller.check import (
     CheckConfig,
     CheckEvents,
@@ -27,7 +34,7 @@ from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JudgeRequest
-from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task, discover_tasks
 
 CHECK_HELP = """Check that tasks are sound; exit 0 only when every one is.
@@ -100,7 +107,10 @@ def check(
     judge: str | None,
     judge_model: str,
     judge_api_key: str | None,
+    offline: bool | None,
+    verifier_network: str | None,
 ) -> None:
+    settings = command_settings(offline=offline, verifier_network=verifier_network)
     tasks, errors = discover_tasks(list(paths))
     try:
         judge_request = (
@@ -121,8 +131,9 @@ def check(
         compare_modes=compare_modes,
         artifacts_dir=kept,
         image_exists=_local_image_lookup() if no_run and tasks else None,
+        settings=settings,
     )
-    backend = None if no_run or not tasks else _docker_backend()
+    backend = None if no_run or not tasks else open_backend(settings)
     if kept is not None:
         console.print(f"[dim]artifacts under {escape(str(kept.parent))}[/]")
     try:
@@ -187,12 +198,6 @@ def _local_image_lookup() -> Callable[[str], bool]:
     from envfarm.sandbox.docker.local_images import local_image_exists
 
     return local_image_exists
-
-
-def _docker_backend() -> SandboxBackend:
-    from envfarm.sandbox.docker.backend import DockerBackend
-
-    return DockerBackend()
 
 
 def _rewards(check: TaskCheck) -> str:

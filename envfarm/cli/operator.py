@@ -20,13 +20,18 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from envfarm.cli.options import command_settings
 from envfarm.cli.render import console
 from envfarm.cli.serve import _load_tasks, _run
 from envfarm.client import EnvfarmClient
+from envfarm.errors import EnvfarmError
 from envfarm.operator.envpool import EnvPoolReconciler
 from envfarm.operator.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
 from envfarm.operator.runner import Operator, envpool_controller, rolloutjob_controller
+from envfarm.plan.models import EngineFacts, SandboxSpec
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.kubernetes.podimages import ImageNaming
+from envfarm.sandbox.kubernetes.podspec import GVISOR_RUNTIME_CLASS
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import Task, discover_tasks
 
@@ -102,8 +107,8 @@ def operator(
         kube = RestKubeApi(config)
         async with EnvfarmClient(api_url, token, retry_for_s=30.0) as client:
             runner = Operator(kube, namespace, workers=workers)
-            naming = ImageNaming(registry=os.environ.get("ENVFARM_IMAGE_REGISTRY") or "")
-            templates = TaskTemplates(tasks, naming)
+            naming = ImageNaming(registry=command_settings().image_registry)
+            templates = TaskTemplates(_pool_specs(tasks), naming)
             runner.add(envpool_controller(EnvPoolReconciler(kube, templates)))
             jobs = RolloutJobReconciler(
                 kube, client, api_url, archive_tasks=tasks_in_archive, poll_s=poll_s
@@ -122,3 +127,16 @@ def operator(
                 await kube.close()
 
     _run(main)
+
+
+def _pool_specs(tasks: dict[str, Task]) -> dict[str, SandboxSpec]:
+    """Each task's sandbox as an EnvPool renders it: its plan on a cluster whose gVisor
+    RuntimeClass is manifests/' (a task the plan refuses is left out, with a line)."""
+    facts = EngineFacts(backend="Kubernetes cluster", gvisor_runtime=GVISOR_RUNTIME_CLASS)
+    specs = {}
+    for task_id, task in tasks.items():
+        try:
+            specs[task_id] = plan_episode(task, facts=facts).sandbox
+        except EnvfarmError as exc:
+            console.print(f"[yellow]task {escape(task_id)} not served to EnvPools:[/] {exc}")
+    return specs

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import click
 
-from envfarm.errors import TaskSpecError
+from envfarm.errors import EnvfarmError
+from envfarm.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,47 +36,29 @@ def judge_options(judge_help: str) -> Callable[[F], F]:
     return decorate
 
 
-def _go_offline(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        from envfarm.sandbox.imagesources import set_offline
-
-        set_offline()
-
-
 offline_option = click.option(
     "--offline",
     is_flag=True,
-    expose_value=False,
-    callback=_go_offline,
+    default=None,
     help="Pull no base image: a base is a local image or an offline substitute "
     "(also ENVFARM_OFFLINE=1; docs/images.md).",
 )
-
-
-def _verifier_network(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    from envfarm.spec.network import (
-        VerifierNetworkDefault,
-        set_verifier_network_default,
-        verifier_network_default,
-    )
-
-    if value is not None:
-        set_verifier_network_default(cast("VerifierNetworkDefault", value))
-        return
-    try:
-        verifier_network_default()  # a bad ENVFARM_VERIFIER_NETWORK is refused before anything
-    except TaskSpecError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
-
 
 verifier_network_option = click.option(
     "--verifier-network",
     type=click.Choice(["task-default", "none"]),
     default=None,
-    expose_value=False,
-    callback=_verifier_network,
     help="The verifier's network when a task sets no network field: task-default (the "
     "default) gives a clean-room verifier Harbor's public network, none keeps it offline "
     "(also ENVFARM_VERIFIER_NETWORK; the agent never gets a network it did not ask for; "
     "docs/task-format.md).",
 )
+
+
+def command_settings(**flags: Any) -> Settings:
+    """The environment's settings with the command's flags (None: not given) in their
+    fields; a bad ``ENVFARM_*`` value is a usage error naming the variable."""
+    try:
+        return Settings.from_env().with_flags(**flags)
+    except EnvfarmError as exc:
+        raise click.UsageError(str(exc)) from exc

@@ -2,10 +2,10 @@
 
 A run keeps its job in ``OUT/envfarm.db`` (the controller's store) and its command line here,
 without API keys, so a resumed run uses the very same tasks, policy and options; keys come
-again from ``--api-key`` / ``ENVFARM_API_KEY`` (and the judge's). The process-wide settings a
-flag or the environment chose (``--offline``, ``--verifier-network``) are saved as they were in
-effect and put back on resume. Finished episodes are not redone: the store knows them, and
-episodes that were in flight are retried.
+again from ``--api-key`` / ``ENVFARM_API_KEY`` (and the judge's). The settings a flag or the
+environment chose (``--offline``, ``--verifier-network``) are saved as they were in effect and
+given back to the resumed run as its flags. Finished episodes are not redone: the store knows
+them, and episodes that were in flight are retried.
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ from typing import Any
 
 import click
 
-from envfarm.sandbox.imagesources import offline, set_offline
-from envfarm.spec.network import (
-    CHOICES,
-    set_verifier_network_default,
-    verifier_network_default,
-)
+from envfarm.settings import VERIFIER_NETWORK_CHOICES, Settings
 from envfarm.store.engine import STORE_FILE, default_url
 
 MANIFEST = "run.json"
 SECRETS = ("api_key", "judge_api_key")
+KEPT = ("offline", "verifier_network")
+"""Flags whose effect is saved as a setting (the environment's value counts too)."""
 RESUMING = "envfarm.resuming"
 
 
@@ -33,12 +30,13 @@ def store_url(out: Path) -> str:
     return default_url(out.resolve())
 
 
-def save_manifest(out: Path, params: dict[str, Any]) -> None:
-    saved = {k: v for k, v in params.items() if k not in (*SECRETS, "resume")}
+def save_manifest(out: Path, params: dict[str, Any], settings: Settings) -> None:
+    """``params``: the command line's; ``settings``: what it ran with (flags and environment)."""
+    saved = {k: v for k, v in params.items() if k not in (*SECRETS, *KEPT, "resume")}
     saved["paths"] = [str(Path(p).resolve()) for p in saved.get("paths", ())]
     saved["out_dir"] = str(out)
-    settings = {"offline": offline(), "verifier_network": verifier_network_default()}
-    manifest = {"params": saved, "settings": settings}
+    kept = {"offline": settings.offline, "verifier_network": settings.verifier_network}
+    manifest = {"params": saved, "settings": kept}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
@@ -53,14 +51,12 @@ def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         params: dict[str, Any] = manifest["params"]
         settings: dict[str, Any] = manifest.get("settings") or {}  # absent before they were kept
-        if settings.get("verifier_network") not in (None, *CHOICES):
+        if settings.get("verifier_network") not in (None, *VERIFIER_NETWORK_CHOICES):
             raise ValueError(f"verifier_network {settings['verifier_network']!r}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise click.BadParameter(f"{path}: unreadable ({exc})", param_hint="--resume") from exc
-    if settings.get("offline"):
-        set_offline()
-    if settings.get("verifier_network") is not None:
-        set_verifier_network_default(settings["verifier_network"])
+    params["offline"] = True if settings.get("offline") else None
+    params["verifier_network"] = settings.get("verifier_network")
     params["paths"] = tuple(Path(p) for p in params["paths"])
     params["out_dir"] = out
     for name in ("policies",):

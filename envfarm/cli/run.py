@@ -13,10 +13,16 @@ import click
 from rich.markup import escape
 
 from envfarm.agent.specs import resolve_agent
-from envfarm.cli.options import judge_options, offline_option, verifier_network_option
+from envfarm.cli.options import (
+    command_settings,
+    judge_options,
+    offline_option,
+    verifier_network_option,
+)
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
 from envfarm.cli.triage import triage_mcp_tasks, triage_rubric_tasks
+from envfarm.controller.assembly import open_backend
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.policies import policy_fields
 from envfarm.controller.runners import open_runner, policy_spec
@@ -36,8 +42,9 @@ from envfarm.models.samples import samples_report
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.policy.toolparse import TOOL_PARSERS
-from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.pool import WarmPools
+from envfarm.settings import Settings
 from envfarm.spec.errors_fmt import issue_text
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.store import Store
@@ -256,6 +263,8 @@ def run(
     judge_model: str,
     judge_api_key: str | None,
     allow_unjudged: bool,
+    offline: bool | None,
+    verifier_network: str | None,
 ) -> None:
     if resume is not None:
         secrets = {"api_key": api_key, "judge_api_key": judge_api_key}
@@ -263,6 +272,7 @@ def run(
         return
     if not paths:
         raise click.UsageError("give at least one TASK_OR_DIR (or --resume OUT_DIR)")
+    settings = command_settings(offline=offline, verifier_network=verifier_network, runtime=runtime)
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}
     for error in errors:
@@ -312,7 +322,7 @@ def run(
     out = out_dir or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     if not resuming():
-        save_manifest(out, click.get_current_context().params)
+        save_manifest(out, click.get_current_context().params, settings)
     request = JobRequest(
         tasks=[task.id for task in tasks],
         policy=policy,
@@ -336,7 +346,7 @@ def run(
                 out,
                 bad_inputs,
                 output,
-                runtime=runtime,
+                settings,
                 warm_pool=warm_pool,
             )
         )
@@ -356,12 +366,6 @@ def run(
     sys.exit(summary.exit_code)
 
 
-def _docker_backend(runtime: str | None = None) -> SandboxBackend:
-    from envfarm.sandbox.docker.backend import DockerBackend
-
-    return DockerBackend(runtime)
-
-
 async def _run_job(
     tasks: list[Task],
     request: JobRequest,
@@ -369,16 +373,21 @@ async def _run_job(
     out: Path,
     bad_inputs: dict[str, str],
     output: dict[str, bool],
-    runtime: str | None = None,
+    settings: Settings,
     warm_pool: int = 0,
 ) -> RunSummary:
     started = time.monotonic()
-    backend = _docker_backend(runtime)
+    backend = open_backend(settings)
     lines = (out / "trajectories.jsonl").open("a" if resuming() else "w", encoding="utf-8")
     pools = WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None
     episodes = len(tasks) * request.group_size
     async with open_runner(
-        request, backend, run_id=out.name, artifacts_dir=out / "artifacts", pools=pools
+        request,
+        backend,
+        run_id=out.name,
+        artifacts_dir=out / "artifacts",
+        pools=pools,
+        settings=settings,
     ) as runner:
         with lines, JobProgress(console, len(tasks), episodes) as progress:
 
@@ -391,8 +400,9 @@ async def _run_job(
                 task: Task, image: PreparedImage | None, error: EnvfarmError | None
             ) -> None:
                 progress.image_done(task, image, error)
-                if runner.pools is not None and image is not None:
-                    runner.pools.warm(task, image)
+                plan = runner.planner.planned(task) if runner.planner is not None else None
+                if runner.pools is not None and image is not None and plan is not None:
+                    runner.pools.warm(plan.sandbox, image)
                 if error is not None and not error.infrastructure:
                     progress.skip_episodes(request.group_size)
 

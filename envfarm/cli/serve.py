@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import signal
 import sys
@@ -26,13 +25,15 @@ from rich.markup import escape
 from envfarm.api import create_app
 from envfarm.api.app import DEFAULT_MAX_BODY_BYTES
 from envfarm.api.server import ApiServer
+from envfarm.cli.options import command_settings, offline_option, verifier_network_option
 from envfarm.cli.render import console
+from envfarm.controller.assembly import open_backend
 from envfarm.controller.service import Controller, open_controller
 from envfarm.controller.summary import EXIT_BAD_INPUT
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
 from envfarm.paths import user_data_dir
-from envfarm.sandbox.base import SandboxBackend
+from envfarm.settings import Settings
 from envfarm.spec.datasets import is_dataset_path
 from envfarm.spec.task import Task, discover_tasks
 from envfarm.store.engine import default_url
@@ -42,14 +43,21 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def controller_options(command: F) -> F:
-    """``--db``, ``--data-dir``, ``--tasks``, ``--concurrency``, ``--warm-pool``, ``--runtime``."""
+    """``--db``, ``--data-dir``, ``--tasks``, ``--concurrency``, ``--warm-pool``, and the
+    defaults of every job's plan: ``--runtime``, ``--allow-runtime``, ``--verifier-network``,
+    ``--offline`` (the settings flags, handed to the command as ``**flags``)."""
     options = [
+        verifier_network_option,
+        offline_option,
+        click.option("--allow-runtime", "allowed_runtimes", multiple=True, metavar="NAME",
+                     help="A runtime a job may ask for (JobRequest.runtime) besides --runtime; "
+                     "repeat for more. A job asking for any other is refused (422)."),
         click.option("--warm-pool", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Started sandboxes kept ready per environment, so an episode starts "
                      "in milliseconds (each is used once; pools refill in the background)."),
         click.option("--runtime", default=None, metavar="NAME",
-                     help="Container runtime of every sandbox (e.g. runsc); default: the "
-                     "engine's."),
+                     help="Container runtime (Docker) or RuntimeClass (Kubernetes) of every "
+                     "sandbox whose job names none (e.g. runsc); default: the engine's."),
         click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
                      help="Episodes this process runs at once (all jobs together)."),
         click.option("--tasks", "tasks_dir", type=click.Path(path_type=Path), default=Path("tasks"),
@@ -95,19 +103,20 @@ def serve(
     tasks_dir: Path,
     concurrency: int,
     warm_pool: int,
-    runtime: str | None,
+    **flags: Any,
 ) -> None:
     """Serve the REST API for trainers (docs/api.md), running episodes in this process too."""
     from envfarm.api.allocator import keep_freed_memory
 
     keep_freed_memory()
+    settings = _settings(flags)
     tasks = _load_tasks(tasks_dir)
     data_dir = data_dir or user_data_dir()
     url = db or default_url(data_dir)
 
     async def main(stopping: asyncio.Event) -> None:
-        work = (concurrency, warm_pool, runtime) if worker else None
-        async with _controller(url, tasks, data_dir, work) as controller:
+        work = (concurrency, warm_pool) if worker else None
+        async with _controller(url, tasks, data_dir, settings, work) as controller:
             app = create_app(controller, token=token, max_body_bytes=max_body_bytes)
             server = ApiServer(app, host, port, access_log=access_log)
             await server.start()
@@ -134,15 +143,16 @@ def worker(
     tasks_dir: Path,
     concurrency: int,
     warm_pool: int,
-    runtime: str | None,
+    **flags: Any,
 ) -> None:
     """Run episodes of the jobs in the store at --db, without serving HTTP."""
+    settings = _settings(flags)
     tasks = _load_tasks(tasks_dir)
     data_dir = data_dir or user_data_dir()
     url = db or default_url(data_dir)
 
     async def main(stopping: asyncio.Event) -> None:
-        async with _controller(url, tasks, data_dir, (concurrency, warm_pool, runtime)):
+        async with _controller(url, tasks, data_dir, settings, (concurrency, warm_pool)):
             console.print(
                 f"envfarm: worker on {escape(_redacted(url))} ({len(tasks)} tasks, "
                 f"{concurrency} at once)",
@@ -153,21 +163,31 @@ def worker(
     _run(main)
 
 
+def _settings(flags: dict[str, Any]) -> Settings:
+    flags["allowed_runtimes"] = tuple(flags.get("allowed_runtimes") or ()) or None
+    return command_settings(**flags)
+
+
 def _controller(
-    url: str, tasks: dict[str, Task], data_dir: Path, work: tuple[int, int, str | None] | None
+    url: str,
+    tasks: dict[str, Task],
+    data_dir: Path,
+    settings: Settings,
+    work: tuple[int, int] | None,
 ) -> AbstractAsyncContextManager[Controller]:
-    """The controller both commands open; ``work`` (concurrency, warm pool, runtime) when this
-    process also runs episodes."""
+    """The controller both commands open; ``work`` (concurrency, warm pool) when this process
+    also runs episodes."""
     if work is None:
-        return open_controller(url, tasks, artifacts_root=data_dir / "artifacts")
-    concurrency, warm_pool, runtime = work
+        return open_controller(url, tasks, artifacts_root=data_dir / "artifacts", settings=settings)
+    concurrency, warm_pool = work
     return open_controller(
         url,
         tasks,
-        backend=_backend(runtime),
+        backend=open_backend(settings),
         worker=WorkerConfig(concurrency=concurrency),
         artifacts_root=data_dir / "artifacts",
         warm_pool=warm_pool,
+        settings=settings,
     )
 
 
@@ -207,45 +227,6 @@ def _load_tasks(tasks_dir: Path) -> dict[str, Task]:
     for error in errors:
         console.print(f"[yellow]bad task (not served):[/] {escape(str(error))}", soft_wrap=True)
     return {task.id: task for task in tasks}
-
-
-def _backend(runtime: str | None) -> SandboxBackend:
-    """Docker, or with ``ENVFARM_SANDBOX_BACKEND=kubernetes`` pods in the namespace
-    ``ENVFARM_SANDBOX_NAMESPACE`` (``--runtime`` is then the pods' RuntimeClass)."""
-    kind = os.environ.get("ENVFARM_SANDBOX_BACKEND") or "docker"
-    if kind == "kubernetes":
-        namespace = os.environ.get("ENVFARM_SANDBOX_NAMESPACE") or "envfarm-sandboxes"
-        return _kubernetes_backend(runtime, namespace)
-    if kind != "docker":
-        raise click.BadParameter(f"ENVFARM_SANDBOX_BACKEND={kind!r}: expected docker or kubernetes")
-    return _docker_backend(runtime)
-
-
-def _kubernetes_backend(runtime_class: str | None, namespace: str) -> SandboxBackend:
-    """Pods of the cluster this process runs in (its service account), or else of the
-    kubeconfig's current context, owned by this process's pod when the downward API names it
-    (``ownerpod``), pulling envfarm's images from ``ENVFARM_IMAGE_REGISTRY`` (a prefix)."""
-    from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
-    from envfarm.k8s.rest import RestKubeApi
-    from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-    from envfarm.sandbox.kubernetes.ownerpod import OwnerPod
-    from envfarm.sandbox.kubernetes.podimages import ImageNaming
-
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    config = in_cluster_config() if in_cluster else load_kubeconfig()
-    settings = KubernetesBackendConfig(
-        namespace=namespace,
-        runtime_class=runtime_class,
-        owner_pod=OwnerPod.from_env(os.environ),
-        images=ImageNaming(registry=os.environ.get("ENVFARM_IMAGE_REGISTRY") or ""),
-    )
-    return KubernetesBackend(RestKubeApi(config), settings)
-
-
-def _docker_backend(runtime: str | None) -> SandboxBackend:
-    from envfarm.sandbox.docker.backend import DockerBackend
-
-    return DockerBackend(runtime)
 
 
 def _redacted(url: str) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from envfarm.controller.check_stages import RunSettings, Stage, StageSpec, open_stages
 from envfarm.controller.explain import explain_oracle, image_findings, network_cause
 from envfarm.controller.leaks_oracle import OracleLooks
+from envfarm.controller.planning import Planner
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
 from envfarm.controller.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
 from envfarm.controller.worker import WorkerConfig
@@ -40,8 +41,10 @@ from envfarm.errors import EnvfarmError, TaskSpecError
 from envfarm.grading.base import Grader
 from envfarm.models.jobs import JudgeRequest
 from envfarm.models.trajectory import Trajectory
+from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.baseimages import resolve_offline
+from envfarm.settings import Settings, current
 from envfarm.spec.config import EnvironmentMode
 from envfarm.spec.lint import lint_task, max_reward
 from envfarm.spec.task import Task
@@ -65,6 +68,8 @@ class CheckConfig:
     the maximum is explained from them."""
     image_exists: Callable[[str], bool] | None = None
     """With ``run`` False: asks the engine whether it holds an image (never pulls)."""
+    settings: Settings | None = None
+    """What the episodes are planned with (None: the environment's)."""
 
 
 @dataclass
@@ -131,8 +136,11 @@ async def check_tasks(
         raise ValueError("check_tasks needs a backend to build and run tasks")
     slots = asyncio.Semaphore(config.concurrency)
     looks = OracleLooks()
+    chosen = config.settings if config.settings is not None else current()
     settings = RunSettings(
         backend=backend,
+        settings=chosen,
+        planner=Planner(backend, chosen),
         grader=grader,
         run_id=f"check-{uuid.uuid4().hex[:8]}",
         slots=slots,
@@ -237,7 +245,8 @@ class _Pipeline:
         check = self.checks[task.id]
         async with self.builds:
             try:
-                image = await self.settings.backend.prepare(task)
+                plan = await self.settings.planner.plan(task)
+                image = await self.settings.backend.prepare(plan.sandbox)
             except EnvfarmError as exc:
                 check.build = "failed"
                 target = check.infra if exc.infrastructure else check.problems
@@ -299,7 +308,9 @@ def _static(task: Task, config: CheckConfig) -> TaskCheck:
     )
     check.add_findings(lint_task(task))
     if not config.run:
-        check.add_findings(image_findings(resolve_offline(task, config.image_exists)))
+        check.add_findings(
+            image_findings(resolve_offline(environment_spec(task), config.image_exists))
+        )
     return check
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from envfarm.controller.episode import EpisodeRunner, EpisodeWatcher
 from envfarm.controller.groups import finalize_group
+from envfarm.controller.planning import Planner
 from envfarm.controller.runners import open_runner
 from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
 from envfarm.errors import StoreError
@@ -29,6 +30,7 @@ from envfarm.grading.base import Grader
 from envfarm.models.jobs import JobPolicy, JobRequest, JudgeRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.base import SandboxBackend
+from envfarm.settings import Settings
 from envfarm.spec.task import Task
 from envfarm.store.store import Store
 from envfarm.store.views import is_terminal
@@ -55,6 +57,10 @@ class RunSettings:
     """What every stage's jobs and runners share."""
 
     backend: SandboxBackend
+    settings: Settings
+    """What every stage's episodes are planned with."""
+    planner: Planner
+    """Plans each task's build (in its own verifier mode)."""
     grader: Grader
     run_id: str
     slots: asyncio.Semaphore
@@ -124,6 +130,7 @@ async def open_stages(
                     open_runner(
                         job_request(spec, settings, list(spec.tasks)),
                         settings.backend,
+                        settings=settings.settings,
                         run_id=settings.run_id,
                         grader=settings.grader,
                         artifacts_dir=settings.artifacts_dir,
@@ -158,6 +165,7 @@ async def _stage(
                 on_groups_ready=lambda job_id: woken.setdefault(job_id, asyncio.Event()).set(),
             ),
             slots=settings.slots,
+            planner=runner.planner,
         )
         stop = asyncio.Event()
         running = asyncio.create_task(worker.run(stop=stop))

@@ -24,6 +24,7 @@ from envfarm.agent.loop import Agent, AgentLimits
 from envfarm.agent.mcp_tools import McpTools
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.installed_agents import AgentLayers, run_agent
+from envfarm.controller.planning import Planner, write_plan
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
 from envfarm.errors import EnvfarmError, RequestRejected
@@ -31,6 +32,7 @@ from envfarm.grading.base import Grader
 from envfarm.grading.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
 from envfarm.models.trajectory import AgentOutcome, ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
 from envfarm.sandbox.files import upload_dir
@@ -39,7 +41,6 @@ from envfarm.spec.mcp import mcp_section
 from envfarm.spec.task import Task
 
 Phase = Literal["build", "provision", "agent", "grading", "teardown"]
-DEFAULT_AGENT_TIMEOUT_S = 1800.0
 log = logging.getLogger(__name__)
 SOLUTION_DIR = "/solution"
 
@@ -99,7 +100,19 @@ class EpisodeRunner:
     episode's critical path; ``timings.teardown_s`` is then the time ``run`` spent on it, 0);
     ``drain`` waits for those removals. A failed or cancelled episode is torn down at once."""
     watcher: EpisodeWatcher | None = None
+    planner: Planner | None = None
+    """Each task's plan in this job (``controller/planning.py``); None: one with the
+    environment's settings and this runner's turns, timeouts and budget."""
     _retiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.planner is None:
+            choices = JobChoices(
+                max_turns=self.max_turns,
+                context_budget=self.context_budget,
+                command_timeout_s=self.command_timeout_s,
+            )
+            self.planner = Planner(self.backend, job=choices)
 
     async def drain(self) -> None:
         """Wait until every sandbox handed to the background has been removed."""
@@ -118,6 +131,15 @@ class EpisodeRunner:
         task.add_done_callback(self._retiring.discard)
 
     async def run(self, request: EpisodeRequest) -> Trajectory:
+        plans: list[EpisodePlan] = []
+        try:
+            return await self._run(request, plans)
+        finally:
+            if self.artifacts_dir is not None and plans:
+                write_plan(plans[0], request.episode_id, self.artifacts_dir / request.episode_id)
+
+    async def _run(self, request: EpisodeRequest, plans: list[EpisodePlan]) -> Trajectory:
+        """``run``, with the episode's plan put in ``plans`` once it is made."""
         started = time.monotonic()
         trajectory = self._blank(request)
         if request.build_error is not None or request.image is None:
@@ -126,6 +148,13 @@ class EpisodeRunner:
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
         trajectory.timings.build_s = request.image.build_s
+        assert self.planner is not None
+        with _phase(trajectory, "provision"):  # a task this job's runtime cannot run
+            plan = await self.planner.plan(request.task)
+        if trajectory.error:
+            trajectory.timings.total_s = time.monotonic() - started
+            return trajectory
+        plans.append(plan)
         if self.agent_layers is not None:
             with _phase(trajectory, "build"):
                 request = replace(request, image=await self.agent_layers.image(request.image))
@@ -134,15 +163,15 @@ class EpisodeRunner:
                 return trajectory
         assert request.image is not None
         if self.pools is None:
-            sandbox = self.backend.create(request.task, request.image, run_id=self.run_id)
+            sandbox = self.backend.create(plan.sandbox, request.image, run_id=self.run_id)
         else:
             with _phase(trajectory, "provision"):
-                sandbox = await self.pools.acquire(request.task, request.image)
+                sandbox = await self.pools.acquire(plan.sandbox, request.image)
             if trajectory.error:
                 trajectory.timings.total_s = time.monotonic() - started
                 return trajectory
         try:
-            await self._phases(request, sandbox, trajectory)
+            await self._phases(request, plan, sandbox, trajectory)
             settle_training_data(trajectory, self.policy.versions)
         except BaseException:
             with _phase(trajectory, "teardown"):
@@ -157,10 +186,12 @@ class EpisodeRunner:
         trajectory.timings.total_s = time.monotonic() - started
         return trajectory
 
-    async def _phases(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
+    async def _phases(
+        self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
+    ) -> None:
         task = request.task
         grading = EpisodeGrading(
-            task,
+            plan.verifier,
             sandbox,
             self.grader,
             allow_solution=self.policy.needs_solution,
@@ -180,11 +211,11 @@ class EpisodeRunner:
             return
         with _phase(traj, "agent"):
             if self.agent_layers is not None:
-                await self._installed(request, sandbox, traj)
+                await self._installed(request, plan, sandbox, traj)
             else:
-                servers = task.config.environment.mcp_servers
+                servers = plan.agent.mcp_servers
                 async with McpTools(servers, sandbox) as mcp:
-                    agent = self._agent(task, sandbox, request.seed, request.episode_id, mcp)
+                    agent = self._agent(task, plan, sandbox, request, mcp)
                     try:
                         run = await agent.run(task.instruction + mcp_section(servers))
                     except RequestRejected:
@@ -201,10 +232,10 @@ class EpisodeRunner:
             reclaimed = await reclaim_processes(sandbox)  # the agent's fork bomb is its own
             # before a clean room in place restarts the container, which resets the start
             # time its changes are dated against
-            evidence = await self.rubrics.evidence(sandbox, task, traj)
+            evidence = await self.rubrics.evidence(sandbox, plan.verifier, traj)
             await grading.after_agent(traj.turns)
             traj.reward = await grading.grade()
-            traj.reward = await self.rubrics.grade(traj.reward, task, traj, evidence)
+            traj.reward = await self.rubrics.grade(traj.reward, plan.verifier, traj, evidence)
         traj.reward = grading.finish(traj.reward)
         if reclaimed:
             traj.reward.flags.append(PROCESSES_RECLAIMED)
@@ -217,46 +248,44 @@ class EpisodeRunner:
     def _agent(
         self,
         task: Task,
+        plan: EpisodePlan,
         sandbox: Sandbox,
-        seed: int | None,
-        episode: str,
+        request: EpisodeRequest,
         extra_tools: ExtraTools | None = None,
     ) -> Agent:
-        config = task.config
-        env = dict(config.solution.env) if self.policy.needs_solution else {}
+        agent = plan.agent
+        env = dict(task.config.solution.env) if self.policy.needs_solution else {}
         return Agent(
-            self.policy.client.session(episode),  # one endpoint per episode: prefix-cache hits
+            # one endpoint per episode: prefix-cache hits
+            self.policy.client.session(request.episode_id),
             sandbox,
             limits=AgentLimits(
-                max_turns=self.max_turns,
-                timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
-                command_timeout_s=self.command_timeout_s,
-                context_budget=min(
-                    (b for b in (self.context_budget, config.agent.context_budget_tokens) if b),
-                    default=None,
-                ),
+                max_turns=agent.max_turns,
+                timeout_s=agent.timeout_s,
+                command_timeout_s=agent.command_timeout_s,
+                context_budget=agent.context_budget,
             ),
-            tools=ToolContext(workdir=config.environment.workdir, user=config.agent.user, env=env),
-            sampling=self.sampling.model_copy(update={"seed": seed})
-            if seed is not None
-            else self.sampling,
+            tools=ToolContext(workdir=agent.workdir, user=agent.user, env=env),
+            sampling=self._sampling(request.seed),
             extra_tools=extra_tools,
         )
 
-    async def _installed(self, request: EpisodeRequest, sandbox: Sandbox, traj: Trajectory) -> None:
+    def _sampling(self, seed: int | None) -> SamplingParams:
+        return self.sampling if seed is None else self.sampling.model_copy(update={"seed": seed})
+
+    async def _installed(
+        self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
+    ) -> None:
         assert self.agent_layers is not None
-        seed = request.seed
         await run_agent(
             self.agent_layers.spec,
             self.policy.client.session(request.episode_id),
             sandbox,
             request.task,
             traj,
-            sampling=self.sampling
-            if seed is None
-            else self.sampling.model_copy(update={"seed": seed}),
-            max_turns=self.max_turns,
-            timeout_s=request.task.config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
+            sampling=self._sampling(request.seed),
+            max_turns=plan.agent.max_turns,
+            timeout_s=plan.agent.timeout_s,
         )
 
     def _blank(self, request: EpisodeRequest) -> Trajectory:

@@ -5,7 +5,9 @@ build. A build that fails for a bad input (an unknown base image) settles at onc
 groups fail with the reason. A build that fails for an infrastructure reason (the engine, the
 package mirror) is tried again, ``BUILD_RETRY_S`` apart, up to ``BUILD_ATTEMPTS`` times; its
 episodes stay queued meanwhile (for this worker or another), and only after the last attempt
-do they run, ending at once with the build error as their (invalid) result.
+do they run, ending at once with the build error as their (invalid) result. Each image is built
+for its task's plan (``planning.py``), so a task the chosen runtime cannot run is refused here,
+as bad input, before anything is built.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from envfarm.controller.planning import Planner
 from envfarm.errors import EnvfarmError, ImageError
-from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task
 
 log = logging.getLogger(__name__)
@@ -37,14 +40,14 @@ class _Failure:
 class ImageBuilds:
     def __init__(
         self,
-        backend: SandboxBackend,
+        planner: Planner,
         concurrency: int,
         on_image: ImageEvent,
         on_bad_task: Callable[[Task, EnvfarmError], Awaitable[None]],
         on_settled: Callable[[], None],
         retry_s: float = BUILD_RETRY_S,
     ) -> None:
-        self.backend, self.on_image, self.retry_s = backend, on_image, retry_s
+        self.planner, self.on_image, self.retry_s = planner, on_image, retry_s
         self.on_bad_task, self.on_settled = on_bad_task, on_settled
         self._slots = asyncio.Semaphore(concurrency)
         self._settled: dict[str, tuple[PreparedImage | None, EnvfarmError | None]] = {}
@@ -72,7 +75,8 @@ class ImageBuilds:
         key = task.content_hash
         try:
             async with self._slots:
-                image = await self.backend.prepare(task)
+                plan = await self.planner.plan(task)  # a task the runtime cannot run: bad
+                image = await self.planner.backend.prepare(plan.sandbox)
         except Exception as raw:
             error = raw if isinstance(raw, EnvfarmError) else ImageError(f"{task.id}: {raw}")
             await self._failed(task, error)

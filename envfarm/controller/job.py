@@ -124,6 +124,7 @@ class Job:
                 self.worker.model_copy(update={"poll_s": min(self.worker.poll_s, 0.05)}),
                 WorkerEvents(self.events.on_image, self.events.on_episode, delivered),
                 admission=Admission() if self.admission else None,
+                planner=self.runner.planner,
             )
             await worker.run(job_id=job_id)
             trajectories = await _parsed(await store.trajectories(job_id))

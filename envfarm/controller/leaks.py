@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from envfarm.errors import SandboxError
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.files import upload_dir
 from envfarm.spec.findings import Finding, Severity
@@ -108,7 +109,9 @@ async def _in_sandbox(
     run_id: str,
     body: Callable[[Sandbox], Awaitable[T]],
 ) -> T:
-    sandbox = backend.create(task, image, run_id=run_id)
+    # a throwaway sandbox of the task's own plan, on the engine's default runtime
+    spec = plan_episode(task, facts=await backend.facts()).sandbox
+    sandbox = backend.create(spec, image, run_id=run_id)
     try:
         await sandbox.start()
         return await body(sandbox)

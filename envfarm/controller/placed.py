@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from envfarm.controller.placement import Placer, Slot
 from envfarm.errors import SandboxError, SandboxGone
+from envfarm.plan.models import EngineFacts, SandboxSpec
 from envfarm.sandbox.base import (
     ExecResult,
     PreparedImage,
@@ -34,7 +35,6 @@ from envfarm.sandbox.base import (
     VerifierPhases,
     verifier_phases,
 )
-from envfarm.spec.task import Task
 
 T = TypeVar("T")
 LOST_STOP_S = 10.0
@@ -52,15 +52,20 @@ class PlacedBackend(SandboxBackend):
         self._sandboxes: dict[str, set[PlacedSandbox]] = {name: set() for name in backends}
         self._freed = asyncio.Event()
 
-    async def prepare(self, task: Task) -> PreparedImage:
+    async def facts(self) -> EngineFacts:
+        """The first backend's: a plan holds on every backend of one kind."""
+        first = next(iter(self.placer.slots.values()))
+        return await first.handle.facts()
+
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
         """The image on the backend with the most room (others get it on first use)."""
         healthy = [slot for slot in self.placer.slots.values() if slot.healthy]
         if not healthy:
             raise SandboxError(f"every backend of {self.name} is out of service")
-        return await self._image_on(max(healthy, key=lambda s: s.free / s.quota), task)
+        return await self._image_on(max(healthy, key=lambda s: s.free / s.quota), spec)
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        return PlacedSandbox(self, task, image, run_id)
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        return PlacedSandbox(self, spec, image, run_id)
 
     async def reap(self) -> list[str]:
         reaped: list[str] = []
@@ -121,10 +126,10 @@ class PlacedBackend(SandboxBackend):
             self.placer.release(sandbox)
             self._wake()
 
-    async def _image_on(self, slot: Slot[SandboxBackend], task: Task) -> PreparedImage:
-        key = (slot.name, task.content_hash)
+    async def _image_on(self, slot: Slot[SandboxBackend], spec: SandboxSpec) -> PreparedImage:
+        key = (slot.name, spec.environment.task_hash)
         if key not in self._images:
-            self._images[key] = asyncio.ensure_future(slot.handle.prepare(task))
+            self._images[key] = asyncio.ensure_future(slot.handle.prepare(spec))
         try:
             return await asyncio.shield(self._images[key])
         except BaseException:
@@ -136,9 +141,11 @@ class PlacedBackend(SandboxBackend):
 class PlacedSandbox(Sandbox, VerifierPhases, ProcessLogs):
     """A sandbox on whichever backend the placer chose; fails at once if that one is lost."""
 
-    def __init__(self, owner: PlacedBackend, task: Task, image: PreparedImage, run_id: str) -> None:
+    def __init__(
+        self, owner: PlacedBackend, spec: SandboxSpec, image: PreparedImage, run_id: str
+    ) -> None:
         self.id = f"placed-{uuid.uuid4().hex[:12]}"
-        self._owner, self._task, self._image, self._run_id = owner, task, image, run_id
+        self._owner, self._spec, self._image, self._run_id = owner, spec, image, run_id
         self._inner: Sandbox | None = None
         self._slot: Slot[SandboxBackend] | None = None
         self._lost = asyncio.Event()
@@ -179,8 +186,8 @@ class PlacedSandbox(Sandbox, VerifierPhases, ProcessLogs):
         slot = await self._owner._acquire(self, self._image.tag)
         self._slot = slot
         try:
-            image = await self._guard(self._owner._image_on(slot, self._task))
-            self._inner = slot.handle.create(self._task, image, run_id=self._run_id)
+            image = await self._guard(self._owner._image_on(slot, self._spec))
+            self._inner = slot.handle.create(self._spec, image, run_id=self._run_id)
             await self._guard(self._inner.start())
         except BaseException:
             if self._inner is not None:

@@ -30,6 +30,7 @@ from envfarm.grading.artifacts import (
 from envfarm.grading.rubric import FLAG_GATED, combine
 from envfarm.grading.verdict import expected_reports, finish_reward, score
 from envfarm.models.trajectory import ErrorInfo, Reward, Trajectory
+from envfarm.plan.planner import plan_episode
 from envfarm.spec.task import Task, discover_tasks, load_task
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -126,7 +127,7 @@ def _regrade_one(
     config = task.config.verifier
     observed = inspection.flags if inspection else []
     try:
-        scored = score(output, config, expected_reports(task))
+        scored = score(output, config, expected_reports(plan_episode(task).verifier))
         combined = _rubric(scored, task, trajectory)
     except GradingError as exc:
         reward = finish_reward(Reward(reason=f"grading failed: {exc}"), observed, [])

@@ -15,6 +15,7 @@ from pathlib import Path
 from envfarm.agent.specs import parse_spec, resolve_agent
 from envfarm.controller.episode import EpisodeRunner, EpisodeWatcher
 from envfarm.controller.installed_agents import AgentLayers
+from envfarm.controller.planning import Planner, job_choices
 from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.grading.base import Grader
@@ -25,6 +26,7 @@ from envfarm.policy.base import SamplingParams
 from envfarm.policy.builtin import BUILTIN_POLICIES
 from envfarm.sandbox.base import SandboxBackend
 from envfarm.sandbox.pool import WarmPools
+from envfarm.settings import Settings
 
 
 def policy_spec(policy: JobPolicy) -> PolicySpec:
@@ -69,9 +71,12 @@ async def open_runner(
     pools: WarmPools | None = None,
     grader: Grader | None = None,
     watcher: EpisodeWatcher | None = None,
+    settings: Settings | None = None,
 ) -> AsyncIterator[EpisodeRunner]:
     """The runner of ``request``'s episodes on ``backend``; ``artifacts_dir``: where each
-    episode's grading artifacts go; ``grader``: default ``TestScriptGrader``."""
+    episode's grading artifacts go; ``grader``: default ``TestScriptGrader``; ``settings``: the
+    defaults its episodes are planned with where the job and the task say nothing (None: the
+    environment's)."""
     builtin = request.policy.base_url in BUILTIN_POLICIES
     async with (
         open_policy(policy_spec(request.policy), versions) as policy,
@@ -83,14 +88,13 @@ async def open_runner(
             grader=grader or TestScriptGrader(),
             run_id=run_id,
             sampling=SamplingParams(**request.sampling.model_dump()),
-            max_turns=request.max_turns,
             rubrics=RubricGrading(judge, allow_unjudged=request.allow_unjudged or builtin),
-            context_budget=request.context_budget,
             artifacts_dir=artifacts_dir,
             pools=pools,
             agent_layers=agent_layers(request, backend),
             background_teardown=True,
             watcher=watcher,
+            planner=Planner(backend, settings, job_choices(request)),
         )
         try:
             yield runner

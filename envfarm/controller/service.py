@@ -19,14 +19,16 @@ from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.metrics import MetricsSnapshot
+from envfarm.controller.planning import Planner
 from envfarm.controller.runners import open_runner
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig, WorkerEvents
-from envfarm.errors import EnvfarmError, UnknownTask
+from envfarm.errors import EnvfarmError, JobError, UnknownTask
 from envfarm.models.jobs import JobRequest, JobView, RawGroupPage, TaskInfo
 from envfarm.processes import host_name
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
+from envfarm.settings import Settings, current
 from envfarm.spec.task import Task
 from envfarm.store.store import Store
 
@@ -42,10 +44,13 @@ class Controller:
         store: Store,
         tasks: Mapping[str, Task],
         worker: Worker | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.store, self._tasks, self.worker = store, dict(tasks), worker
+        self.settings = settings or Settings()
 
     async def submit(self, request: JobRequest) -> str:
+        self._check_runtime(request.runtime)
         for index, task_id in enumerate(request.tasks):
             if task_id not in self._tasks:
                 raise UnknownTask(
@@ -57,6 +62,19 @@ class Controller:
         job_id = await self.store.create_job(request, hashes)
         self._wake()
         return job_id
+
+    def _check_runtime(self, runtime: str | None) -> None:
+        """A job may ask for the server's runtime or one it allows (``--allow-runtime``): a
+        runtime weakens or strengthens the isolation of untrusted code, the server's call."""
+        allowed = [r for r in (self.settings.runtime, *self.settings.allowed_runtimes) if r]
+        if runtime is None or runtime in allowed:
+            return
+        offered = ", ".join(map(repr, allowed)) or "none (the engine's default only)"
+        raise JobError(
+            f"runtime {runtime!r} is not allowed on this server; allowed: {offered} "
+            f"(the server allows more with --allow-runtime {runtime})",
+            field="runtime",
+        )
 
     async def job(self, job_id: str) -> JobView:
         return await self.store.job(job_id)
@@ -148,7 +166,10 @@ class Controller:
 
 
 def default_runners(
-    backend: SandboxBackend, artifacts_root: Path | None, pools: WarmPools | None = None
+    backend: SandboxBackend,
+    artifacts_root: Path | None,
+    pools: WarmPools | None = None,
+    settings: Settings | None = None,
 ) -> RunnerFactory:
     """Opens each job's runner (one endpoint pool or built-in server per job)."""
 
@@ -162,6 +183,7 @@ def default_runners(
             versions=board,
             artifacts_dir=artifacts_root / job_id if artifacts_root else None,
             pools=pools,
+            settings=settings,
         )
 
     return runners
@@ -176,10 +198,13 @@ async def open_controller(
     worker: WorkerConfig | None = None,
     artifacts_root: Path | None = None,
     warm_pool: int = 0,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Controller]:
     """A controller on ``db_url``; with ``backend`` and ``worker``, it also runs episodes (in a
     background task, stopped on exit), under host admission, taking sandboxes from warm pools
-    of ``warm_pool`` started sandboxes per environment when that is above 0."""
+    of ``warm_pool`` started sandboxes per environment when that is above 0. ``settings``: the
+    server's defaults of every job's plan, and the runtimes a job may ask for."""
+    settings = settings or current()
     store = await Store.open(db_url, finalize=finalize_group)
     running: asyncio.Task[None] | None = None
     stop = asyncio.Event()
@@ -189,11 +214,14 @@ async def open_controller(
         if backend is not None and worker is not None:
             if warm_pool > 0:
                 pools = WarmPools(backend, size=warm_pool, run_id=f"pool-{host_name()}")
-            events = WorkerEvents(on_image=_warming(pools))
-            runners = default_runners(backend, artifacts_root, pools)
-            work = Worker(store, tasks, backend, runners, worker, events, Admission())
+            planner = Planner(backend, settings)
+            events = WorkerEvents(on_image=_warming(pools, planner))
+            runners = default_runners(backend, artifacts_root, pools, settings)
+            work = Worker(
+                store, tasks, backend, runners, worker, events, Admission(), planner=planner
+            )
             running = asyncio.create_task(work.run(stop=stop))
-        yield Controller(store, tasks, work)
+        yield Controller(store, tasks, work, settings)
     finally:
         stop.set()
         if running is not None:
@@ -204,10 +232,11 @@ async def open_controller(
 
 
 def _warming(
-    pools: WarmPools | None,
+    pools: WarmPools | None, planner: Planner
 ) -> Callable[[Task, PreparedImage | None, EnvfarmError | None], None]:
     def warm(task: Task, image: PreparedImage | None, error: EnvfarmError | None) -> None:
-        if pools is not None and image is not None:
-            pools.warm(task, image)
+        plan = planner.planned(task)
+        if pools is not None and image is not None and plan is not None:
+            pools.warm(plan.sandbox, image)
 
     return warm

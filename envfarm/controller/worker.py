@@ -32,6 +32,7 @@ from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner, error_info
 from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
+from envfarm.controller.planning import Planner
 from envfarm.controller.record_batch import RecordBatcher
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.errors import EnvfarmError, StoreError
@@ -101,15 +102,20 @@ class Worker:
     """Held by each episode while it runs, besides ``concurrency``: a limit this worker shares
     with other work of its process (``envfarm check``: its other stages, image inspections)."""
     id: str = field(default_factory=lambda: f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    planner: Planner | None = None
+    """Plans each task its images are built for (None: the environment's settings and no
+    job's choices); a job's runner plans its episodes with the job's own."""
 
     def __post_init__(self) -> None:
+        if self.planner is None:
+            self.planner = Planner(self.backend)
         self.board = PolicyVersionBoard()
         self.metrics = WorkerMetrics()
         self.changed = asyncio.Event()
         """Set (and replaced) whenever a group completes here: long-polls wait on it."""
         self._wake = asyncio.Event()
         self._images = ImageBuilds(
-            self.backend,
+            self.planner,
             self.config.build_concurrency,
             self._on_image,
             self._bad_task,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from envfarm.grading.verdict import VerifierOutput
 from envfarm.models.trajectory import Reward
+from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox
-from envfarm.spec.task import Task
 
 
 @dataclass(frozen=True)
@@ -23,5 +23,5 @@ class Graded:
 
 class Grader(ABC):
     @abstractmethod
-    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
+    async def grade(self, sandbox: Sandbox, plan: VerifierPlan) -> Graded:
         """A valid reward, or raise ``GradingError`` (the reward is then invalid, never 0)."""

@@ -15,9 +15,9 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.config import ArtifactSpec
-from envfarm.spec.task import Task
 
 ARTIFACTS_DIR = "/logs/artifacts"
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
@@ -51,15 +51,15 @@ class CopiedPath(BaseModel):
     archive: bytes | None = None
 
 
-async def run_collect_hooks(sandbox: Sandbox, task: Task) -> list[HookResult]:
+async def run_collect_hooks(sandbox: Sandbox, plan: VerifierPlan) -> list[HookResult]:
     await sandbox.exec(f"rm -rf {ARTIFACTS_DIR} && mkdir -p {ARTIFACTS_DIR}", user="root")
     results = []
-    for hook in task.config.verifier.collect:
+    for hook in plan.config.collect:
         result = await sandbox.exec(
             hook.command,
             timeout=hook.timeout_sec,
-            workdir=task.config.environment.workdir,
-            env=dict(task.config.environment.env),
+            workdir=plan.workdir,
+            env=dict(plan.env),
             user=hook.user or "root",
         )
         output = (result.stdout + result.stderr)[-OUTPUT_TAIL_CHARS:]
@@ -108,15 +108,15 @@ async def copy_out(sandbox: Sandbox, spec: ArtifactSpec) -> CopiedPath:
 
 
 async def collect(
-    sandbox: Sandbox, task: Task, *, keep: bool
+    sandbox: Sandbox, plan: VerifierPlan, *, keep: bool
 ) -> tuple[list[HookResult], list[CopiedPath]]:
     """Run the hooks; when ``keep``, copy out the declared artifacts and ``/logs/artifacts``
     (kept with the episode's artifacts, and carried into a clean or separate verifier)."""
-    hooks = await run_collect_hooks(sandbox, task) if task.config.verifier.collect else []
+    hooks = await run_collect_hooks(sandbox, plan) if plan.config.collect else []
     copies: list[CopiedPath] = []
     if keep:
-        specs = [spec for spec in task.config.artifacts if spec.sidecar is None]
-        if task.config.verifier.collect:
+        specs = [spec for spec in plan.artifacts if spec.sidecar is None]
+        if plan.config.collect:
             specs.append(ArtifactSpec(source=ARTIFACTS_DIR, destination="logs-artifacts"))
         copies = [await copy_out(sandbox, spec) for spec in specs]
     return hooks, copies

@@ -28,10 +28,10 @@ from envfarm.errors import GradingError, PolicyConfigError, PolicyError
 from envfarm.grading.judge_context import Evidence, fenced, gather_evidence
 from envfarm.grading.rubric import FLAG_GATED, FLAG_UNJUDGED, combine, parse_verdict
 from envfarm.models.trajectory import JudgeAttempt, JudgeCall, Reward, Trajectory
+from envfarm.plan.models import VerifierPlan
 from envfarm.policy.base import PolicyClient, SamplingParams
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.config import RubricItem
-from envfarm.spec.task import Task
 
 ITEM_LINE = "Rubric item: "
 """First line of every judge request's user message; names the one item it is about."""
@@ -53,12 +53,14 @@ Your reply could not be read as a verdict: {problem}. Reply again with only a JS
 on one line: {{"score": <a number from 0 to {scale:g}>, "reason": "<one sentence>"}}"""
 
 
-def judge_messages(task: Task, item: RubricItem, evidence: Evidence) -> list[dict[str, Any]]:
+def judge_messages(
+    plan: VerifierPlan, item: RubricItem, evidence: Evidence
+) -> list[dict[str, Any]]:
     """The first request about ``item``: nothing about any other item."""
     user = "\n\n".join(
         [
             f"{ITEM_LINE}{item.name}\n{item.prompt.strip()}",
-            "## The task the agent was given\n" + fenced(task.instruction.strip(), "markdown"),
+            "## The task the agent was given\n" + fenced(plan.instruction.strip(), "markdown"),
             "## Changes the agent made to the workspace\n" + fenced(evidence.diff, "diff"),
             "## The agent's tool calls (summary)\n" + fenced(evidence.transcript),
             f"Grade the rubric item {item.name!r} only.",
@@ -94,14 +96,14 @@ class RubricJudge:
         self._slots = asyncio.Semaphore(concurrency)
 
     async def judge_items(
-        self, task: Task, items: list[RubricItem], evidence: Evidence
+        self, plan: VerifierPlan, items: list[RubricItem], evidence: Evidence
     ) -> list[JudgeCall]:
         """Every item judged concurrently; one record per item, in ``items`` order."""
-        return list(await asyncio.gather(*(self.judge(task, i, evidence) for i in items)))
+        return list(await asyncio.gather(*(self.judge(plan, i, evidence) for i in items)))
 
-    async def judge(self, task: Task, item: RubricItem, evidence: Evidence) -> JudgeCall:
+    async def judge(self, plan: VerifierPlan, item: RubricItem, evidence: Evidence) -> JudgeCall:
         """The record of judging ``item``: a ``score``, or an ``error`` saying why none came."""
-        messages = judge_messages(task, item, evidence)
+        messages = judge_messages(plan, item, evidence)
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
         call = JudgeCall(
             item=item.name,
@@ -172,34 +174,34 @@ class RubricGrading:
     transcript_chars: int = 12_000
 
     async def evidence(
-        self, sandbox: Sandbox, task: Task, trajectory: Trajectory
+        self, sandbox: Sandbox, plan: VerifierPlan, trajectory: Trajectory
     ) -> Evidence | None:
         """What the judges will see; None when the task has no rubric or no judge is set."""
-        if not task.config.verifier.rubrics or self.judge is None:
+        if not plan.config.rubrics or self.judge is None:
             return None
         return await gather_evidence(
             sandbox,
-            task.config.environment.workdir,
+            plan.workdir,
             trajectory,
             diff_chars=self.diff_chars,
             transcript_chars=self.transcript_chars,
         )
 
     async def grade(
-        self, tests: Reward, task: Task, trajectory: Trajectory, evidence: Evidence | None
+        self, tests: Reward, plan: VerifierPlan, trajectory: Trajectory, evidence: Evidence | None
     ) -> Reward:
         """The final reward; judge calls are appended to ``trajectory.judge_calls``."""
-        items = task.config.verifier.rubrics
+        items = plan.config.rubrics
         if not items or not tests.valid:
             return tests  # an invalid test reward stays as it is: nothing to judge
         if self.judge is None:
             return self._unjudged(tests, len(items))
         if evidence is None:
             raise GradingError("the judges' evidence was not gathered before the tests ran")
-        scoring = task.config.verifier.rubric
+        scoring = plan.config.rubric
         if scoring.min_tests_reward is not None and (tests.value or 0.0) < scoring.min_tests_reward:
             return combine(tests, scoring, items, {}, [FLAG_GATED])
-        calls = await self.judge.judge_items(task, items, evidence)
+        calls = await self.judge.judge_items(plan, items, evidence)
         trajectory.judge_calls.extend(calls)
         failed = [f"{c.item}: {c.error}" for c in calls if c.score is None]
         if failed:

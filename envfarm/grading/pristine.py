@@ -45,6 +45,7 @@ from typing import Any
 from envfarm.grading.carry import LIST_SCRIPT, Listing
 from envfarm.grading.snapshot import MAX_HIDDEN, SNAPSHOT_SCRIPT, Snapshot
 from envfarm.paths import user_cache_dir
+from envfarm.settings import PRISTINE_CACHE_ENV, current
 
 VERSION = 2
 """Of the stored format; ``READABLE`` versions are read too."""
@@ -52,7 +53,7 @@ READABLE = (1, 2)
 KEY_SALT = "1"
 """Changed when what a key must cover changes."""
 CTIME_MARGIN_S = 1.0
-DISABLE_VARIABLE = "ENVFARM_PRISTINE_CACHE"
+DISABLE_VARIABLE = PRISTINE_CACHE_ENV
 MAX_BASELINE_BYTES = 8 * 1024 * 1024
 MAX_IN_MEMORY = 256
 
@@ -248,7 +249,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def default_cache() -> PristineCache | None:
     """The process's cache (None when ``ENVFARM_PRISTINE_CACHE=0``)."""
     global _default
-    if os.environ.get(DISABLE_VARIABLE, "1") == "0":
+    if not current().pristine_cache:
         return None
     if _default is None:
         _default = PristineCache(user_cache_dir() / "pristine")

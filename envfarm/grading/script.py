@@ -25,9 +25,9 @@ from envfarm.grading.verdict import (
     expected_reports,
     score,
 )
+from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox
 from envfarm.sandbox.files import upload_dir
-from envfarm.spec.task import Task
 
 VERIFIER_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
@@ -51,22 +51,22 @@ def expand_env(values: Mapping[str, str], host_env: Mapping[str, str]) -> dict[s
 class TestScriptGrader(Grader):
     __test__ = False  # not a pytest class
 
-    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
-        output = await self.run_verifier(sandbox, task)
-        return Graded(score(output, task.config.verifier, expected_reports(task)), output)
+    async def grade(self, sandbox: Sandbox, plan: VerifierPlan) -> Graded:
+        output = await self.run_verifier(sandbox, plan)
+        return Graded(score(output, plan.config, expected_reports(plan)), output)
 
-    async def run_verifier(self, sandbox: Sandbox, task: Task) -> VerifierOutput:
+    async def run_verifier(self, sandbox: Sandbox, plan: VerifierPlan) -> VerifierOutput:
         """Run ``tests/test.sh``; raise only when the sandbox itself fails."""
-        verifier = task.config.verifier
+        verifier = plan.config
         fresh_logs = f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}"
         await upload_dir(
-            sandbox, task.tests_dir, TESTS_DIR, first=fresh_logs, identity=task.content_hash
+            sandbox, plan.tests_dir, TESTS_DIR, first=fresh_logs, identity=plan.task_hash
         )
-        env = {**task.config.environment.env, **expand_env(verifier.env, os.environ)}
+        env = {**plan.env, **expand_env(verifier.env, os.environ)}
         result = await sandbox.exec(
             f"bash {TESTS_DIR}/test.sh > {VERIFIER_DIR}/{STDOUT_FILE} 2>&1",
             timeout=verifier.timeout_sec,
-            workdir=task.config.environment.workdir,
+            workdir=plan.workdir,
             env=env,
             user=verifier.user or "root",
         )
@@ -76,7 +76,7 @@ class TestScriptGrader(Grader):
             timeout_sec=verifier.timeout_sec,
             duration_s=result.duration_s,
         )
-        await collect_verifier_files(sandbox, output, expected_reports(task))
+        await collect_verifier_files(sandbox, output, expected_reports(plan))
         return output
 
 

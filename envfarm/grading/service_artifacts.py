@@ -17,17 +17,17 @@ from fnmatch import fnmatchcase
 
 from envfarm.errors import SandboxError
 from envfarm.grading.collect import MAX_ARTIFACT_BYTES, MISSING, CopiedPath
+from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox, ServiceFiles
 from envfarm.spec.config import ArtifactSpec
-from envfarm.spec.task import Task
 
 
-def service_specs(task: Task) -> list[ArtifactSpec]:
-    return [spec for spec in task.config.artifacts if spec.sidecar is not None]
+def service_specs(plan: VerifierPlan) -> list[ArtifactSpec]:
+    return [spec for spec in plan.artifacts if spec.sidecar is not None]
 
 
-async def copy_from_services(sandbox: Sandbox, task: Task) -> list[CopiedPath]:
-    return [await copy_from_service(sandbox, spec) for spec in service_specs(task)]
+async def copy_from_services(sandbox: Sandbox, plan: VerifierPlan) -> list[CopiedPath]:
+    return [await copy_from_service(sandbox, spec) for spec in service_specs(plan)]
 
 
 async def copy_from_service(sandbox: Sandbox, spec: ArtifactSpec) -> CopiedPath:

@@ -67,6 +67,7 @@ from envfarm.grading.verdict import (
 )
 from envfarm.grading.workspace import capture_baseline, export_changed, unified_diff
 from envfarm.models.trajectory import Reward, Trajectory, Turn
+from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import (
     InPlaceGrading,
     ProcessLogs,
@@ -76,12 +77,11 @@ from envfarm.sandbox.base import (
     verifier_phases,
 )
 from envfarm.spec.config import EnvironmentMode
-from envfarm.spec.task import Task
 
 
 @dataclass
 class EpisodeGrading:
-    task: Task
+    plan: VerifierPlan
     sandbox: Sandbox
     grader: Grader
     allow_solution: bool = False
@@ -122,11 +122,12 @@ class EpisodeGrading:
 
     @property
     def mode(self) -> EnvironmentMode:
-        return self.task.config.verifier.environment_mode
+        return self.plan.mode
 
     @property
     def verifier_network(self) -> bool:
-        return self.task.config.verifier_network()
+        """The plan's: grading alone acts on it (``envfarm/plan/planner.py`` decides it)."""
+        return self.plan.network
 
     async def before_agent(self) -> None:
         """The first snapshot and the clean room's listing, side by side; or, when an earlier
@@ -171,10 +172,10 @@ class EpisodeGrading:
         return adapted
 
     def _pristine_key(self, *, solution: bool | None = None) -> str:
-        workdir = self.task.config.environment.workdir
+        workdir = self.plan.workdir
         return pristine_key(
             self.image_id or "",
-            self.task.content_hash,
+            self.plan.task_hash,
             workdir,
             listing=self.mode == "clean",
             snapshot=self.inspect,
@@ -203,7 +204,7 @@ class EpisodeGrading:
     async def _snapshot_before(self) -> None:
         if not self.inspect:
             return
-        workdir = self.task.config.environment.workdir
+        workdir = self.plan.workdir
         with self._timed("snapshot_before"):
             self.before = await take_snapshot(self.sandbox, workdir)
         if self.before.missing_tools:
@@ -218,7 +219,7 @@ class EpisodeGrading:
     async def _list_before(self) -> None:
         if self.mode == "clean":
             with self._timed("listing"):
-                workdir = self.task.config.environment.workdir
+                workdir = self.plan.workdir
                 self.listing = await list_workspace(self.sandbox, workdir)
 
     async def after_agent(self, turns: list[Turn]) -> None:
@@ -236,15 +237,15 @@ class EpisodeGrading:
             return
         if self.mode != "shared":
             await verifier_phases(self.sandbox).prepare_fork(network=self.verifier_network)
-        if self.mode == "shared" and self.verifier_network != self.task.config.agent_network():
+        if self.mode == "shared" and self.verifier_network != self.plan.agent_network:
             await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
         changes: Changes | None = None
         keep = self.keep_artifacts or self.mode != "shared"
-        if self.task.config.verifier.collect:
+        if self.plan.config.collect:
             after = await self._snapshot_after()
             with self._timed("collect"):
-                self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
+                self.hooks, self.copies = await collect(self.sandbox, self.plan, keep=keep)
             changes = await self._read_changes()
         else:
             derive = self._derives()
@@ -254,15 +255,15 @@ class EpisodeGrading:
             if derive and changes is not None:
                 after = await self._derive_after(after, changes)
             with self._timed("collect"):
-                self.hooks, self.copies = await collect(self.sandbox, self.task, keep=keep)
-        if keep and service_specs(self.task):
+                self.hooks, self.copies = await collect(self.sandbox, self.plan, keep=keep)
+        if keep and service_specs(self.plan):
             with self._timed("collect"):
-                self.service_copies = await copy_from_services(self.sandbox, self.task)
+                self.service_copies = await copy_from_services(self.sandbox, self.plan)
         if changes is not None:
             await self._plan_carry(changes, after)
 
     def _restartable(self) -> InPlaceGrading | None:
-        if self.mode != "clean" or self.listing is None or self.task.config.verifier.collect:
+        if self.mode != "clean" or self.listing is None or self.plan.config.collect:
             return None
         return in_place_grading(self.sandbox)
 
@@ -291,11 +292,11 @@ class EpisodeGrading:
                 await sandbox.restart_clean(network=self.verifier_network)
         with self._timed("collect"):
             self.hooks, self.copies = await collect(
-                self.sandbox, self.task, keep=self.keep_artifacts
+                self.sandbox, self.plan, keep=self.keep_artifacts
             )
-        if service_specs(self.task):  # the verifier receives them, as a fresh one would
+        if service_specs(self.plan):  # the verifier receives them, as a fresh one would
             with self._timed("collect"):
-                self.service_copies = await copy_from_services(self.sandbox, self.task)
+                self.service_copies = await copy_from_services(self.sandbox, self.plan)
         with self._timed("walk"):
             settled = await settle_in_place(sandbox, self.listing, self._scope(after), listed)
         if isinstance(settled, InPlace):
@@ -305,7 +306,7 @@ class EpisodeGrading:
         phases = verifier_phases(self.sandbox)
         await phases.prepare_fork(network=self.verifier_network)
         if not self.keep_artifacts:  # the fresh container receives the declared artifacts
-            self.copies = (await collect(self.sandbox, self.task, keep=True))[1]
+            self.copies = (await collect(self.sandbox, self.plan, keep=True))[1]
         changes = await self._read_changes()
         assert changes is not None
         await self._plan_carry(changes, after)
@@ -378,7 +379,7 @@ class EpisodeGrading:
             return None
         with self._timed("carry"):
             # the agent's container is only killed after this and the artifacts' copies
-            tidy = any(spec.sidecar is None for spec in self.task.config.artifacts)
+            tidy = any(spec.sidecar is None for spec in self.plan.artifacts)
             return await read_changes(self.sandbox, self.listing, tidy=tidy)
 
     def _scope(self, after: Snapshot | None) -> CarryScope:
@@ -415,7 +416,7 @@ class EpisodeGrading:
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
         with self._timed("verifier"):
-            graded = await self.grader.grade(sandbox, self.task)
+            graded = await self.grader.grade(sandbox, self.plan)
         self.output, self.scored = graded.output, graded.reward
         if graded.output is not None:
             self.phases["test_sh"] = graded.output.duration_s
@@ -430,7 +431,7 @@ class EpisodeGrading:
         return [*inspected, *self.command_flags, *carried]
 
     def finish(self, reward: Reward) -> Reward:
-        zero_on = self.task.config.verifier.zero_on_flags
+        zero_on = self.plan.config.zero_on_flags
         return finish_reward(reward, self.observed_flags(), zero_on, self.scored)
 
     async def save(self, root: Path, trajectory: Trajectory, build_log: str | None) -> bool:
@@ -443,9 +444,9 @@ class EpisodeGrading:
                 trajectory_id=trajectory.trajectory_id,
                 episode_id=trajectory.episode_id,
                 attempt=trajectory.attempt,
-                task_id=self.task.id,
-                task_root=str(self.task.root),
-                task_hash=self.task.content_hash,
+                task_id=self.plan.task_id,
+                task_root=str(self.plan.task_root),
+                task_hash=self.plan.task_hash,
                 notes=self.notes,
             ),
             verifier=self.output,
@@ -461,7 +462,7 @@ class EpisodeGrading:
             bundle.verifier_input = verifier_input(self.mode, self.carry, self._carried())
         if self.output is not None:
             bundle.reports = output_reports(
-                self.output, expected_reports(self.task), self.task.config.verifier.reports
+                self.output, expected_reports(self.plan), self.plan.config.reports
             )
         started = time.monotonic()
         try:

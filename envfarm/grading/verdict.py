@@ -30,8 +30,8 @@ from envfarm.grading.reports import CONVENTIONAL_REPORTS, ParsedReport, parse_re
 from envfarm.grading.reward import parse_reward_json, parse_reward_txt
 from envfarm.grading.swebench import grade_lists
 from envfarm.models.trajectory import ReportedTest, Reward
+from envfarm.plan.models import VerifierPlan
 from envfarm.spec.config import VerifierConfig
-from envfarm.spec.task import Task
 
 STDOUT_FILE = "test-stdout.txt"
 REWARD_FILES = ("reward.json", "reward.txt")
@@ -65,18 +65,18 @@ class VerifierOutput:
         return ("; verifier output ends with:\n" + "\n".join(lines)) if lines else ""
 
 
-def expected_reports(task: Task) -> list[str]:
+def expected_reports(plan: VerifierPlan) -> list[str]:
     """Reports the task promises: ``[verifier].reports`` plus those ``test.sh`` names. Kept
     per task content hash (which covers test.sh): read once per task, not per episode."""
-    key = (task.tests_dir, task.content_hash, tuple(task.config.verifier.reports))
+    key = (plan.tests_dir, plan.task_hash, tuple(plan.config.reports))
     if (known := _EXPECTED.get(key)) is not None:
         return list(known)
     try:
-        script = (task.tests_dir / "test.sh").read_text(encoding="utf-8", errors="replace")
+        script = (plan.tests_dir / "test.sh").read_text(encoding="utf-8", errors="replace")
     except OSError:
         script = ""
     named = [m for m in _REPORT_IN_SCRIPT.findall(script) if m not in REWARD_FILES]
-    expected = list(dict.fromkeys([*task.config.verifier.reports, *named]))
+    expected = list(dict.fromkeys([*plan.config.reports, *named]))
     if len(_EXPECTED) >= EXPECTED_KEPT:
         _EXPECTED.pop(next(iter(_EXPECTED)))
     _EXPECTED[key] = tuple(expected)

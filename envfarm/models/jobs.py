@@ -115,6 +115,14 @@ class JobRequest(Wire):
     """An installed agent by name (docs/agents.md); None or ``builtin``: envfarm's own loop."""
     agent_spec: dict[str, Any] | None = None
     """A user's own agent spec (the TOML file's table), used instead of ``agent``."""
+    verifier_network: Literal["task-default", "none"] | None = None
+    """The verifier's network when a task sets none (docs/task-format.md): ``task-default``
+    gives a fresh verifier container Harbor's public network, ``none`` keeps it offline; None:
+    the server's default. A task's own ``network_mode`` always wins."""
+    runtime: str | None = Field(default=None, min_length=1, max_length=100)
+    """The sandboxes' container runtime (Docker) or RuntimeClass (Kubernetes); None: the
+    server's. A server refuses any other than its own unless it allows it (``--allow-runtime``);
+    a task that asks for gVisor gets gVisor whatever this says."""
 
 
 class JobCounts(Wire):

@@ -75,7 +75,13 @@ class JobRequestBuilder:
             body["agent"] = agent if isinstance(agent, str) else agent.get("name")
             if isinstance(agent, dict) and agent.get("spec") is not None:
                 body["agent_spec"] = agent["spec"]
-        for field, key in (("concurrency", "concurrency"), ("maxStaleness", "max_staleness")):
+        optional = (
+            ("concurrency", "concurrency"),
+            ("maxStaleness", "max_staleness"),
+            ("verifierNetwork", "verifier_network"),
+            ("runtime", "runtime"),
+        )
+        for field, key in optional:
             if spec.get(field) is not None:
                 body[key] = spec[field]
         try:

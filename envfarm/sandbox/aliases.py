@@ -28,9 +28,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from envfarm.errors import ImageError, UnknownBaseImage
 from envfarm.sandbox.dockerlines import Instruction, instructions
+from envfarm.settings import ALIASES_ENV, Settings
 
 DOCS = "docs/images.md"
-USER_TABLES_ENV = "ENVFARM_ALIASES"
+USER_TABLES_ENV = ALIASES_ENV
 
 
 class Recipe(BaseModel):
@@ -128,7 +129,7 @@ def user_alias_tables(env: dict[str, str] | None = None) -> list[Path]:
     env = dict(os.environ) if env is None else env
     config_home = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     paths = [config_home / "envfarm" / "aliases.toml"]
-    paths += [Path(p) for p in env.get(USER_TABLES_ENV, "").split(os.pathsep) if p]
+    paths += Settings.from_env(env).alias_tables
     return [path for path in paths if path.is_file()]
 
 

@@ -23,7 +23,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import SandboxError
-from envfarm.spec.task import Task
+from envfarm.plan.models import EngineFacts, SandboxSpec
 
 
 class ExecResult(BaseModel):
@@ -247,13 +247,18 @@ class SandboxBackend(ABC):
 
     name: str
 
-    @abstractmethod
-    async def prepare(self, task: Task) -> PreparedImage:
-        """Build or find the task's image. ImageError / UnknownBaseImage on failure."""
+    async def facts(self) -> EngineFacts:
+        """What the planner needs to know of this engine (its runtimes)."""
+        return EngineFacts(backend=self.name)
 
     @abstractmethod
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        """A new, not yet started sandbox for one episode of ``task``."""
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
+        """Build or find the image of ``spec``'s environment. ImageError / UnknownBaseImage on
+        failure."""
+
+    @abstractmethod
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        """A new, not yet started sandbox for one episode, as ``spec`` (the plan's) says."""
 
     @abstractmethod
     async def reap(self) -> list[str]:

@@ -17,9 +17,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import EnvfarmError
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.aliases import dockerfile_bases, match_alias
 from envfarm.spec.compose_fields import MAIN_IMAGE_PLACEHOLDER
-from envfarm.spec.task import Task
 
 
 class BaseResolution(BaseModel):
@@ -34,19 +34,22 @@ class BaseResolution(BaseModel):
     """The substitute's warnings, or what went wrong."""
 
 
-def task_base_references(task: Task) -> tuple[list[tuple[str, str]], list[str]]:
-    """(reference, where) for every base the task names, and the Dockerfiles that cannot be
-    read or parsed."""
+def task_base_references(
+    environment: EnvironmentSpec,
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """(reference, where) for every base the environment names, and the Dockerfiles that
+    cannot be read or parsed."""
     refs: list[tuple[str, str]] = []
     problems: list[str] = []
-    dockerfiles: list[Path] = [task.dockerfile] if task.dockerfile is not None else []
-    if task.config.environment.docker_image:
-        refs.append((task.config.environment.docker_image, f"{task.root / 'task.toml'}"))
-    if task.compose is not None:
-        for service in task.compose.services.values():
-            where = f"{task.compose.path}: services.{service.name}"
+    dockerfile = environment.dockerfile
+    dockerfiles: list[Path] = [dockerfile] if dockerfile is not None else []
+    if environment.config.docker_image:
+        refs.append((environment.config.docker_image, f"{environment.root / 'task.toml'}"))
+    if environment.compose is not None:
+        for service in environment.compose.services.values():
+            where = f"{environment.compose.path}: services.{service.name}"
             if service.build_dockerfile is not None and service.name != "main":
-                dockerfiles.append(task.environment_dir / service.build_dockerfile)
+                dockerfiles.append(environment.environment_dir / service.build_dockerfile)
             elif service.image is not None and service.image != MAIN_IMAGE_PLACEHOLDER:
                 refs.append((service.image, f"{where}.image"))
     for path in dict.fromkeys(dockerfiles):
@@ -61,10 +64,10 @@ def task_base_references(task: Task) -> tuple[list[tuple[str, str]], list[str]]:
 
 
 def resolve_offline(
-    task: Task, exists: Callable[[str], bool] | None = None
+    environment: EnvironmentSpec, exists: Callable[[str], bool] | None = None
 ) -> list[BaseResolution]:
-    """How each base of ``task`` would be found without a registry."""
-    refs, problems = task_base_references(task)
+    """How each base of ``environment`` would be found without a registry."""
+    refs, problems = task_base_references(environment)
     found = [BaseResolution(reference="", where=p, how="error", notes=[p]) for p in problems]
     for reference, where in refs:
         if exists is not None and exists(reference):

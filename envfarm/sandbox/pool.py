@@ -1,12 +1,12 @@
 """Warm pools: started sandboxes kept ready, so an episode acquires one in milliseconds.
 
-One pool per environment key (the task's prepared image plus its content hash, which covers its
-services). ``acquire`` hands out a ready sandbox when there is one, else starts a new one
-(a cold start, counted); either way a refill is scheduled in the background so the pool goes
-back to ``size``. A sandbox is handed out once and never returned: after its episode it is
-stopped by its user, so no state leaks from one episode into the next. ``close`` stops
-everything still waiting in the pool, and a refill that fails is logged in ``errors`` and
-retried on the next acquire, never raised into an unrelated episode.
+One pool per environment key (the prepared image plus the sandbox spec, which covers the task's
+services and the plan's runtime and networks). ``acquire`` hands out a ready sandbox when there is
+one, else starts a new one (a cold start, counted); either way a refill is scheduled in the
+background so the pool goes back to ``size``. A sandbox is handed out once and never returned:
+after its episode it is stopped by its user, so no state leaks from one episode into the next.
+``close`` stops everything still waiting in the pool, and a refill that fails is logged in
+``errors`` and retried on the next acquire, never raised into an unrelated episode.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import logging
 from dataclasses import dataclass, field
 
 from envfarm.errors import EnvfarmError
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
-from envfarm.spec.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class PoolStats:
 
 @dataclass
 class _Pool:
-    task: Task
+    spec: SandboxSpec
     image: PreparedImage
     ready: asyncio.Queue[Sandbox] = field(default_factory=asyncio.Queue)
     starting: int = 0
@@ -49,22 +49,22 @@ class WarmPools:
         self._closed = False
 
     @staticmethod
-    def key(task: Task, image: PreparedImage) -> str:
-        return f"{image.image_id or image.tag}:{task.content_hash}"
+    def key(spec: SandboxSpec, image: PreparedImage) -> str:
+        return f"{image.image_id or image.tag}:{spec.key()}"
 
-    def warm(self, task: Task, image: PreparedImage) -> None:
+    def warm(self, spec: SandboxSpec, image: PreparedImage) -> None:
         """Start filling the pool of this environment (call once its image is built)."""
-        pool = self._pools.setdefault(self.key(task, image), _Pool(task, image))
+        pool = self._pools.setdefault(self.key(spec, image), _Pool(spec, image))
         self._schedule_refill(pool)
 
-    def ready(self, task: Task, image: PreparedImage) -> int:
+    def ready(self, spec: SandboxSpec, image: PreparedImage) -> int:
         """How many started sandboxes of this environment are waiting."""
-        pool = self._pools.get(self.key(task, image))
+        pool = self._pools.get(self.key(spec, image))
         return 0 if pool is None else pool.ready.qsize()
 
-    async def acquire(self, task: Task, image: PreparedImage) -> Sandbox:
+    async def acquire(self, spec: SandboxSpec, image: PreparedImage) -> Sandbox:
         """A started sandbox of this environment, for one episode; the caller stops it."""
-        pool = self._pools.setdefault(self.key(task, image), _Pool(task, image))
+        pool = self._pools.setdefault(self.key(spec, image), _Pool(spec, image))
         try:
             sandbox = pool.ready.get_nowait()
             self.stats.warm_hits += 1
@@ -75,7 +75,7 @@ class WarmPools:
         return sandbox
 
     async def _start(self, pool: _Pool) -> Sandbox:
-        sandbox = self.backend.create(pool.task, pool.image, run_id=self.run_id)
+        sandbox = self.backend.create(pool.spec, pool.image, run_id=self.run_id)
         try:
             await sandbox.start()
         except BaseException:
@@ -96,7 +96,7 @@ class WarmPools:
             sandbox = await self._start(pool)
         except EnvfarmError as exc:
             self.stats.errors.append(str(exc))
-            log.warning("warm pool refill for %s failed: %s", pool.task.id, exc)
+            log.warning("warm pool refill for %s failed: %s", pool.spec.task_id, exc)
             return
         finally:
             pool.starting -= 1

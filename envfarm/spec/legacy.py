@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import TaskSpecError
+from envfarm.settings import current
 from envfarm.spec.config import NOT_YET, parse_task_config
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 from envfarm.spec.legacy_compose import LegacyEnvironment, legacy_environment, read_yaml
@@ -87,9 +88,9 @@ class LegacyTaskYaml(BaseModel):
 
 def cache_dir() -> Path:
     """envfarm's cache directory (legacy tasks are staged in its ``legacy/``)."""
-    explicit = os.environ.get("ENVFARM_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
+    explicit = current().cache_dir
+    if explicit is not None:
+        return explicit
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "envfarm"
 

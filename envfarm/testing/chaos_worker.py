@@ -19,8 +19,9 @@ from pathlib import Path
 
 from envfarm.controller.service import open_controller
 from envfarm.controller.worker import WorkerConfig
+from envfarm.plan.models import EngineFacts, SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox, SandboxBackend
-from envfarm.spec.task import Task, discover_tasks
+from envfarm.spec.task import discover_tasks
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
 
 DOCKER_PREFIX = "chaos/docker-"
@@ -30,8 +31,8 @@ ANSWER = "echo 42 > /app/answer.txt"
 class SelfGradingFakeBackend(FakeBackend):
     """Fake sandboxes whose test script rewards ``ANSWER``, each judged on its own commands."""
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        sandbox = super().create(task, image, run_id=run_id)
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        sandbox = super().create(spec, image, run_id=run_id)
         assert isinstance(sandbox, FakeSandbox)
 
         def handler(command: str) -> ExecResult:
@@ -52,14 +53,17 @@ class SplitBackend(SandboxBackend):
     def __init__(self, docker: SandboxBackend, fake: SandboxBackend) -> None:
         self.docker, self.fake = docker, fake
 
-    def _for(self, task: Task) -> SandboxBackend:
-        return self.docker if task.id.startswith(DOCKER_PREFIX) else self.fake
+    def _for(self, spec: SandboxSpec) -> SandboxBackend:
+        return self.docker if spec.task_id.startswith(DOCKER_PREFIX) else self.fake
 
-    async def prepare(self, task: Task) -> PreparedImage:
-        return await self._for(task).prepare(task)
+    async def facts(self) -> EngineFacts:
+        return await self.docker.facts()
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        return self._for(task).create(task, image, run_id=run_id)
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
+        return await self._for(spec).prepare(spec)
+
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        return self._for(spec).create(spec, image, run_id=run_id)
 
     async def reap(self) -> list[str]:
         return await self.docker.reap()

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 
 from envfarm.errors import EnvfarmError, SandboxError, SandboxGone
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import (
     ExecResult,
     PreparedImage,
@@ -20,7 +21,6 @@ from envfarm.sandbox.base import (
     SandboxBackend,
     VerifierPhases,
 )
-from envfarm.spec.task import Task
 
 ExecHandler = Callable[[str], Awaitable[ExecResult] | ExecResult]
 
@@ -126,14 +126,18 @@ class FakeBackend(SandboxBackend):
         self.start_error: EnvfarmError | None = None
         """When set, every sandbox created from now on fails to start with it."""
         self.created: list[FakeSandbox] = []
+        self.specs: list[SandboxSpec] = []
+        """The plan's spec of each sandbox in ``created``."""
 
-    async def prepare(self, task: Task) -> PreparedImage:
-        return PreparedImage(tag=f"fake/{task.id}", image_id=f"fake:{task.content_hash[:12]}")
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
+        env = spec.environment
+        return PreparedImage(tag=f"fake/{env.task_id}", image_id=f"fake:{env.task_hash[:12]}")
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
         sandbox = FakeSandbox(self.handler, latency_s=self.latency_s, start_error=self.start_error)
-        sandbox.factory = lambda: self.create(task, image, run_id=run_id)
+        sandbox.factory = lambda: self.create(spec, image, run_id=run_id)
         self.created.append(sandbox)
+        self.specs.append(spec)
         return sandbox
 
     async def reap(self) -> list[str]:

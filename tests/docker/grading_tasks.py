@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.planning import Planner
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.settings import current
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.scripted import ScriptedResponder, Step, tool_call
 
@@ -124,15 +126,19 @@ async def run_episode(
     steps: Sequence[Step],
     *,
     episode_id: str = "ep-grading",
+    settings: dict[str, Any] | None = None,
     **runner_args: Any,
 ) -> Trajectory:
-    image = await backend.prepare(task)
+    """``settings``: over the environment's, for the episode's plan."""
+    planner = Planner(backend, current().with_flags(**(settings or {})))
+    image = await backend.prepare((await planner.plan(task)).sandbox)
     async with scripted([*steps, SUBMIT]) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,
             grader=TestScriptGrader(),
             run_id="test-grading",
+            planner=planner,
             **runner_args,
         )
         request = EpisodeRequest(

@@ -18,6 +18,7 @@ from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.scripted import ScriptedResponder, tool_call
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -59,7 +60,7 @@ def make_task(root: Path, *, agent: str = "", dockerfile: str = DOCKERFILE) -> T
 
 async def run_scripted(task: Task) -> tuple[Trajectory, list[ToolResult]]:
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     async with PolicyServer(ScriptedResponder(STEPS)) as server:
         client = OpenAIPolicy(server.base_url, "scripted", max_retries=1, backoff_base_s=0.01)
         try:

@@ -15,6 +15,7 @@ from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import load_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -24,7 +25,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "system-c
 async def run_oracle(root: Path, artifacts: Path) -> Trajectory:
     task = load_task(root)
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,

@@ -13,6 +13,7 @@ from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -74,7 +75,7 @@ async def test_an_artifact_on_a_read_only_shared_volume_is_read_in_place(
 ) -> None:
     task = make_task(tmp_path / f"volume-artifact-{mode}", mode)
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,

@@ -20,6 +20,7 @@ from envfarm.grading.tamper import inspect_snapshots
 from envfarm.grading.workspace import export_changed
 from envfarm.sandbox.docker.backend import DockerBackend
 from tests.docker.grading_tasks import FIXED_CALC, bash, make_task, run_episode
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -52,7 +53,9 @@ def _names(archive: bytes | None) -> dict[str, bytes]:
 async def test_the_derived_workspace_is_the_one_the_script_takes(tmp_path: Path) -> None:
     task = make_task(tmp_path / "derived")
     backend = DockerBackend()
-    sandbox = backend.create(task, await backend.prepare(task), run_id="test-derived")
+    sandbox = backend.create(
+        sandbox_spec(task), await backend.prepare(sandbox_spec(task)), run_id="test-derived"
+    )
     async with sandbox:
         before, listing = await asyncio.gather(
             take_snapshot(sandbox, "/app"), list_workspace(sandbox, "/app")
@@ -103,10 +106,11 @@ async def test_an_episode_with_the_derived_snapshot_flags_and_withholds_a_plante
     artifacts = tmp_path / "artifacts"
     trajectory = await run_episode(
         # a fresh clean room: the derived snapshot is that route's
-        DockerBackend(restart_clean_room=False),
+        DockerBackend(),
         task,
         [bash(AGENT)],
         episode_id="ep",
+        settings={"clean_room": "fresh"},
         artifacts_dir=artifacts,
     )
     assert trajectory.error is None, trajectory.error

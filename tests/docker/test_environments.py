@@ -22,6 +22,7 @@ from envfarm.sandbox.docker.networks import DEFAULT_POOL, DEFAULT_PREFIX
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.spec import load_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +87,9 @@ async def environment(root: Path, run_id: str | None = None) -> DockerEnvironmen
     run_id = run_id or f"test-env-{uuid.uuid4().hex[:8]}"
     task = load_task(root)
     backend = DockerBackend()
-    sandbox = backend.create(task, await backend.prepare(task), run_id=run_id)
+    sandbox = backend.create(
+        sandbox_spec(task), await backend.prepare(sandbox_spec(task)), run_id=run_id
+    )
     assert isinstance(sandbox, DockerEnvironment)
     return sandbox
 
@@ -138,7 +141,7 @@ async def test_postgres_defaults_and_trust_mode(tmp_path: Path) -> None:
     healthcheck: {test: ["CMD-SHELL", "pg_isready -U guest"], interval: 1s, retries: 30}
 """
     task = load_task(make_task(tmp_path / "pgdefaults", services))
-    images = await DockerBackend().prepare(task)
+    images = await DockerBackend().prepare(sandbox_spec(task))
     assert any("service db: postgres: Debian 12 has PostgreSQL 15" in w for w in images.warnings)
     sandbox = await environment(task.root)
     async with sandbox:
@@ -205,7 +208,7 @@ async def test_build_s_is_the_wait_for_images_built_side_by_side(tmp_path: Path)
             f"FROM debian:bookworm-slim\nRUN sleep 3 && echo {name}-{nonce} > /built\n"
         )
     started = time.monotonic()
-    prepared = await DockerBackend().prepare(load_task(root))
+    prepared = await DockerBackend().prepare(sandbox_spec(load_task(root)))
     waited = time.monotonic() - started
     assert not prepared.cached
     assert 3 <= prepared.build_s <= waited
@@ -227,7 +230,7 @@ async def test_a_sidecar_built_from_the_task(tmp_path: Path) -> None:
         'FROM redis:7\nARG GREETING\nRUN echo "$GREETING" > /greeting\n'
     )
     task = load_task(root)
-    prepared = await DockerBackend().prepare(task)
+    prepared = await DockerBackend().prepare(sandbox_spec(task))
     assert any(w.startswith("service side: ") for w in prepared.warnings)  # its FROM redis:7
     sandbox = await environment(root)
     async with sandbox:
@@ -378,7 +381,7 @@ async def test_main_healthcheck_without_services(tmp_path: Path) -> None:
         "timeout_sec = 1\ninterval_sec = 1\nretries = 1\n"
     )
     sandbox = await environment(root)
-    assert sandbox.task.compose is None
+    assert sandbox.environment.compose is None
     with pytest.raises(SandboxStartError, match="service 'main'"):
         await sandbox.start()
     label: DockerFilters = {"label": [f"{LABEL_RUN}={sandbox.config.run_id}"]}
@@ -407,13 +410,14 @@ async def test_teardown_removes_containers_network_and_volumes(tmp_path: Path) -
 REAPED_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
+from envfarm.plan.planner import plan_episode
 from envfarm.spec import load_task
 from envfarm.sandbox.docker.backend import DockerBackend
 
 async def main():
-    task = load_task(Path(sys.argv[1]))
+    spec = plan_episode(load_task(Path(sys.argv[1]))).sandbox
     backend = DockerBackend()
-    sandbox = backend.create(task, await backend.prepare(task), run_id="test-reaped")
+    sandbox = backend.create(spec, await backend.prepare(spec), run_id="test-reaped")
     await sandbox.start()
     print(sandbox.env_id, flush=True)
     await asyncio.sleep(600)

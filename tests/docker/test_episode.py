@@ -21,6 +21,7 @@ from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -73,7 +74,7 @@ async def backend() -> DockerBackend:
 async def run_one(
     backend: DockerBackend, task: Task, policy: ResolvedPolicy, **runner_args: Any
 ) -> Trajectory:
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     runner = EpisodeRunner(
         backend=backend,
         policy=policy,
@@ -211,7 +212,7 @@ async def test_sandbox_death_is_an_infrastructure_error_and_retried(
         )
         job = Job([task], runner, request_for([task], runner, max_retries=1))
         result = await job.run()
-    assert (await backend.prepare(task)).cached  # built once, by the job
+    assert (await backend.prepare(sandbox_spec(task))).cached  # built once, by the job
     [trajectory] = result.trajectories
     assert trajectory.attempt == 1
     assert trajectory.reward.valid
@@ -242,7 +243,7 @@ async def test_oracle_gets_the_solution_and_nop_does_not(
     from envfarm.controller.policies import PolicySpec, open_policy
 
     task = make_task(tmp_path / "oracle")
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     for name, expected in (("oracle", 1.0), ("nop", 0.0)):
         async with open_policy(PolicySpec(target=name)) as policy:
             runner = EpisodeRunner(

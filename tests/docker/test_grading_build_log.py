@@ -10,6 +10,7 @@ import pytest
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import load_task
 from tests.docker.grading_tasks import make_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -22,11 +23,11 @@ async def test_the_build_log_is_kept_and_found_again_for_a_cached_image(tmp_path
         dockerfile.write(f"RUN echo {marker}\n")
     task = load_task(root)
 
-    built = await DockerBackend().prepare(task)
+    built = await DockerBackend().prepare(sandbox_spec(task))
     assert not built.cached
     assert built.build_log is not None
     assert marker in built.build_log
 
-    again = await DockerBackend().prepare(task)
+    again = await DockerBackend().prepare(sandbox_spec(task))
     assert again.cached
     assert again.build_log == built.build_log

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.planning import Planner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.errors import EnvironmentUnsupported
 from envfarm.grading.script import TestScriptGrader
@@ -25,7 +26,9 @@ from envfarm.sandbox.docker.labels import LABEL_RUN
 from envfarm.sandbox.docker.runtimes import registered_runtimes
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import HELPER_PATH, attach_helper, ensure_helper
+from envfarm.settings import current
 from envfarm.spec.task import Task, load_task
+from tests.plans import engine_plan
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -66,11 +69,18 @@ def make_task(root: Path, *, environment: str = "", agent: str = "", compose: st
     return root
 
 
-async def run_oracle(backend: DockerBackend, task: Task) -> dict[str, float]:
-    image = await backend.prepare(task)
+async def run_oracle(
+    backend: DockerBackend, task: Task, runtime: str | None = None
+) -> dict[str, float]:
+    planner = Planner(backend, current().with_flags(runtime=runtime))
+    image = await backend.prepare((await planner.plan(task)).sandbox)
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
-            backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-gvisor"
+            backend=backend,
+            policy=policy,
+            grader=TestScriptGrader(),
+            run_id="test-gvisor",
+            planner=planner,
         )
         trajectory = await runner.run(
             EpisodeRequest(task=task, image=image, job_id="j", group_id="g", episode_id="ep")
@@ -176,24 +186,24 @@ async def test_oracle_episode_as_a_non_root_agent_under_gvisor(tmp_path: Path) -
             ' "agent_gvisor"',
         )
     )
-    seen = await run_oracle(DockerBackend(GVISOR), load_task(root))
+    seen = await run_oracle(DockerBackend(), load_task(root), GVISOR)
     assert seen["uid"] == 65534
     assert seen["planted"] == 0
     assert (seen["reward"], seen["agent_gvisor"]) == (1.0, 1.0)
 
 
 async def test_tasks_gvisor_cannot_run_are_refused(tmp_path: Path) -> None:
-    backend = DockerBackend(GVISOR)
+    backend = DockerBackend()
     public = load_task(make_task(tmp_path / "public", agent='network_mode = "public"'))
     with pytest.raises(EnvironmentUnsupported, match=r"--network=none.*'public' in the agent"):
-        await backend.prepare(public)
+        await engine_plan(backend, public, runtime=GVISOR)
     compose = "services:\n  cache:\n    image: redis:7\n"
     sidecar = load_task(make_task(tmp_path / "sidecar", compose=compose))
     with pytest.raises(EnvironmentUnsupported, match=r"its services \(cache\)"):
-        await backend.prepare(sidecar)
+        await engine_plan(backend, sidecar, runtime=GVISOR)
     offline = load_task(make_task(tmp_path / "offline"))
     with pytest.raises(EnvironmentUnsupported, match=r"no runtime 'no-such-runtime'.*runsc"):
-        await DockerBackend("no-such-runtime").prepare(offline)
+        await engine_plan(backend, offline, runtime="no-such-runtime")
 
 
 async def test_cli_runs_a_task_under_gvisor_and_refuses_a_network_task(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.limits import engine_capacity
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.spec import load_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "harbor-compose"
@@ -61,10 +62,10 @@ async def test_limits_above_the_engines_are_clamped_with_a_warning(tmp_path: Pat
     (root / "task.toml").write_text('[task]\nname = "fixtures/big"\n[environment]\ncpus = 512\n')
     task = load_task(root)
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     cpus, _ = engine_capacity()
     assert f"cpus = 512 is more than the {cpus:g} this machine has" in " ".join(image.warnings)
-    sandbox = backend.create(task, image, run_id=f"test-clamp-{uuid.uuid4().hex[:8]}")
+    sandbox = backend.create(sandbox_spec(task), image, run_id=f"test-clamp-{uuid.uuid4().hex[:8]}")
     assert isinstance(sandbox, DockerSandbox)
     async with sandbox:
         host_config = docker_client().api.inspect_container(sandbox.container_id)["HostConfig"]

@@ -96,7 +96,11 @@ async def test_the_same_grade_in_place_and_in_a_fresh_container(tmp_path: Path) 
     for restart in (True, False):
         task = make_task(tmp_path / f"same-{restart}")
         graded = await run_episode(
-            DockerBackend(restart_clean_room=restart), task, steps, episode_id=f"ep-same-{restart}"
+            DockerBackend(),
+            task,
+            steps,
+            episode_id=f"ep-same-{restart}",
+            settings={"clean_room": "restart" if restart else "fresh"},
         )
         if restart:
             assert in_place(graded)

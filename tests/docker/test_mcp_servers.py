@@ -16,6 +16,7 @@ from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import load_task
 from envfarm.testing.scripted import ScriptedResponder, tool_call
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -27,7 +28,7 @@ async def test_the_oracle_reaches_the_sidecar_mcp_server_and_the_agent_is_told(
 ) -> None:
     task = load_task(FIXTURE)
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
@@ -52,7 +53,7 @@ async def test_the_oracle_reaches_the_sidecar_mcp_server_and_the_agent_is_told(
 async def test_the_built_in_agent_calls_the_servers_tool_as_a_tool(tmp_path: Path) -> None:
     task = load_task(FIXTURE)
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     responder = ScriptedResponder(
         [
             tool_call("mcp__vault__fetch_code", {"label": "alpha"}),

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
+from envfarm.controller.planning import Planner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.settings import current
 from envfarm.spec.task import load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -52,11 +54,16 @@ async def test_a_child_over_the_memory_limit_is_the_agents_outcome(
     tmp_path: Path, runtime: str | None
 ) -> None:
     task = load_task(make_task(tmp_path / f"memory-excess-{runtime or 'runc'}"))
-    backend = DockerBackend(runtime) if runtime else DockerBackend()
-    image = await backend.prepare(task)
+    backend = DockerBackend()
+    planner = Planner(backend, current().with_flags(runtime=runtime))
+    image = await backend.prepare((await planner.plan(task)).sandbox)
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
-            backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-memory"
+            backend=backend,
+            policy=policy,
+            grader=TestScriptGrader(),
+            run_id="test-memory",
+            planner=planner,
         )
         trajectory = await runner.run(
             EpisodeRequest(task=task, image=image, job_id="j", group_id="g", episode_id="ep")

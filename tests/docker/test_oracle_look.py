@@ -17,6 +17,7 @@ from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.findings import Finding
 from envfarm.spec.task import load_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -93,7 +94,7 @@ async def test_the_oracles_look_finds_what_the_throwaway_sandboxes_find(
 ) -> None:
     task = load_task(task_dir(tmp_path / "task", dockerfile, solve))
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     looks = OracleLooks()
     request = JobRequest(tasks=[task.id], policy=JobPolicy(base_url="oracle"))
     async with open_runner(request, backend, run_id="test-look", watcher=looks) as runner:

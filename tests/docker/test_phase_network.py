@@ -20,6 +20,7 @@ from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec.task import Task, load_task
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -108,7 +109,7 @@ def make_task(root: Path, outside: str, *, agent: str, verifier: str, sidecar: b
 
 async def run_oracle(task: Task) -> dict[str, float]:
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-phase-net"

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from envfarm.controller.episode import PROCESSES_RECLAIMED, EpisodeRequest, EpisodeRunner
+from envfarm.controller.planning import Planner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.settings import current
 from envfarm.spec.task import load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -62,11 +64,16 @@ def make_task(root: Path, solve: str, environment: str) -> Path:
 
 async def run_oracle(root: Path, runtime: str | None) -> Trajectory:
     task = load_task(root)
-    backend = DockerBackend(runtime) if runtime else DockerBackend()
-    image = await backend.prepare(task)
+    backend = DockerBackend()
+    planner = Planner(backend, current().with_flags(runtime=runtime))
+    image = await backend.prepare((await planner.plan(task)).sandbox)
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
-            backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-excess"
+            backend=backend,
+            policy=policy,
+            grader=TestScriptGrader(),
+            run_id="test-excess",
+            planner=planner,
         )
         return await runner.run(
             EpisodeRequest(task=task, image=image, job_id="j", group_id="g", episode_id="ep")

@@ -30,6 +30,7 @@ from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.judges import ScriptedJudge
 from envfarm.testing.scripted import ScriptedResponder, Step, tool_call
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -81,7 +82,11 @@ async def run_episode(
             rubrics=rubrics,
         )
         request = EpisodeRequest(
-            task=task, image=await backend.prepare(task), job_id="j", group_id="g", episode_id="e"
+            task=task,
+            image=await backend.prepare(sandbox_spec(task)),
+            job_id="j",
+            group_id="g",
+            episode_id="e",
         )
         return await runner.run(request)
 
@@ -190,7 +195,11 @@ async def test_workspace_changes_with_and_without_git(
     (root / "tests" / "test.sh").write_text("exit 0\n")
     (root / "environment" / "Dockerfile").write_text(GIT_TASK_DOCKERFILE)
     diff_task = load_task(root)
-    sandbox = backend.create(diff_task, await backend.prepare(diff_task), run_id="test-rubric")
+    sandbox = backend.create(
+        sandbox_spec(diff_task),
+        await backend.prepare(sandbox_spec(diff_task)),
+        run_id="test-rubric",
+    )
     async with sandbox:
         agent = (
             "printf 'one\\nTWO\\n' > /repo/kept.txt && rm /repo/deleted.txt"

@@ -16,6 +16,7 @@ from envfarm.grading.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec import load_task
 from envfarm.spec.config import EnvironmentMode
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "service-artifacts"
@@ -27,7 +28,7 @@ async def test_a_sidecars_artifacts_are_kept_and_reach_a_fresh_verifier(
 ) -> None:
     task = in_mode(load_task(FIXTURE), mode)
     backend = DockerBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     async with open_policy(PolicySpec(target="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,

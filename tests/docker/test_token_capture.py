@@ -27,6 +27,7 @@ from envfarm.policy import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_vllm import FakeVLLM, Fault, command_planner
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -79,7 +80,7 @@ async def run_episode(backend: DockerBackend, task: Task, policy: ResolvedPolicy
     )
     request = EpisodeRequest(
         task=task,
-        image=await backend.prepare(task),
+        image=await backend.prepare(sandbox_spec(task)),
         job_id="job-t",
         group_id="grp-t",
         episode_id="ep-t",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,12 +13,15 @@ import pytest
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.job import Job, JobEvents, request_for
+from envfarm.controller.planning import PLAN_FILE
 from envfarm.controller.policies import PolicySpec, open_policy
+from envfarm.controller.runners import open_runner
 from envfarm.controller.worker import Worker, WorkerConfig
 from envfarm.errors import PolicyConfigError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Trajectory
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage
 from envfarm.spec.task import Task, load_task
 from envfarm.store.store import Store
@@ -78,6 +82,31 @@ async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path: 
     assert all(not s.running for s in backend.created)  # every sandbox was stopped
 
 
+async def test_every_episode_leaves_its_plan_with_its_artifacts(tmp_path: Path) -> None:
+    task = make_task(tmp_path / "t")
+    backend = FakeBackend()
+    backend.handler = grading_handler(backend.created, b"1\n")
+    request = JobRequest(
+        tasks=[task.id],
+        policy=JobPolicy(base_url="oracle"),
+        group_size=2,
+        verifier_network="none",
+        runtime="fast",
+    )
+    async with open_runner(
+        request, backend, run_id="fake", artifacts_dir=tmp_path / "artifacts"
+    ) as runner:
+        result = await Job([task], runner, request).run()
+    for trajectory in result.trajectories:
+        plan = json.loads((tmp_path / "artifacts" / trajectory.episode_id / PLAN_FILE).read_text())
+        assert (plan["schema"], plan["episode_id"]) == ("envfarm.plan/1", trajectory.episode_id)
+        assert plan["sandbox"]["runtime"] == "fast"
+        assert plan["decided"]["sandbox.runtime"]["source"] == "job"
+        assert plan["decided"]["verifier.network"]["source"] == "task"  # shared: the task's
+        assert plan["verifier"]["mode"] == "shared"
+    assert {spec.runtime for spec in backend.specs} == {"fast"}
+
+
 async def test_missing_reward_is_invalid_and_not_retried(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = FakeBackend()
@@ -99,7 +128,7 @@ class BrokenBuilds(FakeBackend):
 
     prepared = 0
 
-    async def prepare(self, task: Task) -> PreparedImage:
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
         self.prepared += 1
         raise RuntimeError("the engine said something unexpected")
 

@@ -10,9 +10,11 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -20,8 +22,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 class PassingTests(FakeBackend):
     """Every sandbox's tests/test.sh writes a reward of 1 into that sandbox."""
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        sandbox = super().create(task, image, run_id=run_id)
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        sandbox = super().create(spec, image, run_id=run_id)
         assert isinstance(sandbox, FakeSandbox)
 
         def handler(command: str, sandbox: FakeSandbox = sandbox) -> ExecResult:
@@ -49,7 +51,7 @@ async def run(task: Task, backend: FakeBackend) -> Trajectory:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fork"
         )
-        image = await backend.prepare(task)
+        image = await backend.prepare(sandbox_spec(task))
         request = EpisodeRequest(
             task=task, image=image, job_id="j", group_id="g", episode_id="ep-fork"
         )

@@ -31,6 +31,7 @@ from envfarm.testing.fake_sandbox import FakeSandbox, ok
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.plans import sandbox_spec
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 NS = "envfarm-sandboxes"
@@ -83,7 +84,9 @@ async def test_start_waits_for_every_healthcheck_then_speaks_over_the_stream(pg_
     cluster = Cluster()
     cluster.ready["db"] = False
     backend = cluster.backend()
-    sandbox = backend.create(pg_task, await backend.prepare(pg_task), run_id="run-1")
+    sandbox = backend.create(
+        sandbox_spec(pg_task), await backend.prepare(sandbox_spec(pg_task)), run_id="run-1"
+    )
     starting = asyncio.ensure_future(sandbox.start())
     await cluster.wait_for(_running)
     await asyncio.sleep(0.05)
@@ -113,8 +116,8 @@ async def test_start_waits_for_every_healthcheck_then_speaks_over_the_stream(pg_
 async def test_many_sandboxes_share_one_watch_and_each_has_one_stream(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
-    image = await backend.prepare(plain_task)
-    sandboxes = [backend.create(plain_task, image, run_id="run-2") for _ in range(25)]
+    image = await backend.prepare(sandbox_spec(plain_task))
+    sandboxes = [backend.create(sandbox_spec(plain_task), image, run_id="run-2") for _ in range(25)]
     await asyncio.gather(*(s.start() for s in sandboxes))
     await asyncio.gather(*(s.exec(f"echo {i}") for i, s in enumerate(sandboxes) for _ in range(3)))
     assert cluster.api.calls["watch"] == 1
@@ -130,7 +133,9 @@ async def test_a_service_that_dies_fails_the_start_and_nothing_is_left(pg_task: 
     cluster = Cluster()
     cluster.ready["db"] = False
     backend = cluster.backend()
-    sandbox = backend.create(pg_task, await backend.prepare(pg_task), run_id="run-3")
+    sandbox = backend.create(
+        sandbox_spec(pg_task), await backend.prepare(sandbox_spec(pg_task)), run_id="run-3"
+    )
     starting = asyncio.ensure_future(sandbox.start())
     await cluster.wait_for(_running)
     [pod] = cluster.pods()
@@ -147,7 +152,9 @@ async def test_a_start_that_never_gets_ready_times_out_with_the_pods_state(
 ) -> None:
     cluster = Cluster(start_delay_s=3600)
     backend = cluster.backend(start_timeout_s=0.05)
-    sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-4")
+    sandbox = backend.create(
+        sandbox_spec(plain_task), await backend.prepare(sandbox_spec(plain_task)), run_id="run-4"
+    )
     with pytest.raises(SandboxStartError, match=r"was not ready within .*phase Pending"):
         await sandbox.start()
     assert cluster.pods() == []
@@ -158,7 +165,9 @@ async def test_a_start_that_never_gets_ready_times_out_with_the_pods_state(
 async def test_the_ttl_ends_the_environment_and_calls_say_so(plain_task: Task) -> None:
     cluster = Cluster(time_scale=0.05)
     backend = cluster.backend(ttl_seconds=1)
-    sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-5")
+    sandbox = backend.create(
+        sandbox_spec(plain_task), await backend.prepare(sandbox_spec(plain_task)), run_id="run-5"
+    )
     await sandbox.start()
     await cluster.wait_for(lambda pod: pod["status"].get("reason") == "DeadlineExceeded")
     with pytest.raises(SandboxGone, match=r"TTL \(activeDeadlineSeconds\) expired"):
@@ -172,7 +181,9 @@ async def test_the_ttl_ends_the_environment_and_calls_say_so(plain_task: Task) -
 async def test_a_deleted_pod_is_reported_gone(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
-    sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-6")
+    sandbox = backend.create(
+        sandbox_spec(plain_task), await backend.prepare(sandbox_spec(plain_task)), run_id="run-6"
+    )
     await sandbox.start()
     assert isinstance(sandbox, KubernetesSandbox)
     marked = await cluster.api.delete(PODS, NS, sandbox.name)
@@ -190,14 +201,14 @@ async def test_a_deleted_pod_is_reported_gone(plain_task: Task) -> None:
 async def test_the_watch_survives_410_gone_by_listing_again(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
-    image = await backend.prepare(plain_task)
-    first = backend.create(plain_task, image, run_id="run-7")
+    image = await backend.prepare(sandbox_spec(plain_task))
+    first = backend.create(sandbox_spec(plain_task), image, run_id="run-7")
     await first.start()
     # Without yielding to the loop: a change the watch has not seen, then history forgotten.
     cluster.api.create_now(CONFIG_MAPS, NS, {"metadata": {"name": "unseen"}})
     cluster.api.compact_history()
     cluster.api.close_watches()
-    second = backend.create(plain_task, image, run_id="run-7")
+    second = backend.create(sandbox_spec(plain_task), image, run_id="run-7")
     await second.start()
     assert backend.pods.informer.lists == 2
     await asyncio.gather(first.stop(), second.stop())
@@ -209,7 +220,9 @@ async def test_the_watch_survives_410_gone_by_listing_again(plain_task: Task) ->
 async def test_verifier_phase_switches_the_network_label(tmp_path: Path, plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
-    sandbox = backend.create(plain_task, await backend.prepare(plain_task), run_id="run-8")
+    sandbox = backend.create(
+        sandbox_spec(plain_task), await backend.prepare(sandbox_spec(plain_task)), run_id="run-8"
+    )
     await sandbox.start()
     assert cluster.pods()[0]["metadata"]["labels"][LABEL_NETWORK] == "none"
     await verifier_phases(sandbox).enter_verifier_phase(network=True)
@@ -224,20 +237,24 @@ async def test_verifier_phase_switches_the_network_label(tmp_path: Path, plain_t
 async def test_reap_removes_ended_pods_and_an_earlier_process_pods(plain_task: Task) -> None:
     cluster = Cluster()
     backend = cluster.backend()
-    images = backend.images(plain_task)
-    mine = backend.pod_options(plain_task, "live")
-    earlier = backend.pod_options(plain_task, "old").model_copy(
+    images = backend.images(sandbox_spec(plain_task))
+    mine = backend.pod_options(sandbox_spec(plain_task), "live")
+    earlier = backend.pod_options(sandbox_spec(plain_task), "old").model_copy(
         update={
             "labels": {LABEL_OWNER_HOST: backend.host, LABEL_OWNER_PROCESS: "1-2-dead"},
         }
     )
-    elsewhere = backend.pod_options(plain_task, "other").model_copy(
+    elsewhere = backend.pod_options(sandbox_spec(plain_task), "other").model_copy(
         update={"labels": {LABEL_OWNER_HOST: "another-host", LABEL_OWNER_PROCESS: "9"}}
     )
     for options in (mine, earlier, elsewhere):
-        await cluster.api.create(PODS, NS, environment_pod(plain_task, images, options))
+        await cluster.api.create(
+            PODS, NS, environment_pod(sandbox_spec(plain_task), images, options)
+        )
     ended = PodOptions(environment_id="ended", run_id="x", labels=elsewhere.labels)
-    created = await cluster.api.create(PODS, NS, environment_pod(plain_task, images, ended))
+    created = await cluster.api.create(
+        PODS, NS, environment_pod(sandbox_spec(plain_task), images, ended)
+    )
     await cluster.wait_for(lambda pod: _running(pod) and pod["metadata"]["name"] == "envfarm-ended")
     await cluster.kubelet.terminate_container(NS, created["metadata"]["name"], "main", exit_code=0)
     reaped = await backend.reap()

@@ -23,6 +23,7 @@ from envfarm.grading.base import Graded, Grader
 from envfarm.grading.session import EpisodeGrading
 from envfarm.k8s.api import PODS, KubeObject
 from envfarm.models.trajectory import Reward
+from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import ExecResult, Sandbox, verifier_phases
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.podfork import LABEL_VERIFIER_OF
@@ -33,6 +34,7 @@ from envfarm.spec.task import Task, load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.plans import sandbox_spec, verifier_plan
 from tests.waiting import until
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
@@ -126,7 +128,7 @@ class RecordingGrader(Grader):
         self.files: dict[str, dict[str, str]] = {}
         self.commands: list[str] = []
 
-    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
+    async def grade(self, sandbox: Sandbox, plan: VerifierPlan) -> Graded:
         self.graded_in = sandbox
         self.pods = self.api.objects(PODS)
         container = self.runtime.sandbox_of(self.pods[-1])
@@ -166,14 +168,16 @@ async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes
     api, runtime, _ = cluster
     task = in_mode(load_task(TASKS / "word-count-cli"), "clean", workdir="/app")
     backend = KubernetesBackend(api, KubernetesBackendConfig())
-    sandbox = backend.create(task, await backend.prepare(task), run_id="run-clean")
+    sandbox = backend.create(
+        sandbox_spec(task), await backend.prepare(sandbox_spec(task)), run_id="run-clean"
+    )
     await sandbox.start()
     [agent_pod] = api.objects(PODS)
     agent_fs = runtime.sandbox_of(agent_pod)
     assert isinstance(agent_fs, RootfsSandbox)
     await asyncio.sleep(2.5)  # the image's files are older than the carry's ctime margin
     grader = RecordingGrader(api, runtime)
-    grading = EpisodeGrading(task, sandbox, grader, inspect=False)
+    grading = EpisodeGrading(verifier_plan(task), sandbox, grader, inspect=False)
     await grading.before_agent()
     agent = (
         "cd /app && printf 'def add(a, b):\\n    return a + b\\n' > calc.py && rm old.txt"
@@ -227,15 +231,17 @@ async def test_a_compose_task_in_clean_mode_is_refused_before_any_episode(
     task = load_task(TASKS / "pg-schema-migration")
     for mode in ("clean", "separate"):
         with pytest.raises(EnvironmentUnsupported, match=r'environment_mode = "shared"') as caught:
-            await backend.prepare(in_mode(task, mode))
+            await backend.prepare(sandbox_spec(in_mode(task, mode)))
         assert not caught.value.infrastructure
         assert not caught.value.retryable
         assert "db" in str(caught.value)
     shared = in_mode(task, "shared")
-    sandbox = backend.create(shared, await backend.prepare(shared), run_id="run-shared")
+    sandbox = backend.create(
+        sandbox_spec(shared), await backend.prepare(sandbox_spec(shared)), run_id="run-shared"
+    )
     await sandbox.start()
     assert isinstance(sandbox, KubernetesSandbox)
-    sandbox.task = in_mode(task, "clean")  # as if made without prepare: still refused
+    sandbox.spec = sandbox_spec(in_mode(task, "clean"))  # as if made without prepare: still refused
     with pytest.raises(EnvironmentUnsupported):
         await verifier_phases(sandbox).fork_clean(network=False)
     assert len(api.objects(PODS)) == 1

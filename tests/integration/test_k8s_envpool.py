@@ -23,6 +23,7 @@ from envfarm.spec.task import load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.plans import sandbox_spec
 from tests.waiting import until
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
@@ -36,7 +37,9 @@ class Farm:
         task = load_task(TASKS / "pg-schema-migration")
         self.task_id = task.id
         pods = PoolPods(self.api, NS) if cached else None
-        self.reconciler = EnvPoolReconciler(self.api, TaskTemplates({task.id: task}), pods)
+        self.reconciler = EnvPoolReconciler(
+            self.api, TaskTemplates({task.id: sandbox_spec(task)}), pods
+        )
         self.operator = Operator(self.api, NS, workers=4, retry_delay_s=0.01, resync_s=None)
         self.operator.add(envpool_controller(self.reconciler))
 
@@ -206,8 +209,8 @@ async def test_the_sandbox_backend_claims_warm_environments_and_starts_cold_with
         )
         config = KubernetesBackendConfig(namespace=NS, pools={task.id: "warm"})
         backend = KubernetesBackend(farm.api, config)
-        image = await backend.prepare(task)
-        warm, cold = (backend.create(task, image, run_id="run-9") for _ in range(2))
+        image = await backend.prepare(sandbox_spec(task))
+        warm, cold = (backend.create(sandbox_spec(task), image, run_id="run-9") for _ in range(2))
         await warm.start()
         await cold.start()  # the pool's only pod is taken: a cold start
         assert isinstance(warm, KubernetesSandbox)

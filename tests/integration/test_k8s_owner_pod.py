@@ -17,6 +17,7 @@ from envfarm.testing.fake_sandbox import FakeSandbox, ok
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.plans import sandbox_spec
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 SANDBOXES, SYSTEM = "envfarm-sandboxes", "envfarm-system"
@@ -73,8 +74,8 @@ async def test_deleting_the_controller_pod_removes_its_environments(task: Task) 
     api = _api()
     owner = await _controller_pod(api, "worker-a", SANDBOXES)
     backend = KubernetesBackend(api, KubernetesBackendConfig(owner_pod=owner))
-    image = await backend.prepare(task)
-    sandboxes = [backend.create(task, image, run_id="run-1") for _ in range(3)]
+    image = await backend.prepare(sandbox_spec(task))
+    sandboxes = [backend.create(sandbox_spec(task), image, run_id="run-1") for _ in range(3)]
     for sandbox in sandboxes:
         await sandbox.start()
     environments = _environments(api)
@@ -103,14 +104,16 @@ async def test_a_controller_in_another_namespace_is_reaped_by_label_not_referenc
     api = _api()
     first = await _controller_pod(api, "worker-a", SYSTEM)
     backend = KubernetesBackend(api, KubernetesBackendConfig(owner_pod=first))
-    options = backend.pod_options(task, "run-1")
+    options = backend.pod_options(sandbox_spec(task), "run-1")
     # No reference across namespaces: Kubernetes would delete such a pod at once.
-    pod = environment_pod(task, backend.images(task), options)
+    pod = environment_pod(sandbox_spec(task), backend.images(sandbox_spec(task)), options)
     assert "ownerReferences" not in pod["metadata"]
     assert pod["metadata"]["labels"][LABEL_OWNER_POD_UID] == first.uid
     await api.create(PODS, SANDBOXES, pod)
     crossed = environment_pod(
-        task, backend.images(task), options.model_copy(update={"name": "crossed"})
+        sandbox_spec(task),
+        backend.images(sandbox_spec(task)),
+        options.model_copy(update={"name": "crossed"}),
     )
     crossed["metadata"]["ownerReferences"] = [first.reference()]
     await api.create(PODS, SANDBOXES, crossed)
@@ -118,7 +121,11 @@ async def test_a_controller_in_another_namespace_is_reaped_by_label_not_referenc
 
     second = await _controller_pod(api, "worker-b", SYSTEM)
     successor = KubernetesBackend(api, KubernetesBackendConfig(owner_pod=second))
-    kept = environment_pod(task, successor.images(task), successor.pod_options(task, "run-2"))
+    kept = environment_pod(
+        sandbox_spec(task),
+        successor.images(sandbox_spec(task)),
+        successor.pod_options(sandbox_spec(task), "run-2"),
+    )
     await api.create(PODS, SANDBOXES, kept)
     assert await successor.reap() == []  # worker-a is alive: its environment stays
     await api.delete(PODS, SYSTEM, "worker-a", grace_period_seconds=0)

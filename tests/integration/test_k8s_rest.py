@@ -31,6 +31,7 @@ from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
 from envfarm.testing.k8s.memory_http import serve
+from tests.plans import sandbox_spec
 
 NS = "envs"
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
@@ -147,7 +148,9 @@ async def test_the_sandbox_backend_over_http_and_websocket_attach() -> None:
         for channel in ("attach", "exec"):
             config = KubernetesBackendConfig(namespace=NS, channel=channel)
             backend = KubernetesBackend(served.api, config)
-            sandbox = backend.create(task, await backend.prepare(task), run_id="http")
+            sandbox = backend.create(
+                sandbox_spec(task), await backend.prepare(sandbox_spec(task)), run_id="http"
+            )
             await sandbox.start()
             result = await sandbox.exec("redis-cli ping")
             assert (result.exit_code, result.stdout) == (0, "ran: redis-cli ping")

@@ -15,6 +15,7 @@ from envfarm.controller.placed import PlacedBackend
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
@@ -48,12 +49,12 @@ class Cluster(FakeBackend):
         self.graded = 0
         self.prepared = 0
 
-    async def prepare(self, task: Task) -> PreparedImage:
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
         self.prepared += 1
-        return await super().prepare(task)
+        return await super().prepare(spec)
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        sandbox = super().create(task, image, run_id=run_id)
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        sandbox = super().create(spec, image, run_id=run_id)
         assert isinstance(sandbox, FakeSandbox)
 
         async def handler(command: str, sandbox: FakeSandbox = sandbox) -> ExecResult:

@@ -13,6 +13,7 @@ from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, summarize
 from envfarm.controller.verdicts import TaskCheck, judge_oracle
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.baseimages import resolve_offline
 from envfarm.sandbox.docker.limits import clamp_limits
 from envfarm.spec import load_task
@@ -105,7 +106,7 @@ def test_no_run_resolves_every_base_image_without_pulling(tmp_path: Path) -> Non
     """
     compose = "services:\n  db:\n    image: registry.example/acme/db:2\n"
     task = load_task(make_task(tmp_path / "t", dockerfile, compose))
-    resolved = {item.reference: item.how for item in resolve_offline(task)}
+    resolved = {item.reference: item.how for item in resolve_offline(environment_spec(task))}
     assert set(resolved) == {
         "python:3.11-slim",
         "example.org/tools/helper:1",
@@ -115,7 +116,10 @@ def test_no_run_resolves_every_base_image_without_pulling(tmp_path: Path) -> Non
     assert (
         resolved["example.org/tools/helper:1"] == resolved["registry.example/acme/db:2"] == "pull"
     )
-    held = {item.reference: item.how for item in resolve_offline(task, lambda ref: "db" in ref)}
+    held = {
+        item.reference: item.how
+        for item in resolve_offline(environment_spec(task), lambda ref: "db" in ref)
+    }
     assert held["registry.example/acme/db:2"] == "local"
     report = asyncio.run(check_tasks([task], [], None, TestScriptGrader(), CheckConfig(run=False)))
     (check,) = report.checks

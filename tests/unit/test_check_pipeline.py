@@ -22,6 +22,7 @@ from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import ImageError
 from envfarm.grading.base import Graded, Grader
 from envfarm.models.trajectory import Reward, Trajectory
+from envfarm.plan.models import SandboxSpec, VerifierPlan
 from envfarm.policy.builtin import ORACLE_COMMAND
 from envfarm.sandbox.base import PreparedImage, Sandbox
 from envfarm.spec.task import Task, load_task
@@ -50,9 +51,9 @@ class SolvedGrader(Grader):
     """1 where the oracle's solution ran in the graded sandbox (a clean room never has it),
     else 0; 1 always for a task whose instruction says its nop passes."""
 
-    async def grade(self, sandbox: Sandbox, task: Task) -> Graded:
+    async def grade(self, sandbox: Sandbox, plan: VerifierPlan) -> Graded:
         solved = ORACLE_COMMAND in getattr(sandbox, "commands", [])
-        value = 1.0 if solved or NOP_PASSES in task.instruction else 0.0
+        value = 1.0 if solved or NOP_PASSES in plan.instruction else 0.0
         return Graded(Reward(value=value, valid=True, reason="test"))
 
 
@@ -63,12 +64,12 @@ class GatedBackend(FakeBackend):
         super().__init__()
         self.gates, self.broken = gates, broken
 
-    async def prepare(self, task: Task) -> PreparedImage:
-        if task.id in self.gates:
-            await self.gates[task.id].wait()
-        if task.id in self.broken:
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
+        if spec.task_id in self.gates:
+            await self.gates[spec.task_id].wait()
+        if spec.task_id in self.broken:
             raise ImageError("the build failed: RUN exit 3")
-        return await super().prepare(task)
+        return await super().prepare(spec)
 
 
 class Recorder:

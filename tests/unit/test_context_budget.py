@@ -30,6 +30,7 @@ from envfarm.spec.config_read import read_task_config
 from envfarm.spec.task import load_task
 from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.fake_vllm import FakeVLLM
+from tests.plans import sandbox_spec
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
 START = [{"role": "system", "content": "s" * 30}, {"role": "user", "content": "u" * 60}]
@@ -173,7 +174,7 @@ async def test_an_episode_uses_the_smaller_of_the_run_and_task_budgets(
             max_turns=100,
             context_budget=run_budget,
         )
-        image = await backend.prepare(task)
+        image = await backend.prepare(sandbox_spec(task))
         request = EpisodeRequest(task=task, image=image, job_id="j", group_id="g", episode_id="e")
         trajectory = await runner.run(request)
     assert trajectory.error is None

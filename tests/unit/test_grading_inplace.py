@@ -8,7 +8,7 @@ from envfarm.errors import TaskSpecError
 from envfarm.grading.carry import Listing
 from envfarm.grading.inplace import left_out_removals, plan_in_place
 from envfarm.grading.scope import CarryScope
-from envfarm.sandbox.docker.backend import clean_room_restarts
+from envfarm.settings import Settings
 
 START = 1_700_000_000.0
 OLD, NEW = START - 100, START + 50
@@ -116,8 +116,8 @@ def test_grading_in_place_records_what_carrying_would_have_given() -> None:
 
 
 def test_the_clean_room_route_is_chosen_by_the_environment() -> None:
-    assert clean_room_restarts({}) is True
-    assert clean_room_restarts({"ENVFARM_CLEAN_ROOM": "fresh"}) is False
-    assert clean_room_restarts({"ENVFARM_CLEAN_ROOM": " Restart "}) is True
+    assert (Settings.from_env({}).clean_room == "restart") is True
+    assert (Settings.from_env({"ENVFARM_CLEAN_ROOM": "fresh"}).clean_room == "restart") is False
+    assert (Settings.from_env({"ENVFARM_CLEAN_ROOM": " Restart "}).clean_room == "restart") is True
     with pytest.raises(TaskSpecError, match="ENVFARM_CLEAN_ROOM"):
-        clean_room_restarts({"ENVFARM_CLEAN_ROOM": "sometimes"})
+        Settings.from_env({"ENVFARM_CLEAN_ROOM": "sometimes"})

@@ -205,21 +205,22 @@ def test_the_main_process_is_harbors_entrypoint_and_command() -> None:
     assert main_argv({}, None, list(IDLE_COMMAND)) is None
 
 
-def test_the_offline_flag_turns_the_pull_off_for_the_process(
+def test_the_offline_flag_turns_the_pull_off_for_the_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import click
     from click.testing import CliRunner
 
-    from envfarm.cli.options import offline_option
+    from envfarm.cli.options import command_settings, offline_option
 
     monkeypatch.setenv("ENVFARM_OFFLINE", "")
     monkeypatch.delenv("ENVFARM_IMAGE_SOURCES")
 
     @click.command()
     @offline_option
-    def probe() -> None:
-        click.echo(",".join(image_sources()))
+    def probe(offline: bool | None) -> None:
+        click.echo(",".join(command_settings(offline=offline).sources()))
+        assert image_sources() == ["local", "pull", "aliases"]  # os.environ is left alone
 
     assert CliRunner().invoke(probe, []).output.strip() == "local,pull,aliases"
     assert CliRunner().invoke(probe, ["--offline"]).output.strip() == "local,aliases"

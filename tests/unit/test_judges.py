@@ -30,6 +30,7 @@ from envfarm.policy.server import Responder
 from envfarm.spec.config import RubricItem, RubricScoring, parse_task_config
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.judges import ScriptedJudge
+from tests.plans import verifier_plan
 
 REPO = Path(__file__).resolve().parents[2]
 FAST: dict[str, Any] = {"backoff_base_s": 0.001, "backoff_max_s": 0.01}
@@ -328,7 +329,7 @@ async def test_items_are_judged_concurrently_and_each_sees_only_its_own_item(
     )
     trajectory = make_trajectory()
     async with judge_on(AllAtOnce(scripted, 2)) as (grading, server):
-        reward = await grading.grade(TESTS_PASSED, task, trajectory, EVIDENCE)
+        reward = await grading.grade(TESTS_PASSED, verifier_plan(task), trajectory, EVIDENCE)
     assert reward.valid
     assert reward.value == pytest.approx((2 * 1.0 + 0.8 + 0.5) / 4)
     assert reward.components["rubric:readability"] == pytest.approx(0.8)
@@ -375,7 +376,7 @@ async def test_a_garbage_verdict_gets_a_corrective_retry(tmp_path: Path) -> None
     scripted = ScriptedJudge({"no_duplication": [garbage, "Sorry. Score: 0.75"]})
     trajectory = make_trajectory()
     async with judge_on(scripted) as (grading, _):
-        reward = await grading.grade(TESTS_PASSED, task, trajectory, EVIDENCE)
+        reward = await grading.grade(TESTS_PASSED, verifier_plan(task), trajectory, EVIDENCE)
     assert reward.value == pytest.approx((1.0 + 0.75) / 2)
     first, second = scripted.requests("no_duplication")
     assert second["messages"][: len(first["messages"])] == first["messages"]
@@ -401,7 +402,7 @@ async def test_garbage_forever_makes_the_reward_invalid_not_zero(tmp_path: Path)
     trajectory = make_trajectory()
     async with judge_on(scripted, verdict_retries=2) as (grading, _):
         with pytest.raises(GradingError, match="no_duplication: no readable verdict in 3 replies"):
-            await grading.grade(TESTS_PASSED, task, trajectory, EVIDENCE)
+            await grading.grade(TESTS_PASSED, verifier_plan(task), trajectory, EVIDENCE)
     assert len(scripted.requests("no_duplication")) == 3
     assert scripted.items["no_duplication"].remaining == 0
     by_item = {c.item: c for c in trajectory.judge_calls}
@@ -423,7 +424,7 @@ async def test_a_judge_answering_503_makes_the_reward_invalid(tmp_path: Path) ->
     trajectory = make_trajectory()
     async with judge_on(scripted, max_retries=1) as (grading, _):
         with pytest.raises(GradingError) as caught:
-            await grading.grade(TESTS_PASSED, task, trajectory, EVIDENCE)
+            await grading.grade(TESTS_PASSED, verifier_plan(task), trajectory, EVIDENCE)
     assert "readability: the judge endpoint failed" in str(caught.value)
     assert "HTTP 503" in str(caught.value)
     assert "no_duplication" not in str(caught.value)
@@ -440,7 +441,7 @@ async def test_a_judge_that_is_down_makes_the_reward_invalid(tmp_path: Path) -> 
     async with judge_on(scripted) as (grading, server):
         await server.close()
         with pytest.raises(GradingError, match="the judge endpoint failed"):
-            await grading.grade(TESTS_PASSED, task, trajectory, EVIDENCE)
+            await grading.grade(TESTS_PASSED, verifier_plan(task), trajectory, EVIDENCE)
     assert len(trajectory.judge_calls) == 2
     assert all(call.score is None and call.error for call in trajectory.judge_calls)
 
@@ -453,7 +454,7 @@ async def test_a_judge_error_never_leaks_the_api_key(tmp_path: Path) -> None:
         client = OpenAIPolicy(server.base_url, "m", api_key="wrong-secret-key", **FAST)
         grading = RubricGrading(RubricJudge(client))
         with pytest.raises(GradingError, match="HTTP 401") as caught:
-            await grading.grade(TESTS_PASSED, task, trajectory, EVIDENCE)
+            await grading.grade(TESTS_PASSED, verifier_plan(task), trajectory, EVIDENCE)
         await client.aclose()
     assert "wrong-secret-key" not in str(caught.value)
     assert "wrong-secret-key" not in trajectory.to_json()
@@ -466,7 +467,7 @@ async def test_below_the_minimum_test_reward_no_judge_is_asked(tmp_path: Path) -
     partial = Reward(value=0.6, valid=True, components={"reward": 0.6})
     trajectory = make_trajectory()
     async with judge_on(scripted) as (grading, _):
-        reward = await grading.grade(partial, task, trajectory, EVIDENCE)
+        reward = await grading.grade(partial, verifier_plan(task), trajectory, EVIDENCE)
     assert reward.value == pytest.approx(0.6 / 3)
     assert reward.flags == ["rubric:gated"]
     assert trajectory.judge_calls == []
@@ -476,12 +477,14 @@ async def test_below_the_minimum_test_reward_no_judge_is_asked(tmp_path: Path) -
 async def test_without_a_judge_the_reward_is_invalid_and_flagged(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t", TWO_ITEMS)
     trajectory = make_trajectory()
-    reward = await RubricGrading().grade(TESTS_PASSED, task, trajectory, None)
+    reward = await RubricGrading().grade(TESTS_PASSED, verifier_plan(task), trajectory, None)
     assert not reward.valid
     assert reward.value is None
     assert reward.flags == ["rubric:unjudged"]
     assert "2 rubric items and no judge" in (reward.reason or "")
-    allowed = await RubricGrading(allow_unjudged=True).grade(TESTS_PASSED, task, trajectory, None)
+    allowed = await RubricGrading(allow_unjudged=True).grade(
+        TESTS_PASSED, verifier_plan(task), trajectory, None
+    )
     assert allowed.valid
     assert allowed.value == 1.0
     assert allowed.components == {"reward": 1.0}
@@ -490,7 +493,10 @@ async def test_without_a_judge_the_reward_is_invalid_and_flagged(tmp_path: Path)
 
 async def test_a_task_without_rubrics_keeps_its_test_reward(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t", [])
-    assert await RubricGrading().grade(TESTS_PASSED, task, make_trajectory(), None) == TESTS_PASSED
+    assert (
+        await RubricGrading().grade(TESTS_PASSED, verifier_plan(task), make_trajectory(), None)
+        == TESTS_PASSED
+    )
 
 
 async def test_an_invalid_test_reward_is_not_judged(tmp_path: Path) -> None:
@@ -499,8 +505,8 @@ async def test_an_invalid_test_reward_is_not_judged(tmp_path: Path) -> None:
     invalid = Reward(reason="tests were tampered with", flags=["tamper:tests"])
     trajectory = make_trajectory()
     async with judge_on(scripted) as (grading, _):
-        assert await grading.grade(invalid, task, trajectory, EVIDENCE) == invalid
-    assert await RubricGrading().grade(invalid, task, trajectory, None) == invalid
+        assert await grading.grade(invalid, verifier_plan(task), trajectory, EVIDENCE) == invalid
+    assert await RubricGrading().grade(invalid, verifier_plan(task), trajectory, None) == invalid
     assert trajectory.judge_calls == []
     assert scripted.requests("readability") == []
 

@@ -20,10 +20,12 @@ import pytest
 
 from envfarm.errors import TaskSpecError
 from envfarm.k8s.api import KubeObject
+from envfarm.plan.models import SandboxSpec
+from envfarm.plan.planner import environment_spec, plan_episode
 from envfarm.sandbox.docker import services as docker_services
 from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
-from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
+from envfarm.sandbox.kubernetes.backend import KubernetesBackend
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, cluster_images
 from envfarm.sandbox.kubernetes.podspec import (
     LABEL_ENVIRONMENT,
@@ -34,9 +36,11 @@ from envfarm.sandbox.kubernetes.podspec import (
     environment_pod,
 )
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
+from envfarm.settings import Settings
 from envfarm.spec.compose import ComposeSpec
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.plans import sandbox_spec
 
 TASKS = Path(__file__).resolve().parents[2] / "tasks"
 
@@ -59,12 +63,14 @@ def _docker_main(task: Task) -> DockerSandboxConfig:
         run_id="run-1",
         task_id=task.id,
     )
-    return docker_services.main_config(task, base, "env1")
+    return docker_services.main_config(environment_spec(task), base, "env1")
 
 
 def _pod(task: Task, **options: Any) -> KubeObject:
     return environment_pod(
-        task, cluster_images(task), PodOptions(environment_id="env1", run_id="run-1", **options)
+        sandbox_spec(task),
+        cluster_images(environment_spec(task)),
+        PodOptions(environment_id="env1", run_id="run-1", **options),
     )
 
 
@@ -187,7 +193,9 @@ def test_labels_owner_ttl_runtime_and_images(pg_task: Task) -> None:
     assert pod["metadata"]["ownerReferences"] == [owner]
     assert pod["spec"]["runtimeClassName"] == "gvisor"
     assert pod["spec"]["activeDeadlineSeconds"] == 900
-    images = cluster_images(pg_task, ImageNaming(registry="registry.example/team"))
+    images = cluster_images(
+        environment_spec(pg_task), ImageNaming(registry="registry.example/team")
+    )
     assert images.services["db"] == "registry.example/team/envfarm/postgres:bookworm"
     assert images.main.startswith("registry.example/team/envfarm-task/")
 
@@ -251,13 +259,16 @@ def test_a_task_asking_for_gvisor_gets_the_gvisor_runtime_class(
     tmp_path: Path, pg_task: Task
 ) -> None:
     task = _compose_task(tmp_path, "services:\n  main: {}\n", '[environment]\nruntime = "gvisor"\n')
-    api = MemoryKubeApi()
-    plain = KubernetesBackend(api)
-    chosen = KubernetesBackend(api, KubernetesBackendConfig(runtime_class="kata"))
-    assert plain.pod_options(task, "r").runtime_class == "gvisor"
-    assert chosen.pod_options(task, "r").runtime_class == "gvisor"
-    assert plain.pod_options(pg_task, "r").runtime_class is None
-    assert chosen.pod_options(pg_task, "r").runtime_class == "kata"
+    backend = KubernetesBackend(MemoryKubeApi())
+    facts = asyncio.run(backend.facts())
+
+    def planned(task: Task, runtime: str | None = None) -> SandboxSpec:
+        return plan_episode(task, settings=Settings(runtime=runtime), facts=facts).sandbox
+
+    assert backend.pod_options(planned(task), "r").runtime_class == "gvisor"
+    assert backend.pod_options(planned(task, "kata"), "r").runtime_class == "gvisor"
+    assert backend.pod_options(planned(pg_task), "r").runtime_class is None
+    assert backend.pod_options(planned(pg_task, "kata"), "r").runtime_class == "kata"
     pool = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"taskRef": {"name": task.id}}}
-    template = asyncio.run(TaskTemplates({task.id: task})(pool))
+    template = asyncio.run(TaskTemplates({task.id: planned(task)})(pool))
     assert template["spec"]["runtimeClassName"] == "gvisor"

@@ -8,10 +8,12 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.kubernetes.podimages import cluster_images
 from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 from envfarm.spec.task import load_task
 from envfarm.testing.k8s.podsecurity import Level, pod_security_problems, pod_spec_of
+from tests.plans import sandbox_spec
 from tests.unit.manifest_render import (
     CONTROL_PLANE,
     SANDBOXES,
@@ -139,7 +141,7 @@ def _environment_pods() -> list[Resource]:
     for directory in sorted(p for p in tasks.iterdir() if (p / "task.toml").is_file()):
         task = load_task(directory)
         options = PodOptions(environment_id="env-1", runtime_class="gvisor")
-        pod = environment_pod(task, cluster_images(task), options)
+        pod = environment_pod(sandbox_spec(task), cluster_images(environment_spec(task)), options)
         pods.append({"apiVersion": "v1", "kind": "Pod", **pod})
     return pods
 

@@ -24,6 +24,7 @@ from envfarm.sandbox.base import ExecResult
 from envfarm.testing.fake_engine import PARSE_ERROR, FakeEngine
 from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
+from tests.plans import sandbox_spec
 from tests.unit.test_context_budget import make_task
 from tests.unit.test_llamacpp_and_token_mode import pool_on, run_agent
 
@@ -182,7 +183,7 @@ async def episode(
             run_id="faults",
             sampling=SamplingParams(max_tokens=max_tokens),
         )
-        image = await backend.prepare(task)
+        image = await backend.prepare(sandbox_spec(task))
         request = EpisodeRequest(task=task, image=image, job_id="j", group_id="g", episode_id="e")
         return await runner.run(request)
 

@@ -11,6 +11,7 @@ from envfarm.grading.verdict import VerifierOutput, expected_reports, finish_rew
 from envfarm.models.trajectory import Provenance, Trajectory
 from envfarm.spec import load_task
 from envfarm.spec.config import VerifierConfig
+from tests.plans import verifier_plan
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "own-json-summary"
 SUMMARY = b'{"reward": 1.0, "results": [{"name": "answer_is_done", "passed": true, "weight": 1}]}'
@@ -26,7 +27,7 @@ def output(files: dict[str, bytes]) -> VerifierOutput:
 
 def test_a_summary_the_script_names_is_not_a_report() -> None:
     task = load_task(FIXTURE)
-    expected = expected_reports(task)
+    expected = expected_reports(verifier_plan(task))
     assert expected == ["report.json"]  # named by test.sh...
     reward = score(
         output({"report.json": SUMMARY, "reward.txt": b"1.0\n"}), task.config.verifier, expected

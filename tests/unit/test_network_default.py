@@ -11,10 +11,12 @@ import pytest
 from envfarm.controller.explain import network_cause
 from envfarm.controller.verdicts import TaskCheck
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
+from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.kubernetes.podfork import fork_pod
 from envfarm.sandbox.kubernetes.podimages import cluster_images
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, PodOptions, environment_pod
 from envfarm.spec import load_task
+from tests.plans import sandbox_spec
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "grading-downloads"
 
@@ -58,7 +60,9 @@ def test_a_missed_oracle_without_network_that_downloads_names_the_likely_cause(
 def test_the_kubernetes_verifier_pod_of_an_unset_task_gets_the_network_and_dns() -> None:
     task = load_task(FIXTURE)
     pod = environment_pod(
-        task, cluster_images(task), PodOptions(environment_id="env1", run_id="run-1")
+        sandbox_spec(task),
+        cluster_images(environment_spec(task)),
+        PodOptions(environment_id="env1", run_id="run-1"),
     )
     assert pod["metadata"]["labels"][LABEL_NETWORK] == "none"  # the agent's
     assert pod["spec"]["dnsPolicy"] == "None"

@@ -8,6 +8,7 @@ from envfarm.errors import SandboxStartError
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox
+from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -30,13 +31,13 @@ async def settle() -> None:
 async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = FakeBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     pools = WarmPools(backend, size=2, run_id="r")
-    pools.warm(task, image)
+    pools.warm(sandbox_spec(task), image)
     await settle()
     assert len(backend.created) == 2
-    first = await pools.acquire(task, image)
-    second = await pools.acquire(task, image)
+    first = await pools.acquire(sandbox_spec(task), image)
+    second = await pools.acquire(sandbox_spec(task), image)
     assert isinstance(first, FakeSandbox)
     assert first.running
     assert first is not second
@@ -44,7 +45,7 @@ async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path: 
     assert pools.stats.cold_starts == 0
     await settle()
     assert len(backend.created) == 4  # refilled back to size, never reusing a handed-out one
-    third = await pools.acquire(task, image)
+    third = await pools.acquire(sandbox_spec(task), image)
     assert third not in (first, second)
     await pools.close()
     await settle()
@@ -58,19 +59,19 @@ async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path: 
     task = make_task(tmp_path / "t")
 
     backend = FakeBackend()
-    image = await backend.prepare(task)
+    image = await backend.prepare(sandbox_spec(task))
     pools = WarmPools(backend, size=1, run_id="r")
-    sandbox = await pools.acquire(task, image)
+    sandbox = await pools.acquire(sandbox_spec(task), image)
     assert isinstance(sandbox, FakeSandbox)
     assert sandbox.running
     assert pools.stats.cold_starts == 1
     await settle()
     backend.start_error = SandboxStartError("engine said no")
-    await pools.acquire(task, image)  # the warm one; the refill after it fails
+    await pools.acquire(sandbox_spec(task), image)  # the warm one; the refill after it fails
     await settle()
     assert pools.stats.errors == ["engine said no"]
     with pytest.raises(SandboxStartError):
-        await pools.acquire(task, image)
+        await pools.acquire(sandbox_spec(task), image)
     await pools.close()
 
 

@@ -1,5 +1,5 @@
-"""``run.json`` keeps a run's options, and the process-wide settings its flags or environment
-chose (offline image sources, the verifier's network default), so ``--resume`` runs with them."""
+"""``run.json`` keeps a run's options, and the settings its flags or environment chose (offline
+image sources, the verifier's network default), so ``--resume`` runs with them as its flags."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import click
 import pytest
 
 from envfarm.cli.resume import MANIFEST, load_manifest, save_manifest
-from envfarm.sandbox.imagesources import OFFLINE_ENV, offline
-from envfarm.spec.network import VERIFIER_NETWORK_ENV, verifier_network_default
+from envfarm.settings import OFFLINE_ENV, VERIFIER_NETWORK_ENV, Settings
 from envfarm.store.engine import STORE_FILE
 
 
@@ -19,7 +18,8 @@ def saved_run(tmp_path: Path) -> Path:
     out = tmp_path / "out"
     out.mkdir()
     (out / STORE_FILE).write_bytes(b"")
-    save_manifest(out, {"paths": ("tasks",), "api_key": "secret", "concurrency": 3})
+    params = {"paths": ("tasks",), "api_key": "secret", "concurrency": 3, "offline": None}
+    save_manifest(out, params, Settings.from_env())
     return out
 
 
@@ -39,8 +39,9 @@ def test_the_offline_and_verifier_network_settings_come_back_on_resume(
     monkeypatch.delenv(VERIFIER_NETWORK_ENV)
     params = load(out)
     assert (params["concurrency"], params["api_key"]) == (3, "again")
-    assert offline()
-    assert verifier_network_default() == "none"
+    assert params["offline"] is True
+    assert params["verifier_network"] == "none"
+    assert not Settings.from_env().offline  # given back as flags, never written to os.environ
 
 
 def test_a_manifest_from_before_the_settings_were_kept_changes_nothing(
@@ -52,9 +53,8 @@ def test_a_manifest_from_before_the_settings_were_kept_changes_nothing(
     manifest = json.loads((out / MANIFEST).read_text())
     del manifest["settings"]
     (out / MANIFEST).write_text(json.dumps(manifest))
-    load(out)
-    assert not offline()
-    assert verifier_network_default() == "task-default"
+    params = load(out)
+    assert (params["offline"], params["verifier_network"]) == (None, None)
 
 
 def test_a_bad_setting_is_an_error_naming_the_manifest(

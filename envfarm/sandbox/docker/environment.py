@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from envfarm.errors import SandboxError
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.base import ServiceFiles
 from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import read_path_archive
@@ -54,8 +55,8 @@ from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
 from envfarm.sandbox.health import WINDOW_S, HealthPolicy, wait_healthy
+from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
-from envfarm.spec.task import Task
 
 THREADS = 32
 
@@ -100,15 +101,17 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
     def __init__(
         self,
         config: DockerSandboxConfig,
-        task: Task,
+        environment: EnvironmentSpec,
         *,
         env_id: str | None = None,
         service_images: dict[str, str] | None = None,
+        sources: list[ImageSource] | None = None,
     ) -> None:
         self.env_id = env_id or uuid.uuid4().hex[:12]
-        super().__init__(sidecars.main_config(task, config, self.env_id))
-        self.task = task
+        super().__init__(sidecars.main_config(environment, config, self.env_id))
+        self.environment = environment
         self.service_images = service_images
+        self.sources = sources
         self.network_id: str | None = None
         self.sidecar_ids: dict[str, str] = {}
         self.volumes: list[str] = []
@@ -119,7 +122,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
             LABEL_KIND: kind,
             LABEL_RUN: self.config.run_id,
             LABEL_OWNER: owner_label(),
-            LABEL_TASK: self.task.id,
+            LABEL_TASK: self.environment.task_id,
             LABEL_ENVIRONMENT: self.env_id,
         }
         return labels | ({LABEL_SERVICE: service} if service else {})
@@ -133,13 +136,13 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
             raise
 
     async def _start_all(self) -> None:
-        compose = self.task.compose
+        compose = self.environment.compose
         if compose is None:
             await _uncancelled(asyncio.ensure_future(super().start()))
             await self._main_healthy()
             return
         if self.service_images is None:
-            images = await build_environment_images(self.task)
+            images = await build_environment_images(self.environment, self.sources)
             self.service_images = images.service_image_ids()
         name = self.config.network_name or f"envfarm-{self.env_id}"
         self.network_id = await _blocking(create_network, name, self.labels("network"))
@@ -188,9 +191,11 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
     async def _prepare_fork(self, clean: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
         container, and for a fresh one that takes its place (``fork_clean``)."""
-        if self.task.compose is None:
+        if self.environment.compose is None:
             return
-        archive = sidecars.files_archive(self.task.environment_dir, self.task.compose.main.volumes)
+        archive = sidecars.files_archive(
+            self.environment.environment_dir, self.environment.compose.main.volumes
+        )
         if archive is not None:
             await _blocking(sidecars.put_files, clean.container_id, archive)
         if not clean.config.network and not clean._gvisor:  # gVisor ignores the interfaces
@@ -206,19 +211,19 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
     async def _network_taken_away(self) -> None:
         """The verifier phase left the bridge: the environment network's default route is
         back (it leads nowhere, but ``no-network`` means no route)."""
-        if self.task.compose is None or self._gvisor:
+        if self.environment.compose is None or self._gvisor:
             return
         helper = (await ensure_base_image()).tag
         labels = self.labels("helper", MAIN_SERVICE)
         await _blocking(drop_default_route, self.container_id, helper, labels)
 
     async def _start_sidecar(self, service: ComposeService) -> str:
-        assert self.task.compose is not None
+        assert self.environment.compose is not None
         assert self.service_images is not None
         image = self.service_images.get(service.name)
         if image is None:
             raise SandboxError(f"service {service.name!r}: no image was prepared for it")
-        names = sidecars.volume_names(self.env_id, self.task.compose.volumes, service)
+        names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)
         container = await _blocking(
             functools.partial(
                 sidecars.create_sidecar,
@@ -228,7 +233,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
                 network=self.config.network_name or "",
                 volumes=names,
                 labels=self.labels("service", service.name),
-                env_dir=self.task.environment_dir,
+                env_dir=self.environment.environment_dir,
             )
         )
         container_id = str(container.id)
@@ -263,8 +268,10 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         await wait_healthy(service.name, policy, probe, stopped, window_s=WINDOW_S)
 
     async def _main_healthy(self) -> None:
-        check = self.task.config.environment.healthcheck
-        compose_check = self.task.compose.main.healthcheck if self.task.compose else None
+        check = self.environment.config.healthcheck
+        compose_check = (
+            self.environment.compose.main.healthcheck if self.environment.compose else None
+        )
         command: str | None = None
         if check is not None:
             command = check.command

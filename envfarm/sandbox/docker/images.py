@@ -28,6 +28,7 @@ import asyncio
 import hashlib
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import docker.errors
@@ -56,8 +57,8 @@ from envfarm.sandbox.docker.dockerbuild import (
 )
 from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
 from envfarm.sandbox.docker.pull import pull_image
-from envfarm.sandbox.imagesources import image_sources
 from envfarm.sandbox.runmounts import classic_dockerfile
+from envfarm.settings import ImageSource, current
 
 LABEL_MANAGED = "io.envfarm.managed"
 LABEL_KIND = "io.envfarm.kind"
@@ -228,10 +229,13 @@ async def ensure_recipe_image(
         return BuiltImage(tag=tag, image_id=image_id, build_s=_since(start), cached=False)
 
 
-async def _plan_base(reference: str, where: str, host: HostConfig) -> _Base:
-    """Where ``reference`` comes from, in the order of ``image_sources()``."""
+async def _plan_base(
+    reference: str, where: str, host: HostConfig, sources: Sequence[ImageSource] | None
+) -> _Base:
+    """Where ``reference`` comes from, in the order of ``sources`` (default: as the process's
+    environment says, ``Settings.sources``)."""
     tried: list[str] = []
-    for source in image_sources():
+    for source in current().sources() if sources is None else sources:
         if source == "local":
             normalised, notes = normalize_reference(reference)
             for name in dict.fromkeys([reference, normalised]):
@@ -265,6 +269,7 @@ async def prebuilt_image(
     name: str,
     *,
     where: str,
+    sources: Sequence[ImageSource] | None = None,
     on_log: LogFn | None = None,
     timeout: float = BASE_TIMEOUT_S,
 ) -> BuiltImage:
@@ -272,7 +277,7 @@ async def prebuilt_image(
 
     ``where`` names the source in errors (e.g. the task.toml path).
     """
-    base = await _plan_base(name, where, read_host_config())
+    base = await _plan_base(name, where, read_host_config(), sources)
     if base.recipe is None:
         return BuiltImage(tag=name, image_id=base.identity, build_s=0.0, cached=True)
     built = await ensure_recipe_image(base.recipe, on_log=on_log, timeout=timeout)
@@ -287,6 +292,7 @@ async def build_task_image(
     content_hash: str,
     *,
     timeout: float,
+    sources: Sequence[ImageSource] | None = None,
     on_log: LogFn | None = None,
     buildargs: dict[str, str] | None = None,
     target: str | None = None,
@@ -301,7 +307,7 @@ async def build_task_image(
     where = str(dockerfile)
     text, warnings = classic_dockerfile(text, where)
     host = read_host_config()
-    bases = [await _plan_base(ref, where, host) for ref in dockerfile_bases(text, where)]
+    bases = [await _plan_base(ref, where, host, sources) for ref in dockerfile_bases(text, where)]
     warnings += [warning for base in bases for warning in base.warnings]
     identity = " ".join(base.identity for base in bases)
     tag = task_image_tag(tag_hint, content_hash)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 import random
 from typing import Any
 
@@ -36,11 +35,18 @@ from docker.types import IPAMConfig, IPAMPool
 from envfarm.errors import SandboxError, SandboxStartError
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.containers import remove_in_background
+from envfarm.settings import (
+    DEFAULT_NETWORK_POOL,
+    DEFAULT_NETWORK_PREFIX,
+    NETWORK_POOL_ENV,
+    NETWORK_PREFIX_ENV,
+    current,
+)
 
-POOL_VARIABLE = "ENVFARM_NETWORK_POOL"
-PREFIX_VARIABLE = "ENVFARM_NETWORK_PREFIX"
-DEFAULT_POOL = "198.18.0.0/15"
-DEFAULT_PREFIX = 27
+POOL_VARIABLE = NETWORK_POOL_ENV
+PREFIX_VARIABLE = NETWORK_PREFIX_ENV
+DEFAULT_POOL = DEFAULT_NETWORK_POOL
+DEFAULT_PREFIX = DEFAULT_NETWORK_PREFIX
 ATTEMPTS = 32
 DEFAULT_BRIDGE = "bridge"
 
@@ -64,22 +70,9 @@ die "default routes keep coming back\n";
 
 
 def subnet_pool() -> tuple[ipaddress.IPv4Network, int]:
-    text = os.environ.get(POOL_VARIABLE, DEFAULT_POOL)
-    prefix_text = os.environ.get(PREFIX_VARIABLE, str(DEFAULT_PREFIX))
-    try:
-        pool = ipaddress.IPv4Network(text)
-        prefix = int(prefix_text)
-    except ValueError as exc:
-        raise SandboxStartError(
-            f"{POOL_VARIABLE}={text!r} / {PREFIX_VARIABLE}={prefix_text!r}: expected an IPv4 "
-            f"network such as {DEFAULT_POOL} and a prefix length such as {DEFAULT_PREFIX}: {exc}"
-        ) from exc
-    if not pool.prefixlen <= prefix <= 29:
-        raise SandboxStartError(
-            f"{PREFIX_VARIABLE}={prefix} must lie between the pool's own prefix "
-            f"({pool.prefixlen}) and 29 (a /29 holds 5 containers)"
-        )
-    return pool, prefix
+    """``ENVFARM_NETWORK_POOL`` and ``ENVFARM_NETWORK_PREFIX`` (read by ``envfarm.settings``)."""
+    settings = current()
+    return settings.network_pool, settings.network_prefix
 
 
 def _used_subnets() -> list[ipaddress.IPv4Network]:

@@ -10,11 +10,12 @@ import asyncio
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.dockerbuild import LogFn
 from envfarm.sandbox.docker.images import BuiltImage, build_task_image, prebuilt_image
+from envfarm.settings import ImageSource, current
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
-from envfarm.spec.task import Task
 
 
 class EnvironmentImages(BaseModel):
@@ -42,63 +43,85 @@ class EnvironmentImages(BaseModel):
         return {name: built.image_id for name, built in self.services.items()}
 
 
-async def _main_image(task: Task, on_log: LogFn | None) -> BuiltImage:
-    env = task.config.environment
-    main = task.compose.main if task.compose is not None else None
-    if main is not None and main.image is not None:
-        where = f"{task.compose.path}: services.{MAIN_SERVICE}.image"  # type: ignore[union-attr]
+async def _main_image(
+    environment: EnvironmentSpec, sources: list[ImageSource], on_log: LogFn | None
+) -> BuiltImage:
+    config, compose = environment.config, environment.compose
+    main = compose.main if compose is not None else None
+    timeout = config.build_timeout_sec
+    if compose is not None and main is not None and main.image is not None:
+        where = f"{compose.path}: services.{MAIN_SERVICE}.image"
         return await prebuilt_image(
-            main.image, where=where, on_log=on_log, timeout=env.build_timeout_sec
+            main.image, where=where, sources=sources, on_log=on_log, timeout=timeout
         )
-    if task.dockerfile is None:
-        assert env.docker_image is not None  # the spec guarantees an image source
+    if environment.dockerfile is None:
+        assert config.docker_image is not None  # the spec guarantees an image source
         return await prebuilt_image(
-            env.docker_image,
-            where=str(task.root / "task.toml"),
+            config.docker_image,
+            where=str(environment.root / "task.toml"),
+            sources=sources,
             on_log=on_log,
-            timeout=env.build_timeout_sec,
+            timeout=timeout,
         )
-    context = task.environment_dir
+    context = environment.environment_dir
     if main is not None and main.build_context is not None:
-        context = task.environment_dir / main.build_context
+        context = environment.environment_dir / main.build_context
     return await build_task_image(
-        task.root,
-        task.dockerfile,
+        environment.root,
+        environment.dockerfile,
         context,
-        task.id,
-        task.content_hash,
-        timeout=env.build_timeout_sec,
+        environment.task_id,
+        environment.task_hash,
+        timeout=timeout,
+        sources=sources,
         on_log=on_log,
         buildargs=main.build_args if main is not None else None,
         target=main.build_target if main is not None else None,
     )
 
 
-async def _sidecar_image(task: Task, service: ComposeService, on_log: LogFn | None) -> BuiltImage:
-    assert task.compose is not None
-    timeout = task.config.environment.build_timeout_sec
+async def _sidecar_image(
+    environment: EnvironmentSpec,
+    service: ComposeService,
+    sources: list[ImageSource],
+    on_log: LogFn | None,
+) -> BuiltImage:
+    assert environment.compose is not None
+    timeout = environment.config.build_timeout_sec
+    env_dir = environment.environment_dir
     if service.build_context is not None and service.build_dockerfile is not None:
         return await build_task_image(
-            task.root,
-            task.environment_dir / service.build_dockerfile,
-            task.environment_dir / service.build_context,
-            f"{task.id}-{service.name}",
-            task.content_hash,
+            environment.root,
+            env_dir / service.build_dockerfile,
+            env_dir / service.build_context,
+            f"{environment.task_id}-{service.name}",
+            environment.task_hash,
             timeout=timeout,
+            sources=sources,
             on_log=on_log,
             buildargs=service.build_args,
             target=service.build_target,
         )
     assert service.image is not None  # the spec guarantees image or build for a sidecar
-    where = f"{task.compose.path}: services.{service.name}.image"
-    return await prebuilt_image(service.image, where=where, on_log=on_log, timeout=timeout)
+    where = f"{environment.compose.path}: services.{service.name}.image"
+    return await prebuilt_image(
+        service.image, where=where, sources=sources, on_log=on_log, timeout=timeout
+    )
 
 
-async def build_environment_images(task: Task, on_log: LogFn | None = None) -> EnvironmentImages:
-    """Build or find every image the task's environment runs (concurrently)."""
-    sidecars = list(task.compose.sidecars.values()) if task.compose is not None else []
+async def build_environment_images(
+    environment: EnvironmentSpec,
+    sources: list[ImageSource] | None = None,
+    on_log: LogFn | None = None,
+) -> EnvironmentImages:
+    """Build or find every image the environment runs (concurrently); ``sources``: where base
+    images come from (default: as the process's environment says)."""
+    sources = current().sources() if sources is None else sources
+    compose = environment.compose
+    sidecars = list(compose.sidecars.values()) if compose is not None else []
     main, *built = await asyncio.gather(
-        _main_image(task, on_log), *(_sidecar_image(task, s, on_log) for s in sidecars)
+        _main_image(environment, sources, on_log),
+        *(_sidecar_image(environment, s, sources, on_log) for s in sidecars),
     )
     return EnvironmentImages(
         main=main, services={s.name: image for s, image in zip(sidecars, built, strict=True)}

@@ -26,6 +26,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from envfarm.errors import SandboxError, SandboxStartError
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER, owner_label
 from envfarm.sandbox.docker.limits import start_error
@@ -36,23 +37,24 @@ from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY
 from envfarm.sandbox.health import windowed
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 from envfarm.spec.compose_fields import VolumeMount
-from envfarm.spec.task import Task
 
 LABEL_ENVIRONMENT = "io.envfarm.environment"
 LABEL_SERVICE = "io.envfarm.service"
 LOG_LINES = 20
 
 
-def main_config(task: Task, base: DockerSandboxConfig, env_id: str) -> DockerSandboxConfig:
+def main_config(
+    environment: EnvironmentSpec, base: DockerSandboxConfig, env_id: str
+) -> DockerSandboxConfig:
     """The main container's configuration inside a compose environment."""
-    if task.compose is None:
+    if environment.compose is None:
         return base
-    main = task.compose.main
-    names = volume_names(env_id, task.compose.volumes, main)
+    main = environment.compose.main
+    names = volume_names(env_id, environment.compose.volumes, main)
     return base.model_copy(
         update={
-            "env": {**main.environment, **task.config.environment.env},
-            "workdir": task.config.environment.workdir or main.working_dir,
+            "env": {**main.environment, **environment.config.env},
+            "workdir": environment.config.workdir or main.working_dir,
             "network_name": f"envfarm-{env_id}",
             "network_aliases": [MAIN_SERVICE, *main.aliases],
             "volumes": volume_binds(main.volumes, names),

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import KubeError, KubeNotFound, SandboxError
 from envfarm.k8s.api import PODS, KubeApi, KubeObject
 from envfarm.k8s.pools import NoWarmEnvironment, PoolClaimer
+from envfarm.plan.models import EngineFacts, SandboxSpec
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.health import HealthPolicy
 from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, OwnerPod, departed_owners
@@ -51,7 +52,6 @@ from envfarm.sandbox.kubernetes.podspec import (
 )
 from envfarm.sandbox.kubernetes.podwatch import PodWatch
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
-from envfarm.spec.task import Task
 
 LABEL_OWNER_HOST = "envfarm.dev/owner-host"
 LABEL_OWNER_PROCESS = "envfarm.dev/owner-process"
@@ -64,8 +64,6 @@ class KubernetesBackendConfig(BaseModel):
 
     namespace: str = "envfarm-sandboxes"
     images: ImageNaming = Field(default_factory=ImageNaming)
-    runtime_class: str | None = None
-    """``gvisor`` for the RuntimeClass of manifests/; None: the cluster's default runtime."""
     gvisor_runtime_class: str = GVISOR_RUNTIME_CLASS
     """The RuntimeClass of a task whose ``[environment] runtime`` is ``gvisor``."""
     ttl_seconds: int | None = None
@@ -105,34 +103,40 @@ class KubernetesBackend(SandboxBackend):
             self.owner_labels |= owner_pod.labels()
             self.owner_annotations = owner_pod.annotations()
 
-    def images(self, task: Task) -> PodImages:
-        key = (str(task.root), task.content_hash)
+    async def facts(self) -> EngineFacts:
+        return EngineFacts(
+            backend="Kubernetes cluster", gvisor_runtime=self.config.gvisor_runtime_class
+        )
+
+    def images(self, spec: SandboxSpec) -> PodImages:
+        key = (str(spec.environment.root), spec.environment.task_hash)
         if key not in self._images:
-            self._images[key] = cluster_images(task, self.config.images)
+            self._images[key] = cluster_images(spec.environment, self.config.images)
         return self._images[key]
 
-    async def prepare(self, task: Task) -> PreparedImage:
-        check_task(task)
-        images = self.images(task)
+    async def prepare(self, spec: SandboxSpec) -> PreparedImage:
+        check_task(spec)
+        images = self.images(spec)
         return PreparedImage(tag=images.main, cached=True, warnings=images.warnings)
 
-    def runtime_class(self, task: Task) -> str | None:
-        """The task's ``[environment] runtime = "gvisor"``, else the controller's choice."""
-        if task.config.environment.runtime == "gvisor":
-            return self.config.gvisor_runtime_class
-        return self.config.runtime_class
+    def runtime_class(self, spec: SandboxSpec) -> str | None:
+        """The plan's runtime: a RuntimeClass (gVisor's for a task that asks for it)."""
+        return spec.runtime
 
-    def ttl_seconds(self, task: Task) -> int:
+    def ttl_seconds(self, spec: SandboxSpec) -> int:
         if self.config.ttl_seconds is not None:
             return self.config.ttl_seconds
-        agent = task.config.agent.timeout_sec or 3600
-        return int(agent + task.config.verifier.timeout_sec + self.config.ttl_slack_s)
+        return int(spec.agent_timeout_s + spec.verifier_timeout_s + self.config.ttl_slack_s)
 
-    def health_budget_s(self, task: Task) -> float:
+    def health_budget_s(self, spec: SandboxSpec) -> float:
         """The Docker backend's budget: the slowest service's start_period + retries x
         (interval + timeout), and the main container's healthcheck."""
         budgets = [0.0]
-        checks = [s.healthcheck for s in task.compose.services.values()] if task.compose else []
+        checks = (
+            [s.healthcheck for s in spec.environment.compose.services.values()]
+            if spec.environment.compose
+            else []
+        )
         for check in checks:
             if check is not None and check.argv() is not None:
                 policy = HealthPolicy(
@@ -142,7 +146,7 @@ class KubernetesBackend(SandboxBackend):
                     start_period_s=check.start_period,
                 )
                 budgets.append(policy.budget_s())
-        if (main := task.config.environment.healthcheck) is not None:
+        if (main := spec.environment.config.healthcheck) is not None:
             policy = HealthPolicy(
                 interval_s=main.interval_sec,
                 timeout_s=main.timeout_sec,
@@ -152,13 +156,13 @@ class KubernetesBackend(SandboxBackend):
             budgets.append(policy.budget_s())
         return max(budgets)
 
-    def pod_options(self, task: Task, run_id: str, **overrides: Any) -> PodOptions:
+    def pod_options(self, spec: SandboxSpec, run_id: str, **overrides: Any) -> PodOptions:
         config = self.config
         options: dict[str, Any] = {
             "environment_id": uuid.uuid4().hex[:12],
             "run_id": run_id,
-            "runtime_class": self.runtime_class(task),
-            "ttl_seconds": self.ttl_seconds(task),
+            "runtime_class": self.runtime_class(spec),
+            "ttl_seconds": self.ttl_seconds(spec),
             "owners": self.owners,
             "run_as_user": config.run_as_user,
             "cpu_request_ratio": config.cpu_request_ratio,
@@ -167,9 +171,9 @@ class KubernetesBackend(SandboxBackend):
         }
         return PodOptions(**(options | overrides))
 
-    async def claim(self, task: Task, run_id: str, claimer: str) -> KubeObject | None:
+    async def claim(self, spec: SandboxSpec, run_id: str, claimer: str) -> KubeObject | None:
         """A warm pod of the task's pool, claimed for this run; None without one."""
-        pool = self.config.pools.get(task.id)
+        pool = self.config.pools.get(spec.task_id)
         if pool is None:
             return None
         claimer_of_pool = self._claimers.get(pool)
@@ -189,9 +193,9 @@ class KubernetesBackend(SandboxBackend):
         except NoWarmEnvironment:
             return None
 
-    def create(self, task: Task, image: PreparedImage, *, run_id: str) -> Sandbox:
-        pod = environment_pod(task, self.images(task), self.pod_options(task, run_id))
-        return KubernetesSandbox(self, task, pod, run_id)
+    def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
+        pod = environment_pod(spec, self.images(spec), self.pod_options(spec, run_id))
+        return KubernetesSandbox(self, spec, pod, run_id)
 
     async def reap(self) -> list[str]:
         try:

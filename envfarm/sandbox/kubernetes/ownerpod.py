@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import KubeError, KubeNotFound
 from envfarm.k8s.api import PODS, KubeApi, KubeObject
 from envfarm.k8s.objects import uid_of
+from envfarm.settings import POD_ENVS, Settings
 
 LABEL_OWNER_POD_UID = "envfarm.dev/owner-pod-uid"
 ANNOTATION_OWNER_POD = "envfarm.dev/owner-pod"
-ENV_NAME, ENV_UID, ENV_NAMESPACE = "ENVFARM_POD_NAME", "ENVFARM_POD_UID", "ENVFARM_POD_NAMESPACE"
+ENV_NAME, ENV_UID, ENV_NAMESPACE = POD_ENVS
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,8 @@ class OwnerPod(BaseModel):
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OwnerPod | None:
         """The pod the downward API describes; None outside a pod (any of them unset)."""
-        name, uid, namespace = (environ.get(key, "") for key in (ENV_NAME, ENV_UID, ENV_NAMESPACE))
-        if not (name and uid and namespace):
-            return None
-        return cls(name=name, uid=uid, namespace=namespace)
+        facts = Settings.from_env(environ).owner_pod
+        return None if facts is None else cls(**facts.model_dump())
 
     def reference(self) -> dict[str, Any]:
         return {

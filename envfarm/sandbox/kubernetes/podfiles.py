@@ -21,10 +21,10 @@ import tarfile
 from typing import Any
 
 from envfarm.errors import TaskSpecError
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.files import add_as_root
 from envfarm.spec.compose import ComposeService
 from envfarm.spec.compose_fields import VolumeMount
-from envfarm.spec.task import Task
 
 BINDS_VOLUME = "envfarm-binds"
 BINDS_DIR = "/envfarm-binds"
@@ -41,29 +41,29 @@ def dns_label(text: str, prefix: str = "") -> str:
     return label
 
 
-def _bind_entries(task: Task) -> list[tuple[int, str, VolumeMount]]:
+def _bind_entries(environment: EnvironmentSpec) -> list[tuple[int, str, VolumeMount]]:
     """(index, service name, mount) for every bind mount, in a stable order."""
-    if task.compose is None:
+    if environment.compose is None:
         return []
     entries: list[tuple[int, str, VolumeMount]] = []
-    for name in sorted(task.compose.services):
-        for mount in task.compose.services[name].volumes:
+    for name in sorted(environment.compose.services):
+        for mount in environment.compose.services[name].volumes:
             if mount.kind == "bind":
                 entries.append((len(entries), name, mount))
     return entries
 
 
-def files_archive(task: Task) -> str | None:
+def files_archive(environment: EnvironmentSpec) -> str | None:
     """The base64 of a gzipped tar placing bind mount ``i``'s files under ``i/``; None when
     no service mounts task files."""
-    entries = _bind_entries(task)
+    entries = _bind_entries(environment)
     if not entries:
         return None
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for index, _, mount in entries:
             assert mount.source is not None  # a bind mount always has its source
-            source = task.environment_dir / mount.source
+            source = environment.environment_dir / mount.source
             if source.is_file():
                 add_as_root(archive, source, f"{index}/{source.name}", read_only=mount.read_only)
                 continue
@@ -73,9 +73,9 @@ def files_archive(task: Task) -> str | None:
                 add_as_root(archive, path, name, read_only=mount.read_only)
     encoded = base64.b64encode(gzip.compress(buffer.getvalue(), mtime=0)).decode()
     if len(encoded) > MAX_ARCHIVE:
-        assert task.compose is not None
+        assert environment.compose is not None
         raise TaskSpecError(
-            str(task.compose.path),
+            str(environment.compose.path),
             f"the task files mounted into services take {len(encoded)} bytes compressed and "
             f"encoded; the Kubernetes backend carries at most {MAX_ARCHIVE} in the pod spec. "
             "Build large files into the service's image instead",
@@ -88,15 +88,15 @@ def _volume_name(name: str) -> str:
     return dns_label(name, "vol-")
 
 
-def pod_volumes(task: Task) -> list[dict[str, Any]]:
+def pod_volumes(environment: EnvironmentSpec) -> list[dict[str, Any]]:
     """Every ``emptyDir`` of the pod but the helper's."""
     volumes: dict[str, dict[str, Any]] = {}
-    if _bind_entries(task):
+    if _bind_entries(environment):
         volumes[BINDS_VOLUME] = {"name": BINDS_VOLUME, "emptyDir": {}}
-    if task.compose is not None:
-        for name in task.compose.volumes:
+    if environment.compose is not None:
+        for name in environment.compose.volumes:
             volumes[_volume_name(name)] = {"name": _volume_name(name), "emptyDir": {}}
-        for service in task.compose.services.values():
+        for service in environment.compose.services.values():
             for index, mount in enumerate(m for m in service.volumes if m.kind == "volume"):
                 if mount.source is None:
                     label = _anonymous(service, index)
@@ -108,14 +108,14 @@ def _anonymous(service: ComposeService, index: int) -> str:
     return dns_label(f"{service.name}-{index}", "anon-")
 
 
-def volume_mounts(task: Task, service: ComposeService) -> list[dict[str, Any]]:
+def volume_mounts(environment: EnvironmentSpec, service: ComposeService) -> list[dict[str, Any]]:
     """The mounts of one container (``service``: the compose service it runs)."""
     mounts = []
-    for index, name, mount in _bind_entries(task):
+    for index, name, mount in _bind_entries(environment):
         if name != service.name:
             continue
         assert mount.source is not None
-        source = task.environment_dir / mount.source
+        source = environment.environment_dir / mount.source
         sub_path = f"{index}/{source.name}" if source.is_file() else str(index)
         entry = {"name": BINDS_VOLUME, "mountPath": mount.target, "subPath": sub_path}
         mounts.append(entry | ({"readOnly": True} if mount.read_only else {}))

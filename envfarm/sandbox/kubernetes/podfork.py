@@ -21,21 +21,23 @@ import copy
 
 from envfarm.errors import EnvironmentUnsupported
 from envfarm.k8s.api import KubeObject
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, label_value
-from envfarm.spec.task import Task
 
 FORK_SUFFIX = "-verifier"
 LABEL_VERIFIER_OF = "envfarm.dev/verifier-of"
 
 
-def check_task(task: Task) -> None:
+def check_task(spec: SandboxSpec) -> None:
     """Refuse a task whose verifier needs a fresh container next to running sidecars."""
-    mode = task.config.verifier.environment_mode
-    sidecars = sorted(task.compose.sidecars) if task.compose is not None else []
+    mode = spec.verifier_mode
+    sidecars = (
+        sorted(spec.environment.compose.sidecars) if spec.environment.compose is not None else []
+    )
     if mode == "shared" or not sidecars:
         return
     raise EnvironmentUnsupported(
-        f"task {task.id}: [verifier] environment_mode = {mode!r} needs a fresh main container "
+        f"task {spec.task_id}: [verifier] environment_mode = {mode!r} needs a fresh main container "
         f"next to the running services ({', '.join(sidecars)}), and on Kubernetes the services "
         "share the agent's pod, whose containers cannot be replaced; set [verifier] "
         'environment_mode = "shared" in task.toml to grade this task on Kubernetes'

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.aliases import match_alias, task_image_tag
 from envfarm.spec.compose import ComposeService
-from envfarm.spec.task import Task
 
 
 class ImageNaming(BaseModel):
@@ -55,28 +55,30 @@ def named_image(reference: str, naming: ImageNaming) -> tuple[str, list[str]]:
 
 
 def _service_image(
-    task: Task, service: ComposeService, naming: ImageNaming
+    environment: EnvironmentSpec, service: ComposeService, naming: ImageNaming
 ) -> tuple[str, list[str]]:
     if service.build_context is not None:
-        tag = task_image_tag(f"{task.id}-{service.name}", task.content_hash)
+        tag = task_image_tag(f"{environment.task_id}-{service.name}", environment.task_hash)
         return _prefixed(naming, tag), []
     assert service.image is not None  # the spec guarantees image or build for a sidecar
     return named_image(service.image, naming)
 
 
-def cluster_images(task: Task, naming: ImageNaming | None = None) -> PodImages:
+def cluster_images(environment: EnvironmentSpec, naming: ImageNaming | None = None) -> PodImages:
     naming = naming or ImageNaming()
     warnings: list[str] = []
-    main = task.compose.main if task.compose is not None else None
+    main = environment.compose.main if environment.compose is not None else None
     if main is not None and main.image is not None:
         image, warnings = named_image(main.image, naming)
-    elif task.dockerfile is None and task.config.environment.docker_image is not None:
-        image, warnings = named_image(task.config.environment.docker_image, naming)
+    elif environment.dockerfile is None and environment.config.docker_image is not None:
+        image, warnings = named_image(environment.config.docker_image, naming)
     else:
-        image = _prefixed(naming, task_image_tag(task.id, task.content_hash))
+        image = _prefixed(naming, task_image_tag(environment.task_id, environment.task_hash))
     services = {}
-    for name, service in (task.compose.sidecars if task.compose is not None else {}).items():
-        services[name], found = _service_image(task, service, naming)
+    for name, service in (
+        environment.compose.sidecars if environment.compose is not None else {}
+    ).items():
+        services[name], found = _service_image(environment, service, naming)
         warnings += [f"service {name}: {warning}" for warning in found]
     return PodImages(
         main=image,

@@ -42,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import TaskSpecError
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB
 from envfarm.sandbox.kubernetes.podfiles import (
     BINDS_DIR,
@@ -53,7 +54,6 @@ from envfarm.sandbox.kubernetes.podfiles import (
 )
 from envfarm.sandbox.kubernetes.podimages import PodImages
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService, ServiceHealthcheck
-from envfarm.spec.task import Task
 
 LABEL_ENVIRONMENT = "envfarm.dev/environment"
 LABEL_RUN = "envfarm.dev/run"
@@ -97,10 +97,12 @@ def label_value(text: str) -> str:
     return dns_label(text) if text else ""
 
 
-def main_environment(task: Task) -> dict[str, str]:
+def main_environment(spec: SandboxSpec) -> dict[str, str]:
     """The main container's variables, as the Docker backend sets them."""
-    compose_env = task.compose.main.environment if task.compose is not None else {}
-    return {**compose_env, **task.config.environment.env}
+    compose_env = (
+        spec.environment.compose.main.environment if spec.environment.compose is not None else {}
+    )
+    return {**compose_env, **spec.environment.config.env}
 
 
 def _env(values: dict[str, str]) -> list[dict[str, str]]:
@@ -148,10 +150,10 @@ def readiness_probe(check: ServiceHealthcheck | None) -> dict[str, Any] | None:
     return _probe(argv, check.interval, check.timeout, check.retries)
 
 
-def main_readiness_probe(task: Task) -> dict[str, Any] | None:
+def main_readiness_probe(spec: SandboxSpec) -> dict[str, Any] | None:
     """``[environment.healthcheck]`` (run by bash, else sh, as the helper runs commands), or
     the compose ``main`` service's healthcheck."""
-    check = task.config.environment.healthcheck
+    check = spec.environment.config.healthcheck
     if check is not None:
         quoted = shlex.quote(check.command)
         shell = (
@@ -159,16 +161,19 @@ def main_readiness_probe(task: Task) -> dict[str, Any] | None:
         )
         argv = ["/bin/sh", "-c", shell]
         return _probe(argv, check.interval_sec, check.timeout_sec, check.retries)
-    return readiness_probe(task.compose.main.healthcheck) if task.compose is not None else None
+    compose = spec.environment.compose
+    return readiness_probe(compose.main.healthcheck) if compose is not None else None
 
 
-def _sidecar_user(task: Task, service: ComposeService) -> dict[str, Any]:
+def _sidecar_user(spec: SandboxSpec, service: ComposeService) -> dict[str, Any]:
     if service.user is None:
         return {}
     uid, _, gid = service.user.partition(":")
     if not uid.isdigit() or (gid and not gid.isdigit()):
         raise TaskSpecError(
-            str(task.compose.path) if task.compose is not None else str(task.root),
+            str(compose.path)
+            if (compose := spec.environment.compose)
+            else str(spec.environment.root),
             f"user {service.user!r}: Kubernetes runs containers by numeric id; write uid[:gid]",
             field=f"services.{service.name}.user",
         )
@@ -176,15 +181,17 @@ def _sidecar_user(task: Task, service: ComposeService) -> dict[str, Any]:
     return ids | ({"runAsGroup": int(gid)} if gid else {})
 
 
-def sidecar_container(task: Task, service: ComposeService, image: str, pull: str) -> dict[str, Any]:
+def sidecar_container(
+    spec: SandboxSpec, service: ComposeService, image: str, pull: str
+) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": dns_label(service.name),
         "image": image,
         "imagePullPolicy": pull,
         "env": _env(service.environment),
         "resources": _resources(SIDECAR_CPUS, SIDECAR_MEMORY_MB, 1.0, None),
-        "securityContext": _hardened() | _sidecar_user(task, service),
-        "volumeMounts": volume_mounts(task, service),
+        "securityContext": _hardened() | _sidecar_user(spec, service),
+        "volumeMounts": volume_mounts(spec.environment, service),
     }
     optional = {
         "command": service.entrypoint,
@@ -198,13 +205,14 @@ def sidecar_container(task: Task, service: ComposeService, image: str, pull: str
     return container
 
 
-def main_container(task: Task, images: PodImages, options: PodOptions) -> dict[str, Any]:
-    env = task.config.environment
-    main = task.compose.main if task.compose is not None else None
+def main_container(spec: SandboxSpec, images: PodImages, options: PodOptions) -> dict[str, Any]:
+    env = spec.environment.config
+    compose = spec.environment.compose
+    main = compose.main if compose is not None else None
     workdir = env.workdir or (main.working_dir if main is not None else None)
     mounts = [{"name": HELPER_VOLUME, "mountPath": HELPER_DIR, "readOnly": True}]
     if main is not None:
-        mounts += volume_mounts(task, main)
+        mounts += volume_mounts(spec.environment, main)
     container: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": images.main,
@@ -214,19 +222,21 @@ def main_container(task: Task, images: PodImages, options: PodOptions) -> dict[s
         "stdin": True,
         "stdinOnce": False,
         "tty": False,
-        "env": _env(main_environment(task)),
+        "env": _env(main_environment(spec)),
         "resources": _resources(env.cpus, env.memory_mb, options.cpu_request_ratio, env.storage_mb),
         "securityContext": _hardened(options.run_as_user),
         "volumeMounts": mounts,
     }
     if workdir:
         container["workingDir"] = workdir
-    if (probe := main_readiness_probe(task)) is not None:
+    if (probe := main_readiness_probe(spec)) is not None:
         container["readinessProbe"] = probe
     return container
 
 
-def init_containers(task: Task, images: PodImages, options: PodOptions) -> list[dict[str, Any]]:
+def init_containers(
+    spec: SandboxSpec, images: PodImages, options: PodOptions
+) -> list[dict[str, Any]]:
     small = _resources(0.1, 64, 1.0, None)
     copy_helper = {
         "name": "envfarm-helper",
@@ -237,7 +247,7 @@ def init_containers(task: Task, images: PodImages, options: PodOptions) -> list[
         "securityContext": _hardened(),
         "volumeMounts": [{"name": HELPER_VOLUME, "mountPath": HELPER_DIR}],
     }
-    archive = files_archive(task)
+    archive = files_archive(spec.environment)
     if archive is None:
         return [copy_helper]
     unpack = {
@@ -257,24 +267,25 @@ def init_containers(task: Task, images: PodImages, options: PodOptions) -> list[
     return [copy_helper, unpack]
 
 
-def environment_labels(task: Task, options: PodOptions) -> dict[str, str]:
-    network = "internet" if task.config.agent_network() else "none"
+def environment_labels(spec: SandboxSpec, options: PodOptions) -> dict[str, str]:
+    network = "internet" if spec.agent_network else "none"
     return {
         **MANAGED_BY,
         **options.labels,
         LABEL_ENVIRONMENT: label_value(options.environment_id),
         LABEL_RUN: label_value(options.run_id),
-        LABEL_TASK: label_value(task.id),
+        LABEL_TASK: label_value(spec.task_id),
         LABEL_NETWORK: network,
     }
 
 
-def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[str, Any]:
-    """The pod running one environment of ``task``."""
-    sidecars = task.compose.sidecars if task.compose is not None else {}
-    services = task.compose.services.values() if task.compose is not None else []
+def environment_pod(spec: SandboxSpec, images: PodImages, options: PodOptions) -> dict[str, Any]:
+    """The pod running one environment as ``spec`` (the plan's) says."""
+    compose = spec.environment.compose
+    sidecars = compose.sidecars if compose is not None else {}
+    services = compose.services.values() if compose is not None else []
     names = sorted({MAIN_SERVICE, *sidecars, *(a for s in services for a in s.aliases)})
-    spec: dict[str, Any] = {
+    pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostname": "sandbox",
         "hostAliases": [{"ip": "127.0.0.1", "hostnames": names}],
@@ -282,28 +293,31 @@ def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 5,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": init_containers(task, images, options),
+        "initContainers": init_containers(spec, images, options),
         "containers": [
-            main_container(task, images, options),
+            main_container(spec, images, options),
             *(
-                sidecar_container(task, s, images.services[n], options.image_pull_policy)
+                sidecar_container(spec, s, images.services[n], options.image_pull_policy)
                 for n, s in sidecars.items()
             ),
         ],
-        "volumes": [{"name": HELPER_VOLUME, "emptyDir": {}}, *pod_volumes(task)],
+        "volumes": [{"name": HELPER_VOLUME, "emptyDir": {}}, *pod_volumes(spec.environment)],
     }
-    if not (task.config.agent_network() or task.config.verifier_network_set()):
-        spec["dnsPolicy"] = "None"
-        spec["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": [], "options": []}
+    # the agent's pod resolves names only when a phase it runs has a network (a fresh
+    # verifier's pod gets its own, podfork.py)
+    shared_network = spec.verifier_mode == "shared" and spec.verifier_network
+    if not (spec.agent_network or shared_network):
+        pod["dnsPolicy"] = "None"
+        pod["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": [], "options": []}
     optional = {
         "runtimeClassName": options.runtime_class,
         "activeDeadlineSeconds": options.ttl_seconds,
         "serviceAccountName": options.service_account,
     }
-    spec.update({key: value for key, value in optional.items() if value is not None})
+    pod.update({key: value for key, value in optional.items() if value is not None})
     metadata: dict[str, Any] = {
-        "labels": environment_labels(task, options),
-        "annotations": {**options.annotations, ANNOTATION_TASK: task.id},
+        "labels": environment_labels(spec, options),
+        "annotations": {**options.annotations, ANNOTATION_TASK: spec.task_id},
     }
     if options.generate_name:
         metadata["generateName"] = options.generate_name
@@ -312,4 +326,4 @@ def environment_pod(task: Task, images: PodImages, options: PodOptions) -> dict[
     owners = [options.owner, *options.owners] if options.owner is not None else options.owners
     if owners:
         metadata["ownerReferences"] = owners
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod}

@@ -1,10 +1,11 @@
 """An EnvPool's pod template, rendered from its task by the pod builder (``podspec``).
 
 ``TaskTemplates`` is the ``TemplateSource`` the operator gives the EnvPool reconciler: it looks
-the pool's ``spec.taskRef.name`` up in a task library and renders the environment pod with the
-pool's ``runtimeClassName`` (else gVisor's for a task whose ``[environment] runtime`` asks
-for it) and ``ttlSeconds``. An unknown task is a permanent error (the
-pool's Ready condition says so) until the pool or the library changes.
+the pool's ``spec.taskRef.name`` up in the operator's planned task library (a sandbox spec per
+task) and renders the environment pod with the pool's ``runtimeClassName`` (else the plan's
+runtime: gVisor's for a task whose ``[environment] runtime`` asks for it) and ``ttlSeconds``.
+An unknown task is a permanent error (the pool's Ready condition says so) until the pool or the
+library changes.
 """
 
 from __future__ import annotations
@@ -13,20 +14,16 @@ from collections.abc import Mapping
 
 from envfarm.errors import TaskSpecError
 from envfarm.k8s.api import KubeObject
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.kubernetes.podimages import ImageNaming, cluster_images
-from envfarm.sandbox.kubernetes.podspec import GVISOR_RUNTIME_CLASS, PodOptions, environment_pod
-from envfarm.spec.task import Task
+from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 
 DEFAULT_TTL_S = 7200
 
 
-def _task_runtime_class(task: Task) -> str | None:
-    return GVISOR_RUNTIME_CLASS if task.config.environment.runtime == "gvisor" else None
-
-
 class TaskTemplates:
-    def __init__(self, tasks: Mapping[str, Task], naming: ImageNaming | None = None) -> None:
-        self.tasks = tasks
+    def __init__(self, specs: Mapping[str, SandboxSpec], naming: ImageNaming | None = None) -> None:
+        self.tasks = specs
         self.naming = naming or ImageNaming()
 
     async def __call__(self, pool: KubeObject) -> KubeObject:
@@ -44,9 +41,9 @@ class TaskTemplates:
             environment_id=metadata["name"],
             run_id=f"pool-{metadata['name']}",
             generate_name=f"{metadata['name']}-",
-            runtime_class=spec.get("runtimeClassName") or _task_runtime_class(task),
+            runtime_class=spec.get("runtimeClassName") or task.runtime,
             ttl_seconds=int(spec.get("ttlSeconds") or DEFAULT_TTL_S),
         )
-        pod = environment_pod(task, cluster_images(task, self.naming), options)
+        pod = environment_pod(task, cluster_images(task.environment, self.naming), options)
         labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
         return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod["spec"]}

@@ -29,12 +29,12 @@ from envfarm.errors import (
     SandboxStartError,
 )
 from envfarm.k8s.api import PODS, KubeObject
+from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.kubernetes.podfork import check_task, fork_pod
 from envfarm.sandbox.kubernetes.podspec import HELPER_PATH, LABEL_NETWORK, MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
-from envfarm.spec.task import Task
 
 if TYPE_CHECKING:
     from envfarm.sandbox.kubernetes.backend import KubernetesBackend
@@ -46,7 +46,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
     def __init__(
         self,
         backend: KubernetesBackend,
-        task: Task,
+        spec: SandboxSpec,
         pod: KubeObject,
         run_id: str = "adhoc",
         *,
@@ -56,7 +56,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         self.run_id = run_id
         self.launch = "cold"
         """``warm`` when the environment was claimed from an EnvPool."""
-        self.task = task
+        self.spec = spec
         self.pod = pod
         self.namespace = backend.config.namespace
         self.name: str = pod["metadata"].get("name", "")
@@ -83,7 +83,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         api, config = self.backend.api, self.backend.config
         warm: KubeObject | None = None
         if not self.cold:
-            warm = await self.backend.claim(self.task, self.run_id, claimer=self.name)
+            warm = await self.backend.claim(self.spec, self.run_id, claimer=self.name)
         if warm is not None:
             self._created, self.name, self.launch = True, warm["metadata"]["name"], "warm"
             await self.connect()
@@ -94,7 +94,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             raise SandboxStartError(f"could not create the environment pod: {exc}") from exc
         self._created = True
         self.name = created["metadata"]["name"]
-        budget = config.start_timeout_s + self.backend.health_budget_s(self.task)
+        budget = config.start_timeout_s + self.backend.health_budget_s(self.spec)
         await self.wait_ready(budget)
         await self.connect()
 
@@ -183,7 +183,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
     async def fork_clean(self, *, network: bool) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
         spec with ``network``; EnvironmentUnsupported with sidecars."""
-        check_task(self.task)
+        check_task(self.spec)
         if self._channel is None or self._retired:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
         self._retired = True
@@ -195,7 +195,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         except KubeError as exc:
             raise SandboxError(f"could not stop environment pod {self.name}: {exc}") from exc
         pod = fork_pod(self.pod, self.name, network=network)
-        fork = KubernetesSandbox(self.backend, self.task, pod, self.run_id, cold=True)
+        fork = KubernetesSandbox(self.backend, self.spec, pod, self.run_id, cold=True)
         self._forks.append(fork)
         await fork.start()
         return fork

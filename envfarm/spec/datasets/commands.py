@@ -8,17 +8,16 @@ or one version's, replaces the shipped one key by key). A record's own ``test_cm
 
 from __future__ import annotations
 
-import os
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from envfarm.errors import TaskSpecError
+from envfarm.settings import Settings
 from envfarm.spec.datasets.records import SweRecord
 
-COMMANDS_ENV = "ENVFARM_DATASET_COMMANDS"
+COMMANDS_ENV = "ENVFARM_DATASET_COMMANDS"  # read by envfarm.settings
 LOG_PARSERS = ("pytest", "django", "sympy")
 LABEL_STYLES = ("files", "django_modules")
 
@@ -44,9 +43,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def load_table(environ: dict[str, str] | None = None) -> dict[str, Any]:
     shipped = resources.files("envfarm.spec.datasets").joinpath("test_commands.toml")
     table = tomllib.loads(shipped.read_text(encoding="utf-8"))
-    user = (os.environ if environ is None else environ).get(COMMANDS_ENV)
-    if user:
-        path = Path(user)
+    path = Settings.from_env(environ).dataset_commands
+    if path is not None:
         try:
             table = _merge(table, tomllib.loads(path.read_text(encoding="utf-8")))
         except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from envfarm.errors import TaskSpecError
 from envfarm.paths import user_data_dir
+from envfarm.settings import current
 from envfarm.spec.datasets.commands import (
     RepoCommand,
     command_for,
@@ -65,13 +66,13 @@ def instance_image(instance_id: str, pattern: str | None = None) -> str:
     """The image of an instance: ``{instance_id}`` and ``{instance_key}`` (SWE-bench's: ``__``
     as ``_1776_``, lower case) in the pattern are replaced."""
     key = instance_id.replace("__", "_1776_").lower()
-    template = pattern or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+    template = pattern or current().dataset_image or DEFAULT_IMAGE
     return template.replace("{instance_key}", key).replace("{instance_id}", instance_id)
 
 
 def _cache_root() -> Path:
-    explicit = os.environ.get(CACHE_ENV)
-    return Path(explicit) if explicit else user_data_dir() / "datasets"
+    explicit = current().dataset_cache
+    return explicit if explicit is not None else user_data_dir() / "datasets"
 
 
 def _toml_string(text: str) -> str:
