@@ -1,7 +1,7 @@
 """Warm-environment claims through the EnvPool operator, against the in-memory Kubernetes API.
 
-The operator (``envfarm.operator.runner`` running the EnvPool reconciler, the pod template rendered
-from a real compose task by the pod builder) keeps a pool of ``--pool`` environments warm on
+The operator (``envfarm.operator.workqueue`` running the EnvPool reconciler, the pod template
+rendered from a real compose task by the pod builder) keeps a pool of ``--pool`` environments warm on
 the in-memory API with its simulated kubelet (pods ready as soon as they run; ``--latency-ms``
 adds a round trip to every request). Measured in one run:
 
@@ -36,7 +36,7 @@ from envfarm.k8s.api import ENV_POOLS, PODS
 from envfarm.k8s.pools import NoWarmEnvironment, PoolClaimer, claim, pod_ready
 from envfarm.operator.envpool import EnvPoolReconciler
 from envfarm.operator.poolcache import PoolPods
-from envfarm.operator.runner import Operator, envpool_controller
+from envfarm.operator.workqueue import Operator, envpool_controller
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.spec.task import load_task
 from envfarm.testing.k8s.kubelet import SimulatedKubelet

@@ -1,6 +1,6 @@
 """Placement of one job's 100,000 environments over 8 simulated clusters, one failing.
 
-Drives the controller's own placement code (``envfarm.controller.placement``: ``Placer`` and
+Drives the controller's own placement code (``envfarm.sandbox.placement.placer``: ``Placer`` and
 ``PlacementQueue``) against simulated backends: each cluster has a quota, a limit on starts in
 flight (its API server and kubelets), a start latency drawn from a log-normal (median
 ``--start-s``, long tail) plus an image pull when the image is not there yet. Environments stay
@@ -23,7 +23,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from envfarm.controller.placement import BackendLost, Episode, PlacementQueue, Placer, Slot
+from envfarm.sandbox.placement.placer import BackendLost, Episode, PlacementQueue, Placer, Slot
 from envfarm.testing import virtual_clock
 
 

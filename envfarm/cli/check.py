@@ -13,6 +13,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from envfarm.check.pipeline import (
+    CheckConfig,
+    CheckEvents,
+    CheckReport,
+    check_tasks,
+    episodes_per_task,
+)
+from envfarm.check.verdicts import TaskCheck
 from envfarm.cli.options import (
     command_settings,
     judge_options,
@@ -22,15 +30,7 @@ from envfarm.cli.options import (
 )
 from envfarm.cli.render import JobProgress, console
 from envfarm.controller.assembly import open_backend
-from envfarm.controller.check import (
-    CheckConfig,
-    CheckEvents,
-    CheckReport,
-    check_tasks,
-    episodes_per_task,
-)
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
-from envfarm.controller.verdicts import TaskCheck
 from envfarm.errors import EnvfarmError
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.jobs import JudgeRequest

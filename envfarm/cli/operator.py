@@ -27,7 +27,7 @@ from envfarm.client import EnvfarmClient
 from envfarm.errors import EnvfarmError
 from envfarm.operator.envpool import EnvPoolReconciler
 from envfarm.operator.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
-from envfarm.operator.runner import Operator, envpool_controller, rolloutjob_controller
+from envfarm.operator.workqueue import Operator, envpool_controller, rolloutjob_controller
 from envfarm.plan.models import EngineFacts, SandboxSpec
 from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.kubernetes.podimages import ImageNaming
@@ -106,15 +106,15 @@ def operator(
         config = in_cluster_config() if in_cluster else load_kubeconfig(kubeconfig, context)
         kube = RestKubeApi(config)
         async with EnvfarmClient(api_url, token, retry_for_s=30.0) as client:
-            runner = Operator(kube, namespace, workers=workers)
+            reconcilers = Operator(kube, namespace, workers=workers)
             naming = ImageNaming(registry=command_settings().image_registry)
             templates = TaskTemplates(_pool_specs(tasks), naming)
-            runner.add(envpool_controller(EnvPoolReconciler(kube, templates)))
+            reconcilers.add(envpool_controller(EnvPoolReconciler(kube, templates)))
             jobs = RolloutJobReconciler(
                 kube, client, api_url, archive_tasks=tasks_in_archive, poll_s=poll_s
             )
-            runner.add(rolloutjob_controller(jobs))
-            await runner.start()
+            reconcilers.add(rolloutjob_controller(jobs))
+            await reconcilers.start()
             console.print(
                 f"envfarm: operator on {escape(config.server)} namespace {escape(namespace)}, "
                 f"API {escape(api_url)} ({len(tasks)} tasks for EnvPools)",
@@ -123,7 +123,7 @@ def operator(
             try:
                 await stopping.wait()
             finally:
-                await runner.stop()
+                await reconcilers.stop()
                 await kube.close()
 
     _run(main)

@@ -22,10 +22,9 @@ from envfarm.cli.options import (
 from envfarm.cli.render import JobProgress, console, summary_table
 from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
 from envfarm.cli.triage import triage_mcp_tasks, triage_rubric_tasks
-from envfarm.controller.assembly import open_backend
+from envfarm.controller.assembly import open_backend, open_runner, policy_spec
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.policies import policy_fields
-from envfarm.controller.runners import open_runner, policy_spec
 from envfarm.controller.summary import EXIT_BAD_INPUT, RunSummary, summarize
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError, TaskSpecError

@@ -61,7 +61,8 @@ class EpisodeRequest:
 class EpisodeWatcher(Protocol):
     """Looks into an episode's sandbox, reading only: once it is started (before the solution
     is uploaded) and once the agent has ended (before grading). ``envfarm check`` takes its
-    look inside the image so (``leaks_oracle``). A watcher handles its own errors."""
+    look inside the image so (``envfarm/check/oracle_look.py``). A watcher handles its own
+    errors."""
 
     async def before_agent(self, request: EpisodeRequest, sandbox: Sandbox) -> None: ...
 

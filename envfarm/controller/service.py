@@ -16,11 +16,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from envfarm.controller.admission import Admission
+from envfarm.controller.assembly import open_runner
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.metrics import MetricsSnapshot
 from envfarm.controller.planning import Planner
-from envfarm.controller.runners import open_runner
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig, WorkerEvents
 from envfarm.errors import EnvfarmError, JobError, UnknownTask

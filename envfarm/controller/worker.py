@@ -81,7 +81,7 @@ class WorkerEvents:
 
 
 @dataclass
-class _Runtime:
+class _OpenJob:
     request: JobRequest
     runner: EpisodeRunner
     stack: AsyncExitStack
@@ -124,8 +124,8 @@ class Worker:
         )
         self._records = RecordBatcher(self.store, self.id)
         self._running: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
-        self._runtimes: dict[str, _Runtime] = {}
-        self._runtime_locks: dict[str, asyncio.Lock] = {}
+        self._open_jobs: dict[str, _OpenJob] = {}
+        self._open_job_locks: dict[str, asyncio.Lock] = {}
         self._renewed = 0.0
 
     def wake(self) -> None:
@@ -187,9 +187,9 @@ class Worker:
             for lease in await self.store.lease(self.id, free, self.config.lease_s, ready):
                 running = asyncio.create_task(self._episode(lease))
                 self._running[lease.episode_id] = (lease, running)
-        for job_id in [j for j, rt in self._runtimes.items() if not rt.running and j not in work]:
-            self._runtime_locks.pop(job_id, None)
-            await self._runtimes.pop(job_id).stack.aclose()
+        for job_id in [j for j, rt in self._open_jobs.items() if not rt.running and j not in work]:
+            self._open_job_locks.pop(job_id, None)
+            await self._open_jobs.pop(job_id).stack.aclose()
 
     def _on_image(
         self, task: Task, image: PreparedImage | None, error: EnvfarmError | None
@@ -223,12 +223,12 @@ class Worker:
 
     async def _episode(self, lease: Lease) -> None:
         try:
-            runtime = await self._runtime(lease.job_id)
-            runtime.running += 1
+            job = await self._open_job(lease.job_id)
+            job.running += 1
             try:
-                await self._run_attempt(lease, runtime)
+                await self._run_attempt(lease, job)
             finally:
-                runtime.running -= 1
+                job.running -= 1
         except asyncio.CancelledError:
             with contextlib.suppress(EnvfarmError):
                 await asyncio.shield(self.store.release(self.id, [lease.episode_id]))
@@ -243,7 +243,7 @@ class Worker:
             self._running.pop(lease.episode_id, None)
             self.wake()
 
-    async def _run_attempt(self, lease: Lease, runtime: _Runtime) -> None:
+    async def _run_attempt(self, lease: Lease, job: _OpenJob) -> None:
         task = self.tasks[lease.task_id]
         image, error = self._images.get(lease.task_hash)
         request = EpisodeRequest(
@@ -263,8 +263,8 @@ class Worker:
             else contextlib.nullcontext()
         )
         async with self.slots or contextlib.nullcontext(), admitted:
-            trajectory = await runtime.runner.run(request)
-        await self._finish(lease, trajectory, runtime.request.max_retries)
+            trajectory = await job.runner.run(request)
+        await self._finish(lease, trajectory, job.request.max_retries)
 
     async def _finish(self, lease: Lease, trajectory: Trajectory, max_retries: int) -> None:
         """Record the attempt (final unless a retryable fault has retries left), then tell."""
@@ -323,14 +323,14 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay *= 2
 
-    async def _runtime(self, job_id: str) -> _Runtime:
-        async with self._runtime_locks.setdefault(job_id, asyncio.Lock()):
-            if job_id not in self._runtimes:
+    async def _open_job(self, job_id: str) -> _OpenJob:
+        async with self._open_job_locks.setdefault(job_id, asyncio.Lock()):
+            if job_id not in self._open_jobs:
                 request = await self.store.job_request(job_id)
                 stack = AsyncExitStack()
                 runner = await stack.enter_async_context(self.runners(job_id, request, self.board))
-                self._runtimes[job_id] = _Runtime(request, runner, stack)
-            return self._runtimes[job_id]
+                self._open_jobs[job_id] = _OpenJob(request, runner, stack)
+            return self._open_jobs[job_id]
 
     async def _shutdown(self) -> None:
         tasks = [task for _, task in self._running.values()]
@@ -339,10 +339,10 @@ class Worker:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._records.close()
         await self._images.close()
-        for runtime in self._runtimes.values():
+        for job in self._open_jobs.values():
             with contextlib.suppress(Exception):
-                await runtime.stack.aclose()
-        self._runtimes.clear()
+                await job.stack.aclose()
+        self._open_jobs.clear()
         with contextlib.suppress(EnvfarmError):
             await self.store.stop_worker(self.id)
 

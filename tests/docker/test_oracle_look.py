@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from envfarm.check.leaks import inspect_image
+from envfarm.check.oracle_look import OracleLooks
+from envfarm.controller.assembly import open_runner
 from envfarm.controller.episode import EpisodeRequest
-from envfarm.controller.leaks import inspect_image
-from envfarm.controller.leaks_oracle import OracleLooks
-from envfarm.controller.runners import open_runner
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.findings import Finding

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.controller.check import in_mode
+from envfarm.check.pipeline import in_mode
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.grading.script import TestScriptGrader

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from envfarm.controller.assembly import open_runner
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.job import Job, JobEvents, request_for
 from envfarm.controller.planning import PLAN_FILE
 from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.controller.runners import open_runner
 from envfarm.controller.worker import Worker, WorkerConfig
 from envfarm.errors import PolicyConfigError
 from envfarm.grading.script import TestScriptGrader
@@ -186,7 +186,7 @@ async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_pat
 async def test_open_runner_removes_sandboxes_after_results_and_drains_on_exit(
     tmp_path: Path,
 ) -> None:
-    from envfarm.controller.runners import open_runner
+    from envfarm.controller.assembly import open_runner
 
     task = make_task(tmp_path / "t")
     backend = FakeBackend()

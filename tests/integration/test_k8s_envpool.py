@@ -15,7 +15,7 @@ from envfarm.k8s.api import ENV_POOLS, PODS, KubeObject
 from envfarm.k8s.pools import CLAIMED_LABEL, POOL_LABEL, NoWarmEnvironment, claim, pod_ready
 from envfarm.operator.envpool import EnvPoolReconciler
 from envfarm.operator.poolcache import PoolPods
-from envfarm.operator.runner import Operator, envpool_controller
+from envfarm.operator.workqueue import Operator, envpool_controller
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.pooltemplate import TaskTemplates
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox

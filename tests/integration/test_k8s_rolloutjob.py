@@ -26,7 +26,7 @@ from envfarm.controller.service import open_controller
 from envfarm.controller.worker import WorkerConfig
 from envfarm.k8s.api import CONFIG_MAPS, PODS, ROLLOUT_JOBS, SECRETS, KubeObject
 from envfarm.operator.rolloutjob import FINALIZER, RolloutJobReconciler
-from envfarm.operator.runner import Operator, rolloutjob_controller
+from envfarm.operator.workqueue import Operator, rolloutjob_controller
 from envfarm.sandbox.base import ExecResult
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.spec.task import load_task

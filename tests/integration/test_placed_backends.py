@@ -11,12 +11,12 @@ import pytest
 
 from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, request_for
-from envfarm.controller.placed import PlacedBackend
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.script import TestScriptGrader
 from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
+from envfarm.sandbox.placement.backend import PlacedBackend
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
 from envfarm.testing.scripted_client import ScriptedPolicyClient

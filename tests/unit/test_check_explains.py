@@ -7,10 +7,10 @@ import asyncio
 import textwrap
 from pathlib import Path
 
-from envfarm.controller.check import CheckConfig, check_tasks
-from envfarm.controller.explain import TAIL_LINES, explain_oracle
+from envfarm.check.explain import TAIL_LINES, explain_oracle
+from envfarm.check.pipeline import CheckConfig, check_tasks
+from envfarm.check.verdicts import TaskCheck, judge_oracle
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, summarize
-from envfarm.controller.verdicts import TaskCheck, judge_oracle
 from envfarm.grading.script import TestScriptGrader
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.plan.planner import environment_spec

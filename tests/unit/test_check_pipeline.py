@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from envfarm.controller.check import (
+from envfarm.check.pipeline import (
     CheckConfig,
     CheckEvents,
     CheckReport,
     check_tasks,
     longest_first,
 )
-from envfarm.controller.verdicts import TaskCheck
+from envfarm.check.verdicts import TaskCheck
 from envfarm.errors import ImageError
 from envfarm.grading.base import Graded, Grader
 from envfarm.models.trajectory import Reward, Trajectory

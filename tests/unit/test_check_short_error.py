@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfarm.controller.check import short_error
+from envfarm.check.pipeline import short_error
 
 
 def test_a_long_build_error_keeps_its_head_and_its_last_lines() -> None:

@@ -23,7 +23,7 @@ from envfarm.operator.rolloutjob import (
     translated,
 )
 from envfarm.operator.rolloutjob_spec import job_name
-from envfarm.operator.runner import Operator, rolloutjob_controller
+from envfarm.operator.workqueue import Operator, rolloutjob_controller
 from envfarm.testing.k8s.memory import MemoryKubeApi
 from tests.waiting import until
 

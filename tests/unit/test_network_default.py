@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.controller.explain import network_cause
-from envfarm.controller.verdicts import TaskCheck
+from envfarm.check.explain import network_cause
+from envfarm.check.verdicts import TaskCheck
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.kubernetes.podfork import fork_pod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envfarm.controller.verdicts import TaskCheck, clip, judge_nop, judge_oracle
+from envfarm.check.verdicts import TaskCheck, clip, judge_nop, judge_oracle
 from envfarm.models.trajectory import (
     ErrorInfo,
     Provenance,

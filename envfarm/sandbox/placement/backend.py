@@ -2,7 +2,7 @@
 
 ``PlacedBackend`` is a ``SandboxBackend`` made of named backends, each with a quota; give it to
 the ``Worker`` (and the ``EpisodeRunner``) in place of one backend. Every sandbox is placed when
-it starts, by ``envfarm.controller.placement.Placer``: the healthy backend with the most free
+it starts, by ``envfarm.sandbox.placement.placer.Placer``: the healthy backend with the most free
 share of its quota, with a bonus where the episode's image already is. When every backend is
 full, a start waits for a slot. A backend gets a task's image on its first sandbox of that task
 (``prepare`` there, once), so locality is real: later episodes of the task prefer it.
@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from envfarm.controller.placement import Placer, Slot
 from envfarm.errors import SandboxError, SandboxGone
 from envfarm.plan.models import EngineFacts, SandboxSpec
 from envfarm.sandbox.base import (
@@ -35,6 +34,7 @@ from envfarm.sandbox.base import (
     VerifierPhases,
     verifier_phases,
 )
+from envfarm.sandbox.placement.placer import Placer, Slot
 
 T = TypeVar("T")
 LOST_STOP_S = 10.0

@@ -1,6 +1,6 @@
 """Looking inside a built task image for what the agent must never find there.
 
-``envfarm check`` takes the look in the task's first oracle episode (``leaks_oracle``, with the
+``envfarm check`` takes the look in the task's first oracle episode (``oracle_look``, with the
 scripts and parsers here); when that cannot decide, or no episode took it, in two throwaway
 sandboxes of the task's image, one after the other (``inspect_image``, ``search_pristine``):
 

@@ -20,10 +20,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envfarm.controller.assembly import open_runner
 from envfarm.controller.episode import EpisodeRunner, EpisodeWatcher
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.planning import Planner
-from envfarm.controller.runners import open_runner
 from envfarm.controller.worker import Worker, WorkerConfig, WorkerEvents, fixed_runner
 from envfarm.errors import StoreError
 from envfarm.grading.base import Grader
@@ -69,7 +69,7 @@ class RunSettings:
     judge: JudgeRequest | None
     artifacts_dir: Path | None
     oracle_watcher: EpisodeWatcher | None = None
-    """Looks into the oracle's episodes (the image inspection's, ``leaks_oracle``)."""
+    """Looks into the oracle's episodes (the image inspection's, ``oracle_look``)."""
 
 
 @dataclass

@@ -29,8 +29,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from envfarm.controller.episode import EpisodeRequest
-from envfarm.controller.leaks import (
+from envfarm.check.leaks import (
     GIT,
     NO_GIT,
     PRUNED_NAMES,
@@ -54,6 +53,7 @@ from envfarm.controller.leaks import (
     wanted_hidden,
     wanted_outputs,
 )
+from envfarm.controller.episode import EpisodeRequest
 from envfarm.errors import EnvfarmError, SandboxError
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.builtin import ORACLE_COMMAND

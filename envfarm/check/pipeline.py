@@ -3,8 +3,8 @@
 Per task: static lint (``spec.lint``), build, a look inside the image (``controller.leaks``),
 the oracle ``runs`` times and nop once, through the same ``Worker``/``EpisodeRunner`` machinery
 as ``envfarm run``. It is one pipeline: a task goes on as soon as its own image is built, to its
-episodes of every stage at once (``check_stages``), the first oracle episode taking the look
-inside the image (``leaks_oracle``), and its verdict is given when they have all ended and the
+episodes of every stage at once (``stages``), the first oracle episode taking the look
+inside the image (``oracle_look``), and its verdict is given when they have all ended and the
 look is complete; the episodes of all tasks and the throwaway sandboxes of a look that could not
 decide share ``concurrency`` slots, so no slot idles while a slow task finishes a stage. A task
 is *sound* when lint finds no error, the image holds neither tests nor answer, every oracle run
@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envfarm.controller.check_stages import RunSettings, Stage, StageSpec, open_stages
-from envfarm.controller.explain import explain_oracle, image_findings, network_cause
-from envfarm.controller.leaks_oracle import OracleLooks
+from envfarm.check.explain import explain_oracle, image_findings, network_cause
+from envfarm.check.oracle_look import OracleLooks
+from envfarm.check.stages import RunSettings, Stage, StageSpec, open_stages
+from envfarm.check.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
 from envfarm.controller.planning import Planner
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
-from envfarm.controller.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError, TaskSpecError
 from envfarm.grading.base import Grader
@@ -263,7 +263,7 @@ class _Pipeline:
 
     async def _inspect(self, task: Task, image: PreparedImage) -> None:
         """The look the task's first oracle episode took inside the image, completed in
-        throwaway sandboxes where it could not decide (``leaks_oracle``)."""
+        throwaway sandboxes where it could not decide (``oracle_look``)."""
         check = self.checks[task.id]
         try:
             found = self.looks.decided(task.id)

@@ -1,4 +1,4 @@
-"""The operator's runner: watches feed a work queue, workers run reconcilers, errors are sorted.
+"""The operator's work queue: watches feed it, workers run reconcilers, errors are sorted.
 
 This is the documented equivalent of kopf that envfarm uses (kopf's handlers are
 edge-triggered and pull in the ``kubernetes`` client; reconcilers here are level-based and
