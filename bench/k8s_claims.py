@@ -1,8 +1,8 @@
 """Warm-environment claims through the EnvPool operator, against the in-memory Kubernetes API.
 
 The operator (``envfarm.operator.workqueue`` running the EnvPool reconciler, the pod template
-rendered from a real compose task by the pod builder) keeps a pool of ``--pool`` environments warm on
-the in-memory API with its simulated kubelet (pods ready as soon as they run; ``--latency-ms``
+rendered from a real compose task by the pod builder) keeps a pool of ``--pool`` environments warm
+on the in-memory API with its simulated kubelet (pods ready as soon as they run; ``--latency-ms``
 adds a round trip to every request). Measured in one run:
 
 - fill: environments created and ready per second, from an empty pool to ``--pool`` ready;
