@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import tarfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from envfarm.errors import GradingError
@@ -32,8 +30,6 @@ from envfarm.grading.carry import (
     Changes,
     Listing,
     WorkspaceCarry,
-    container_clock,
-    list_workspace,
     read_changes,
     settle_carry,
 )
@@ -45,27 +41,22 @@ from envfarm.grading.cleanroom import (
 )
 from envfarm.grading.collect import CopiedPath, HookResult, collect
 from envfarm.grading.commands import scan_commands
-from envfarm.grading.derived import Derived, derivable, derive_workspace
+from envfarm.grading.grading_log import GradingLog
 from envfarm.grading.inplace import SWEEP_MARGIN_S, InPlace, settle_in_place, walk
-from envfarm.grading.pristine import (
-    Pristine,
-    PristineCache,
-    default_cache,
-    image_entries,
-    pristine_key,
-    without_solution,
-)
+from envfarm.grading.pristine import PristineCache, default_cache
 from envfarm.grading.scope import CarryScope
+from envfarm.grading.second_snapshot import SecondSnapshot
 from envfarm.grading.service_artifacts import copy_from_services, service_specs
-from envfarm.grading.snapshot import Snapshot, solution_state, take_snapshot
-from envfarm.grading.tamper import Inspection, inspect_snapshots
+from envfarm.grading.snapshot import Snapshot
+from envfarm.grading.starting import StartingState
+from envfarm.grading.tamper import Inspection
 from envfarm.grading.verdict import (
     VerifierOutput,
     expected_reports,
     finish_reward,
     output_reports,
 )
-from envfarm.grading.workspace import capture_baseline, export_changed, unified_diff
+from envfarm.grading.workspace import unified_diff
 from envfarm.models.trajectory import Reward, Trajectory, Turn
 from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import (
@@ -89,9 +80,6 @@ class EpisodeGrading:
     keep_artifacts: bool = False
     inspect: bool = True
     """Take the tamper snapshots (the command scan always runs)."""
-    before: Snapshot | None = None
-    baseline: bytes | None = None
-    listing: Listing | None = None
     carry: WorkspaceCarry | None = None
     inspection: Inspection | None = None
     command_flags: list[tuple[str, str]] = field(default_factory=list)
@@ -99,26 +87,49 @@ class EpisodeGrading:
     copies: list[CopiedPath] = field(default_factory=list)
     service_copies: list[CopiedPath] = field(default_factory=list)
     """Declared artifacts of sidecars (``service``), carried after the workdir's changes."""
-    changed_tar: bytes | None = None
     output: VerifierOutput | None = None
     scored: Reward | None = None
-    notes: list[str] = field(default_factory=list)
-    phases: dict[str, float] = field(default_factory=dict)
-    """Seconds spent in each part of grading (``Timings.phases``)."""
     image_id: str | None = None
     """The id of the sandbox's image: with it, what the container looks like before the agent
     is taken once per image and task (``pristine.py``)."""
     pristine: PristineCache | None = field(default_factory=default_cache)
     in_place: bool = False
     """The clean room is the agent's container, swept or restarted (``inplace.py``)."""
+    log: GradingLog = field(default_factory=GradingLog)
 
-    @contextmanager
-    def _timed(self, name: str) -> Iterator[None]:
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - started
+    def __post_init__(self) -> None:
+        self.start = StartingState(
+            self.plan,
+            self.sandbox,
+            self.log,
+            allow_solution=self.allow_solution,
+            inspect=self.inspect,
+            keep_artifacts=self.keep_artifacts,
+            image_id=self.image_id,
+            pristine=self.pristine,
+        )
+        self.second = SecondSnapshot(self.sandbox, self.start, self.log, self.keep_artifacts)
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """Seconds spent in each part of grading (``Timings.phases``)."""
+        return self.log.phases
+
+    @property
+    def notes(self) -> list[str]:
+        return self.log.notes
+
+    @property
+    def before(self) -> Snapshot | None:
+        return self.start.before
+
+    @property
+    def baseline(self) -> bytes | None:
+        return self.start.baseline
+
+    @property
+    def listing(self) -> Listing | None:
+        return self.start.listing
 
     @property
     def mode(self) -> EnvironmentMode:
@@ -130,97 +141,8 @@ class EpisodeGrading:
         return self.plan.network
 
     async def before_agent(self) -> None:
-        """The first snapshot and the clean room's listing, side by side; or, when an earlier
-        episode of this image and task took them (``pristine.py``), its, with this
-        container's clock; without the solution, an oracle's episode's will do."""
-        cache = self.pristine if self.image_id else None
-        key = self._pristine_key()
-        found = await cache.lookup(key) if cache is not None else None
-        if found is not None:
-            with self._timed("pristine"):
-                try:
-                    now = await container_clock(self.sandbox)
-                except GradingError:
-                    now = None  # taken afresh below: reuse never changes an outcome
-                if now is not None:
-                    self._reuse(found, now)
-                    return
-        taken: Pristine | None = None
-        try:
-            if found is None and cache is not None and not self.allow_solution:
-                taken = await self._from_oracle(cache)
-                if taken is not None:
-                    return
-            await asyncio.gather(self._snapshot_before(), self._list_before())
-            taken = self._taken()
-        finally:
-            if cache is not None:
-                cache.settle(key, taken)
-
-    async def _from_oracle(self, cache: PristineCache) -> Pristine | None:
-        """Without the solution (nop), the state an oracle's episode of this image and task
-        took, with this container's ``/solution`` and clock; None when there is none."""
-        oracle = await cache.peek(self._pristine_key(solution=True))
-        if oracle is None:
-            return None
-        with self._timed("pristine"):
-            state = await solution_state(self.sandbox)
-        adapted = without_solution(oracle, state[1]) if state is not None else None
-        if state is None or adapted is None:
-            return None
-        self._reuse(adapted, state[0])
-        return adapted
-
-    def _pristine_key(self, *, solution: bool | None = None) -> str:
-        workdir = self.plan.workdir
-        return pristine_key(
-            self.image_id or "",
-            self.plan.task_hash,
-            workdir,
-            listing=self.mode == "clean",
-            snapshot=self.inspect,
-            baseline=self.inspect and self.keep_artifacts,
-            solution=self.allow_solution if solution is None else solution,
-        )
-
-    def _taken(self) -> Pristine | None:
-        listing = image_entries(self.listing) if self.listing is not None else None
-        if self.listing is not None and listing is None:
-            return None
-        return Pristine(listing, self.before, self.baseline)
-
-    def _reuse(self, found: Pristine, now: float) -> None:
-        if found.snapshot is not None:
-            self.before = found.snapshot.model_copy(update={"now": now})
-            if self.before.missing_tools:
-                missing = ", ".join(self.before.missing_tools)
-                self.notes.append(f"snapshot tools missing: {missing}")
-        self.baseline = found.baseline
-        if self.inspect and self.keep_artifacts and self.baseline is None:
-            self.notes.append("no baseline copy of the workdir (too large or unreadable)")
-        if found.listing is not None:
-            self.listing = replace(found.listing, now=now)
-
-    async def _snapshot_before(self) -> None:
-        if not self.inspect:
-            return
-        workdir = self.plan.workdir
-        with self._timed("snapshot_before"):
-            self.before = await take_snapshot(self.sandbox, workdir)
-        if self.before.missing_tools:
-            missing = ", ".join(self.before.missing_tools)
-            self.notes.append(f"snapshot tools missing: {missing}")
-        if self.keep_artifacts:
-            with self._timed("baseline"):
-                self.baseline = await capture_baseline(self.sandbox, self.before.workdir)
-            if self.baseline is None:
-                self.notes.append("no baseline copy of the workdir (too large or unreadable)")
-
-    async def _list_before(self) -> None:
-        if self.mode == "clean":
-            with self._timed("listing"):
-                workdir = self.plan.workdir
-                self.listing = await list_workspace(self.sandbox, workdir)
+        """What the sandbox holds before the agent (``starting.py``)."""
+        await self.start.take()
 
     async def after_agent(self, turns: list[Turn]) -> None:
         """Before the verifier runs: what it writes must not pass for the agent's work.
@@ -243,21 +165,21 @@ class EpisodeGrading:
         changes: Changes | None = None
         keep = self.keep_artifacts or self.mode != "shared"
         if self.plan.config.collect:
-            after = await self._snapshot_after()
-            with self._timed("collect"):
+            after = await self.second.take()
+            with self.log.timed("collect"):
                 self.hooks, self.copies = await collect(self.sandbox, self.plan, keep=keep)
             changes = await self._read_changes()
         else:
-            derive = self._derives()
+            derive = self.second.derives()
             after, changes = await asyncio.gather(
-                self._snapshot_after(derive=derive), self._read_changes()
+                self.second.take(derive=derive), self._read_changes()
             )
             if derive and changes is not None:
-                after = await self._derive_after(after, changes)
-            with self._timed("collect"):
+                after = await self.second.derive(after, changes)
+            with self.log.timed("collect"):
                 self.hooks, self.copies = await collect(self.sandbox, self.plan, keep=keep)
         if keep and service_specs(self.plan):
-            with self._timed("collect"):
+            with self.log.timed("collect"):
                 self.service_copies = await copy_from_services(self.sandbox, self.plan)
         if changes is not None:
             await self._plan_carry(changes, after)
@@ -276,28 +198,28 @@ class EpisodeGrading:
         assert self.listing is not None
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
         since = self.listing.now - SWEEP_MARGIN_S
-        with self._timed("sweep"):
+        with self.log.timed("sweep"):
             swept = await sandbox.end_processes(since=since)
         listed: Listing | None = None
         if isinstance(swept, Swept):
             after, listed, _ = await asyncio.gather(
-                self._snapshot_after(), self._walk(sandbox), self._enter_verifier_network()
+                self.second.take(), self._walk(sandbox), self._enter_verifier_network()
             )
-            with self._timed("walk"):
+            with self.log.timed("walk"):
                 await sandbox.remove_files([], contents=swept.tmpfs)
         else:
             self.notes.append(f"restarted for grading: {swept}")
-            after = await self._snapshot_after()
-            with self._timed("restart"):
+            after = await self.second.take()
+            with self.log.timed("restart"):
                 await sandbox.restart_clean(network=self.verifier_network)
-        with self._timed("collect"):
+        with self.log.timed("collect"):
             self.hooks, self.copies = await collect(
                 self.sandbox, self.plan, keep=self.keep_artifacts
             )
         if service_specs(self.plan):  # the verifier receives them, as a fresh one would
-            with self._timed("collect"):
+            with self.log.timed("collect"):
                 self.service_copies = await copy_from_services(self.sandbox, self.plan)
-        with self._timed("walk"):
+        with self.log.timed("walk"):
             settled = await settle_in_place(sandbox, self.listing, self._scope(after), listed)
         if isinstance(settled, InPlace):
             self.carry, self.in_place = settled.carry, True
@@ -312,72 +234,25 @@ class EpisodeGrading:
         await self._plan_carry(changes, after)
 
     async def _enter_verifier_network(self) -> None:
-        with self._timed("network"):
+        with self.log.timed("network"):
             await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
 
     async def _walk(self, sandbox: InPlaceGrading) -> Listing:
         assert self.listing is not None
-        with self._timed("walk"):
+        with self.log.timed("walk"):
             return await walk(sandbox, self.listing)
 
     async def _plan_carry(self, changes: Changes, after: Snapshot | None) -> None:
         assert self.listing is not None
-        with self._timed("carry_plan"):
+        with self.log.timed("carry_plan"):
             self.carry = await asyncio.to_thread(
                 settle_carry, self.listing, changes, self._scope(after)
             )
 
-    def _derives(self) -> bool:
-        """Whether the second snapshot's workspace comes from the clean room's capture."""
-        if self.before is None or self.listing is None:
-            return False
-        return derivable(self.before, self.listing)
-
-    async def _snapshot_after(self, *, derive: bool = False) -> Snapshot | None:
-        if self.before is None:
-            return None
-        with self._timed("snapshot_after"):
-            after = await take_snapshot(
-                self.sandbox, None, before=self.before, derive_workspace=derive
-            )
-        if not after.workspace_derived:
-            await self._inspect(after)
-        return after
-
-    async def _derive_after(self, partial: Snapshot | None, changes: Changes) -> Snapshot | None:
-        """The second snapshot with its workspace from ``changes``; the full one, taken now,
-        when the capture cannot stand for it."""
-        if partial is None or not partial.workspace_derived:
-            return partial
-        assert self.before is not None
-        assert self.listing is not None
-        with self._timed("snapshot_derive"):
-            derived = await asyncio.to_thread(
-                derive_workspace, self.before, partial, self.listing, changes
-            )
-        if derived is None:
-            self.notes.append("second snapshot taken in full: the capture could not stand for it")
-            return await self._snapshot_after()
-        await self._inspect(derived.snapshot, derived)
-        return derived.snapshot
-
-    async def _inspect(self, after: Snapshot, derived: Derived | None = None) -> None:
-        assert self.before is not None
-        self.inspection = inspect_snapshots(self.before, after)
-        if self.keep_artifacts and self.inspection.workspace is not None:
-            changed = self.inspection.workspace.changed()
-            with self._timed("changed_export"):
-                if derived is not None:
-                    self.changed_tar = await asyncio.to_thread(derived.changed_tar, changed)
-                else:
-                    self.changed_tar = await export_changed(
-                        self.sandbox, self.before.workdir, changed
-                    )
-
     async def _read_changes(self) -> Changes | None:
         if self.listing is None:
             return None
-        with self._timed("carry"):
+        with self.log.timed("carry"):
             # the agent's container is only killed after this and the artifacts' copies
             tidy = any(spec.sidecar is None for spec in self.plan.artifacts)
             return await read_changes(self.sandbox, self.listing, tidy=tidy)
@@ -394,16 +269,16 @@ class EpisodeGrading:
     async def grade(self) -> Reward:
         if self.mode == "shared" or self.in_place:
             if self.in_place and self.service_copies:
-                with self._timed("apply"):
+                with self.log.timed("apply"):
                     await apply_copies(self.sandbox, self.service_copies)
             return await self._grade_in(self.sandbox)
         if self.mode == "clean" and self.carry is None:
             raise GradingError("clean-room grading: the workdir was not captured")
         phases = verifier_phases(self.sandbox)
-        with self._timed("fork"):
+        with self.log.timed("fork"):
             verifier = await phases.fork_clean(network=self.verifier_network)
         # the fork is removed with the agent's sandbox, after the result is recorded
-        with self._timed("apply"):
+        with self.log.timed("apply"):
             if self.carry is not None:
                 await apply_workspace(verifier, self.carry)
             await apply_copies(verifier, self._carried())
@@ -415,7 +290,7 @@ class EpisodeGrading:
         return [*carried_copies(self.mode, self.copies, workdir, shared), *self.service_copies]
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
-        with self._timed("verifier"):
+        with self.log.timed("verifier"):
             graded = await self.grader.grade(sandbox, self.plan)
         self.output, self.scored = graded.output, graded.reward
         if graded.output is not None:
@@ -423,7 +298,7 @@ class EpisodeGrading:
         return graded.reward
 
     def observed_flags(self) -> list[tuple[str, str]]:
-        inspected = self.inspection.flags if self.inspection else []
+        inspected = self.second.inspection.flags if self.second.inspection else []
         rejected = self.carry.rejected if self.carry else []
         carried = [("tamper:carry_rejected", f"/{path}: {why}") for path, why in rejected]
         withheld = self.carry.withheld if self.carry else []
@@ -436,7 +311,7 @@ class EpisodeGrading:
 
     async def save(self, root: Path, trajectory: Trajectory, build_log: str | None) -> bool:
         """Write the artifacts to ``root``; False (and nothing raised) when that failed."""
-        inspection = (self.inspection or Inspection()).model_copy(
+        inspection = (self.second.inspection or Inspection()).model_copy(
             update={"flags": self.observed_flags()}
         )
         bundle = Bundle(
@@ -451,7 +326,7 @@ class EpisodeGrading:
             ),
             verifier=self.output,
             inspection=inspection,
-            changed_tar=self.changed_tar,
+            changed_tar=self.second.changed_tar,
             hooks=self.hooks,
             copies=[*self.copies, *self.service_copies],
             build_log=build_log,
@@ -471,7 +346,7 @@ class EpisodeGrading:
                 bundle.diff = await asyncio.to_thread(
                     unified_diff,
                     self.baseline,
-                    self.changed_tar,
+                    self.second.changed_tar,
                     changes.added,
                     changes.modified,
                     changes.deleted,
