@@ -22,7 +22,7 @@ from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.controller.worker import WorkerConfig
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, discover_tasks

@@ -28,7 +28,7 @@ from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.worker import WorkerConfig
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.plan.models import SandboxSpec
 from envfarm.policy.base import ToolCallRaw
 from envfarm.policy.openai import OpenAIPolicy

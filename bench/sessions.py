@@ -42,7 +42,7 @@ from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.worker import WorkerConfig
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.spec.task import Task
 from envfarm.testing.scripted_client import ScriptedPolicyClient
 

@@ -75,7 +75,7 @@ async def run(task_name: str, episodes: int) -> tuple[list[dict[str, Any]], list
     from envfarm.controller.job import Job, request_for
     from envfarm.controller.policies import PolicySpec, open_policy
     from envfarm.controller.worker import WorkerConfig
-    from envfarm.grading.script import TestScriptGrader
+    from envfarm.grading.verifier.script import TestScriptGrader
     from envfarm.sandbox.docker.backend import DockerBackend
     from envfarm.spec.task import discover_tasks
 

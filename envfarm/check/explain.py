@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envfarm.check.verdicts import EPSILON, TaskCheck
-from envfarm.grading.verdict import STDOUT_FILE
+from envfarm.grading.verifier.verdict import STDOUT_FILE
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.baseimages import BaseResolution
 from envfarm.spec.findings import Finding, error, warning

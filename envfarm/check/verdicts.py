@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.grading.rubric import COMPONENT_PREFIX, COMPONENT_TESTS
+from envfarm.grading.rubric.scoring import COMPONENT_PREFIX, COMPONENT_TESTS
 from envfarm.models.trajectory import Trajectory
 from envfarm.spec.findings import Finding
 

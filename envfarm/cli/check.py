@@ -32,7 +32,7 @@ from envfarm.cli.render import JobProgress, console
 from envfarm.controller.assembly import open_backend
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA
 from envfarm.errors import EnvfarmError
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.jobs import JudgeRequest
 from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task, discover_tasks

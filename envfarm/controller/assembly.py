@@ -27,8 +27,8 @@ from envfarm.controller.planning import Planner, job_choices
 from envfarm.controller.policies import JudgeSpec, PolicySpec, open_judge, open_policy
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.grading.base import Grader
-from envfarm.grading.judges import RubricGrading
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.rubric.judges import RubricGrading
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.policy.base import SamplingParams
 from envfarm.policy.builtin import BUILTIN_POLICIES

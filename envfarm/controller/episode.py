@@ -29,7 +29,7 @@ from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
 from envfarm.errors import EnvfarmError, RequestRejected
 from envfarm.grading.base import Grader
-from envfarm.grading.judges import RubricGrading
+from envfarm.grading.rubric.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
 from envfarm.models.trajectory import AgentOutcome, ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.plan.models import EpisodePlan, JobChoices

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from envfarm.controller.versions import PolicyVersionBoard
-from envfarm.grading.judges import RubricJudge
+from envfarm.grading.rubric.judges import RubricJudge
 from envfarm.policy.base import PolicyClient
 from envfarm.policy.builtin import BUILTIN_POLICIES, builtin_responder
 from envfarm.policy.endpoints import EndpointSpec, PoolSettings

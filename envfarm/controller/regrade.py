@@ -27,8 +27,8 @@ from envfarm.grading.artifacts import (
     load_record,
     load_verifier_output,
 )
-from envfarm.grading.rubric import FLAG_GATED, combine
-from envfarm.grading.verdict import expected_reports, finish_reward, score
+from envfarm.grading.rubric.scoring import FLAG_GATED, combine
+from envfarm.grading.verifier.verdict import expected_reports, finish_reward, score
 from envfarm.models.trajectory import ErrorInfo, Reward, Trajectory
 from envfarm.plan.planner import plan_episode
 from envfarm.spec.task import Task, discover_tasks, load_task

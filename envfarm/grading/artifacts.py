@@ -31,11 +31,11 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.grading.cleanroom import VerifierInput
-from envfarm.grading.collect import CopiedPath, HookResult
-from envfarm.grading.reports import ParsedReport
-from envfarm.grading.tamper import Inspection
-from envfarm.grading.verdict import VerifierOutput
+from envfarm.grading.cleanroom.receive import VerifierInput
+from envfarm.grading.tamper.inspection import Inspection
+from envfarm.grading.verifier.collect import CopiedPath, HookResult
+from envfarm.grading.verifier.reports import ParsedReport
+from envfarm.grading.verifier.verdict import VerifierOutput
 
 EPISODE_FILE = "episode.json"
 VERIFIER_FILE = "verifier.json"

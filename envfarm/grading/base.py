@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from envfarm.grading.verdict import VerifierOutput
+from envfarm.grading.verifier.verdict import VerifierOutput
 from envfarm.models.trajectory import Reward
 from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox

@@ -42,8 +42,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from envfarm.grading.carry import LIST_SCRIPT, Listing
-from envfarm.grading.snapshot import MAX_HIDDEN, SNAPSHOT_SCRIPT, Snapshot
+from envfarm.grading.cleanroom.carry import LIST_SCRIPT, Listing
+from envfarm.grading.tamper.snapshot import MAX_HIDDEN, SNAPSHOT_SCRIPT, Snapshot
 from envfarm.paths import user_cache_dir
 from envfarm.settings import PRISTINE_CACHE_ENV, current
 

@@ -1,5 +1,5 @@
 """The second tamper snapshot, taken when the agent has stopped, and what it shows against the
-first (``tamper.py``): the flags, and the workdir's changed files kept for the diff.
+first (``tamper/inspection.py``): the flags, and the workdir's changed files kept for the diff.
 
 Without collect hooks the snapshot's workspace may come from the clean room's capture instead
 of a walk of its own (``derived.py``): ``take(derive=True)`` leaves it out, and ``derive``
@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from envfarm.grading.carry import Changes
-from envfarm.grading.derived import Derived, derivable, derive_workspace
+from envfarm.grading.cleanroom.carry import Changes
+from envfarm.grading.cleanroom.derived import Derived, derivable, derive_workspace
 from envfarm.grading.grading_log import GradingLog
-from envfarm.grading.snapshot import Snapshot, take_snapshot
 from envfarm.grading.starting import StartingState
-from envfarm.grading.tamper import Inspection, inspect_snapshots
-from envfarm.grading.workspace import export_changed
+from envfarm.grading.tamper.inspection import Inspection, inspect_snapshots
+from envfarm.grading.tamper.snapshot import Snapshot, take_snapshot
+from envfarm.grading.tamper.workspace import export_changed
 from envfarm.sandbox.base import Sandbox
 
 

@@ -9,7 +9,7 @@ applied: last, after any rubric scores were combined) and ``save`` (artifacts, b
 teardown). ``grade`` runs the verifier
 where ``[verifier].environment_mode`` says: in the agent's sandbox (``shared``), or in a fresh
 one from ``VerifierPhases.fork_clean`` that receives the agent's outcome (``clean``,
-``separate``: ``cleanroom.py``). Grading alone decides the verifier's container, mode and
+``separate``: ``cleanroom/receive.py``). Grading alone decides the verifier's container, mode and
 network: in shared mode the agent's sandbox switches to the verifier phase's network before
 anything of the verifier runs (``after_agent``); a fork starts with it. Any ``Grader`` is
 called the same way; its reward still gets the flags.
@@ -26,37 +26,37 @@ from pathlib import Path
 from envfarm.errors import GradingError
 from envfarm.grading.artifacts import Bundle, EpisodeRecord, write_bundle
 from envfarm.grading.base import Grader
-from envfarm.grading.carry import (
+from envfarm.grading.cleanroom.carry import (
     Changes,
     Listing,
     WorkspaceCarry,
     read_changes,
     settle_carry,
 )
-from envfarm.grading.cleanroom import (
+from envfarm.grading.cleanroom.inplace import SWEEP_MARGIN_S, InPlace, settle_in_place, walk
+from envfarm.grading.cleanroom.receive import (
     apply_copies,
     apply_workspace,
     carried_copies,
     verifier_input,
 )
-from envfarm.grading.collect import CopiedPath, HookResult, collect
-from envfarm.grading.commands import scan_commands
+from envfarm.grading.cleanroom.scope import CarryScope
 from envfarm.grading.grading_log import GradingLog
-from envfarm.grading.inplace import SWEEP_MARGIN_S, InPlace, settle_in_place, walk
 from envfarm.grading.pristine import PristineCache, default_cache
-from envfarm.grading.scope import CarryScope
 from envfarm.grading.second_snapshot import SecondSnapshot
-from envfarm.grading.service_artifacts import copy_from_services, service_specs
-from envfarm.grading.snapshot import Snapshot
 from envfarm.grading.starting import StartingState
-from envfarm.grading.tamper import Inspection
-from envfarm.grading.verdict import (
+from envfarm.grading.tamper.commands import scan_commands
+from envfarm.grading.tamper.inspection import Inspection
+from envfarm.grading.tamper.snapshot import Snapshot
+from envfarm.grading.tamper.workspace import unified_diff
+from envfarm.grading.verifier.collect import CopiedPath, HookResult, collect
+from envfarm.grading.verifier.service_artifacts import copy_from_services, service_specs
+from envfarm.grading.verifier.verdict import (
     VerifierOutput,
     expected_reports,
     finish_reward,
     output_reports,
 )
-from envfarm.grading.workspace import unified_diff
 from envfarm.models.trajectory import Reward, Trajectory, Turn
 from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import (

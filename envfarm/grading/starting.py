@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from envfarm.errors import GradingError
-from envfarm.grading.carry import Listing, container_clock, list_workspace
+from envfarm.grading.cleanroom.carry import Listing, container_clock, list_workspace
 from envfarm.grading.grading_log import GradingLog
 from envfarm.grading.pristine import (
     Pristine,
@@ -23,8 +23,8 @@ from envfarm.grading.pristine import (
     pristine_key,
     without_solution,
 )
-from envfarm.grading.snapshot import Snapshot, solution_state, take_snapshot
-from envfarm.grading.workspace import capture_baseline
+from envfarm.grading.tamper.snapshot import Snapshot, solution_state, take_snapshot
+from envfarm.grading.tamper.workspace import capture_baseline
 from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox
 

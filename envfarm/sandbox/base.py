@@ -141,7 +141,7 @@ class Swept:
 class InPlaceGrading(ABC):
     """The optional capability of a sandbox that can be its own clean room: restarted with
     nothing of the agent's running, or swept of it in place, its files listed and removed by
-    envfarm's own helper, not the image's tools (``grading/inplace.py``)."""
+    envfarm's own helper, not the image's tools (``grading/cleanroom/inplace.py``)."""
 
     @abstractmethod
     def grades_in_place(self) -> bool:

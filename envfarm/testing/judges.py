@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envfarm.grading.judges import requested_item
+from envfarm.grading.rubric.judges import requested_item
 from envfarm.policy.server import Reply, error_reply
 from envfarm.testing.scripted import ScriptedResponder, Step
 

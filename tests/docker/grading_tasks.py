@@ -10,7 +10,7 @@ from typing import Any
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.planning import Planner
 from envfarm.controller.policies import ResolvedPolicy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer

@@ -11,7 +11,7 @@ import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import ResolvedPolicy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import ToolResult, Trajectory
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer

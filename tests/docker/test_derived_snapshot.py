@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.grading.carry import list_workspace, read_changes, settle_carry
-from envfarm.grading.derived import derivable, derive_workspace
-from envfarm.grading.scope import CarryScope
-from envfarm.grading.snapshot import take_snapshot
-from envfarm.grading.tamper import inspect_snapshots
-from envfarm.grading.workspace import export_changed
+from envfarm.grading.cleanroom.carry import list_workspace, read_changes, settle_carry
+from envfarm.grading.cleanroom.derived import derivable, derive_workspace
+from envfarm.grading.cleanroom.scope import CarryScope
+from envfarm.grading.tamper.inspection import inspect_snapshots
+from envfarm.grading.tamper.snapshot import take_snapshot
+from envfarm.grading.tamper.workspace import export_changed
 from envfarm.sandbox.docker.backend import DockerBackend
 from tests.docker.grading_tasks import FIXED_CALC, bash, make_task, run_episode
 from tests.plans import sandbox_spec

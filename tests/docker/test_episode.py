@@ -14,7 +14,7 @@ import pytest_asyncio
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer

@@ -18,7 +18,7 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.planning import Planner
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.errors import EnvironmentUnsupported
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client

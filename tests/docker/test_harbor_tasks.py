@@ -12,7 +12,7 @@ import pytest
 
 from envfarm.check.pipeline import CheckConfig, check_tasks
 from envfarm.errors import TaskConfigError
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.limits import engine_capacity

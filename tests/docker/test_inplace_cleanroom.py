@@ -1,7 +1,7 @@
-"""The clean room in place (``grading/inplace.py``) on the real engine: the agent's container,
-swept by its helper or restarted, grades as a fresh one would, by the helper's own listing; it
-falls back to a fresh container when a watched or test file changed, and hands the verifier
-nothing carrying leaves out, whatever the agent planted where a restart would empty it."""
+"""The clean room in place (``grading/cleanroom/inplace.py``) on the real engine: the agent's
+container, swept by its helper or restarted, grades as a fresh one would, by the helper's own
+listing; it falls back to a fresh container when a watched or test file changed, and hands the
+verifier nothing carrying leaves out, whatever the agent planted where a restart would empty it."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, ResolvedPolicy, open_policy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend

@@ -12,7 +12,7 @@ import pytest
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.planning import Planner
 from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.settings import current
 from envfarm.spec.task import load_task

@@ -16,7 +16,7 @@ import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec.task import Task, load_task

@@ -15,7 +15,7 @@ import pytest
 from envfarm.controller.episode import PROCESSES_RECLAIMED, EpisodeRequest, EpisodeRunner
 from envfarm.controller.planning import Planner
 from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.settings import current

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.check.pipeline import CheckConfig, check_tasks
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.images import ensure_recipe_image

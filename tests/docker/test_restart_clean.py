@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from envfarm.grading.carry import parse_entries
+from envfarm.grading.cleanroom.carry import parse_entries
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.labels import LABEL_RUN
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig

@@ -20,9 +20,9 @@ import pytest_asyncio
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import ResolvedPolicy
-from envfarm.grading.judge_context import workspace_diff
-from envfarm.grading.judges import RubricGrading, RubricJudge
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.rubric.judge_context import workspace_diff
+from envfarm.grading.rubric.judges import RubricGrading, RubricJudge
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer

@@ -12,7 +12,7 @@ import pytest
 from envfarm.check.pipeline import in_mode
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec import load_task
 from envfarm.spec.config import EnvironmentMode

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from envfarm.grading.carry import container_clock
-from envfarm.grading.inplace import SWEEP_MARGIN_S
+from envfarm.grading.cleanroom.carry import container_clock
+from envfarm.grading.cleanroom.inplace import SWEEP_MARGIN_S
 from envfarm.sandbox.base import Swept
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 

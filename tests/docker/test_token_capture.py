@@ -20,7 +20,7 @@ from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, ResolvedPolicy, open_policy
 from envfarm.controller.training_data import TOKEN_FAULT_FLAG
 from envfarm.controller.versions import PolicyVersionBoard
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.samples import merged_samples
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy import PolicyServer

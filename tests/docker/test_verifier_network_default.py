@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.check.pipeline import CheckConfig, check_tasks
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.spec import load_task

@@ -18,7 +18,7 @@ from envfarm.controller.planning import PLAN_FILE
 from envfarm.controller.policies import PolicySpec, open_policy
 from envfarm.controller.worker import Worker, WorkerConfig
 from envfarm.errors import PolicyConfigError
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.plan.models import SandboxSpec

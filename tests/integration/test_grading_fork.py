@@ -8,7 +8,7 @@ import pytest
 
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, open_policy
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
 from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox

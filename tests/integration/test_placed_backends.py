@@ -13,7 +13,7 @@ from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.worker import WorkerConfig
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage, Sandbox
 from envfarm.sandbox.placement.backend import PlacedBackend

@@ -11,7 +11,7 @@ from envfarm.check.explain import TAIL_LINES, explain_oracle
 from envfarm.check.pipeline import CheckConfig, check_tasks
 from envfarm.check.verdicts import TaskCheck, judge_oracle
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, summarize
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.baseimages import resolve_offline

@@ -20,7 +20,7 @@ from envfarm.agent.context import (
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.errors import TaskSpecError
-from envfarm.grading.script import TestScriptGrader
+from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer
 from envfarm.policy.base import Completion
 from envfarm.policy.tokens import TokenData

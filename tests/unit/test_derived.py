@@ -7,9 +7,9 @@ import hashlib
 import io
 import tarfile
 
-from envfarm.grading.carry import Changes, Listing
-from envfarm.grading.derived import derivable, derive_workspace
-from envfarm.grading.snapshot import Snapshot
+from envfarm.grading.cleanroom.carry import Changes, Listing
+from envfarm.grading.cleanroom.derived import derivable, derive_workspace
+from envfarm.grading.tamper.snapshot import Snapshot
 
 OLD = 100.0
 NOW = 200.0

@@ -6,10 +6,15 @@ from __future__ import annotations
 import io
 import tarfile
 
-from envfarm.grading.carry import Listing, check_archive, parse_entries, plan_changes
-from envfarm.grading.cleanroom import carried_copies
-from envfarm.grading.collect import CopiedPath
-from envfarm.grading.scope import CarryScope
+from envfarm.grading.cleanroom.carry import (
+    Listing,
+    check_archive,
+    parse_entries,
+    plan_changes,
+)
+from envfarm.grading.cleanroom.receive import carried_copies
+from envfarm.grading.cleanroom.scope import CarryScope
+from envfarm.grading.verifier.collect import CopiedPath
 
 START = 1_700_000_000.0
 OLD, NEW = START - 3600, START + 60

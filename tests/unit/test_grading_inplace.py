@@ -1,13 +1,14 @@
-"""What grading in place removes and when it gives up (``grading/inplace.py``), on listings."""
+"""What grading in place removes and when it gives up (``grading/cleanroom/inplace.py``), on
+listings."""
 
 from __future__ import annotations
 
 import pytest
 
 from envfarm.errors import TaskSpecError
-from envfarm.grading.carry import Listing
-from envfarm.grading.inplace import left_out_removals, plan_in_place
-from envfarm.grading.scope import CarryScope
+from envfarm.grading.cleanroom.carry import Listing
+from envfarm.grading.cleanroom.inplace import left_out_removals, plan_in_place
+from envfarm.grading.cleanroom.scope import CarryScope
 from envfarm.settings import Settings
 
 START = 1_700_000_000.0

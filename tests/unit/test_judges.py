@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from envfarm.errors import GradingError, TaskSpecError
-from envfarm.grading.judge_context import Evidence, fenced, transcript_summary
-from envfarm.grading.judges import ITEM_LINE, RubricGrading, RubricJudge
-from envfarm.grading.rubric import combine, parse_verdict
+from envfarm.grading.rubric.judge_context import Evidence, fenced, transcript_summary
+from envfarm.grading.rubric.judges import ITEM_LINE, RubricGrading, RubricJudge
+from envfarm.grading.rubric.scoring import combine, parse_verdict
 from envfarm.models.trajectory import (
     AgentOutcome,
     Provenance,

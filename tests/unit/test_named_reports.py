@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envfarm.check.verdicts import TaskCheck, judge_oracle
-from envfarm.grading.verdict import VerifierOutput, expected_reports, finish_reward, score
+from envfarm.grading.verifier.verdict import VerifierOutput, expected_reports, finish_reward, score
 from envfarm.models.trajectory import Provenance, Trajectory
 from envfarm.spec import load_task
 from envfarm.spec.config import VerifierConfig

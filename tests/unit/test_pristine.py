@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.grading.carry import Listing, plan_changes
+from envfarm.grading.cleanroom.carry import Listing, plan_changes
 from envfarm.grading.pristine import (
     Pristine,
     PristineCache,
@@ -16,7 +16,7 @@ from envfarm.grading.pristine import (
     pristine_key,
     without_solution,
 )
-from envfarm.grading.snapshot import Snapshot
+from envfarm.grading.tamper.snapshot import Snapshot
 
 ODD = "usr/share/caf\udce9"  # a name that is not UTF-8, as the listing decodes it
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from envfarm.controller.regrade import regrade_run
 from envfarm.grading.artifacts import Bundle, EpisodeRecord, write_bundle
-from envfarm.grading.tamper import Inspection
-from envfarm.grading.verdict import VerifierOutput
+from envfarm.grading.tamper.inspection import Inspection
+from envfarm.grading.verifier.verdict import VerifierOutput
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.spec.task import load_task
 

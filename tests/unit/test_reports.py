@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.grading.report_checks import check_reports, read_exit_code, read_pytest_output
-from envfarm.grading.reports import ParsedReport, parse_ctrf, parse_junit, parse_report
+from envfarm.grading.verifier.report_checks import check_reports, read_exit_code, read_pytest_output
+from envfarm.grading.verifier.reports import ParsedReport, parse_ctrf, parse_junit, parse_report
 
 SUITE = """import pytest
 

@@ -1,8 +1,8 @@
 import pytest
 
 from envfarm.errors import GradingError
-from envfarm.grading.reward import parse_reward_json, parse_reward_txt
-from envfarm.grading.script import expand_env
+from envfarm.grading.verifier.reward import parse_reward_json, parse_reward_txt
+from envfarm.grading.verifier.script import expand_env
 
 
 def test_reward_key_wins_and_every_key_is_a_component() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import TaskSpecError
-from envfarm.grading.service_artifacts import _as_copied, _excluded
+from envfarm.grading.verifier.service_artifacts import _as_copied, _excluded
 from envfarm.spec import load_task
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "service-artifacts"

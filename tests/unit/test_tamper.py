@@ -7,10 +7,10 @@ import json
 import tarfile
 from typing import Any
 
-from envfarm.grading.commands import scan_commands
-from envfarm.grading.snapshot import parse_snapshot
-from envfarm.grading.tamper import EMPTY_SHA256, inspect_snapshots
-from envfarm.grading.workspace import unified_diff
+from envfarm.grading.tamper.commands import scan_commands
+from envfarm.grading.tamper.inspection import EMPTY_SHA256, inspect_snapshots
+from envfarm.grading.tamper.snapshot import parse_snapshot
+from envfarm.grading.tamper.workspace import unified_diff
 from envfarm.models.trajectory import ToolResult, Turn
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envfarm.grading.reports import parse_report
-from envfarm.grading.swebench import grade_lists
+from envfarm.grading.verifier.reports import parse_report
+from envfarm.grading.verifier.swebench import grade_lists
 
 PYTEST = b"""============================= test session starts ==============================
 collected 6 items

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from envfarm.errors import GradingError
-from envfarm.grading.swebench import grade_lists, normalize_test_id
-from envfarm.grading.verdict import VerifierOutput, apply_flag_policy, finish_reward, score
+from envfarm.grading.verifier.swebench import grade_lists, normalize_test_id
+from envfarm.grading.verifier.verdict import VerifierOutput, apply_flag_policy, finish_reward, score
 from envfarm.models.trajectory import ReportedTest, Reward
 from envfarm.spec.config import VerifierConfig
 

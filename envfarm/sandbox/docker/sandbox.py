@@ -22,7 +22,7 @@ limits keep the helper alive when the agent's commands exceed them (``excess.py`
 The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it, as a child of
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
 For clean-room grading ``end_processes`` has the helper kill every other process, or
-``restart_clean`` kills and restarts the container (grading/inplace.py);
+``restart_clean`` kills and restarts the container (grading/cleanroom/inplace.py);
 ``fork_clean`` kills it, keeping it until teardown, and hands out a fresh one of the same
 configuration, started by ``prepare_fork`` as the agent stopped (it runs only the helper).
 Teardown removes the container and its forks at once: each removal is the engine deleting a

@@ -47,7 +47,7 @@ class DockerSandboxConfig(BaseModel):
     room, or none created ahead."""
     restart_clean_room: bool = True
     """A clean room may be this container, swept or restarted (``DockerSandbox.end_processes``,
-    ``restart_clean``, ``grading/inplace.py``); False: always a fresh container."""
+    ``restart_clean``, ``grading/cleanroom/inplace.py``); False: always a fresh container."""
     command: list[str] | None = None
     """The compose ``main`` service's ``command``; None: Harbor's idle command. The image's
     entrypoint and this command run as a supervised process (``mainprocess.py``); channel

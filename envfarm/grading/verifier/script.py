@@ -16,9 +16,9 @@ import shlex
 from collections.abc import Mapping
 
 from envfarm.grading.base import Graded, Grader
-from envfarm.grading.report_checks import EXIT_CODE_FILE
-from envfarm.grading.reports import CONVENTIONAL_REPORTS
-from envfarm.grading.verdict import (
+from envfarm.grading.verifier.report_checks import EXIT_CODE_FILE
+from envfarm.grading.verifier.reports import CONVENTIONAL_REPORTS
+from envfarm.grading.verifier.verdict import (
     REWARD_FILES,
     STDOUT_FILE,
     VerifierOutput,

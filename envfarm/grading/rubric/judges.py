@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfarm.errors import GradingError, PolicyConfigError, PolicyError
-from envfarm.grading.judge_context import Evidence, fenced, gather_evidence
-from envfarm.grading.rubric import FLAG_GATED, FLAG_UNJUDGED, combine, parse_verdict
+from envfarm.grading.rubric.judge_context import Evidence, fenced, gather_evidence
+from envfarm.grading.rubric.scoring import FLAG_GATED, FLAG_UNJUDGED, combine, parse_verdict
 from envfarm.models.trajectory import JudgeAttempt, JudgeCall, Reward, Trajectory
 from envfarm.plan.models import VerifierPlan
 from envfarm.policy.base import PolicyClient, SamplingParams

@@ -28,7 +28,7 @@ import posixpath
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from envfarm.grading.tamper import is_test_file
+from envfarm.grading.tamper.inspection import is_test_file
 
 CACHE_NAMES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 LEFT_OUT_ROOTS = (

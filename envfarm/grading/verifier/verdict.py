@@ -25,10 +25,10 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from envfarm.errors import GradingError
-from envfarm.grading.report_checks import EXIT_CODE_FILE, check_reports, read_exit_code
-from envfarm.grading.reports import CONVENTIONAL_REPORTS, ParsedReport, parse_report
-from envfarm.grading.reward import parse_reward_json, parse_reward_txt
-from envfarm.grading.swebench import grade_lists
+from envfarm.grading.verifier.report_checks import EXIT_CODE_FILE, check_reports, read_exit_code
+from envfarm.grading.verifier.reports import CONVENTIONAL_REPORTS, ParsedReport, parse_report
+from envfarm.grading.verifier.reward import parse_reward_json, parse_reward_txt
+from envfarm.grading.verifier.swebench import grade_lists
 from envfarm.models.trajectory import ReportedTest, Reward
 from envfarm.plan.models import VerifierPlan
 from envfarm.spec.config import VerifierConfig

@@ -29,7 +29,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from envfarm.errors import GradingError
-from envfarm.grading.scope import CACHE_NAMES, LEFT_OUT_GLOBS, LEFT_OUT_ROOTS, CarryScope
+from envfarm.grading.cleanroom.scope import CACHE_NAMES, LEFT_OUT_GLOBS, LEFT_OUT_ROOTS, CarryScope
 from envfarm.sandbox.base import Sandbox
 
 CTIME_MARGIN_S = 2.0

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
-from envfarm.grading.test_logs import log_parser_of, parse_test_log
+from envfarm.grading.verifier.test_logs import log_parser_of, parse_test_log
 from envfarm.models.trajectory import ReportedTest, TestStatus
 
 CONVENTIONAL_REPORTS = ("junit.xml", "ctrf.json")

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import GradingError
-from envfarm.grading.carry import WorkspaceCarry
-from envfarm.grading.collect import MISSING, CopiedPath
-from envfarm.grading.scope import CarryScope
+from envfarm.grading.cleanroom.carry import WorkspaceCarry
+from envfarm.grading.cleanroom.scope import CarryScope
+from envfarm.grading.verifier.collect import MISSING, CopiedPath
 from envfarm.sandbox.base import Sandbox
 from envfarm.spec.config import EnvironmentMode
 

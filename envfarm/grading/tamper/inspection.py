@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.grading.snapshot import Snapshot
+from envfarm.grading.tamper.snapshot import Snapshot
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 MAX_LISTED = 500

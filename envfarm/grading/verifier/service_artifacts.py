@@ -16,7 +16,7 @@ import tarfile
 from fnmatch import fnmatchcase
 
 from envfarm.errors import SandboxError
-from envfarm.grading.collect import MAX_ARTIFACT_BYTES, MISSING, CopiedPath
+from envfarm.grading.verifier.collect import MAX_ARTIFACT_BYTES, MISSING, CopiedPath
 from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import Sandbox, ServiceFiles
 from envfarm.spec.config import ArtifactSpec

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from envfarm.grading.reports import ParsedReport
+from envfarm.grading.verifier.reports import ParsedReport
 
 EXIT_CODE_FILE = "test-exit-code.txt"
 _SESSION_START = re.compile(r"^=+ test session starts =+\s*$", re.MULTILINE)

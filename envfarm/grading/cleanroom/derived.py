@@ -25,15 +25,15 @@ import io
 import tarfile
 from dataclasses import dataclass
 
-from envfarm.grading.carry import CTIME_MARGIN_S, Changes, Listing
-from envfarm.grading.scope import CarryScope
-from envfarm.grading.snapshot import (
+from envfarm.grading.cleanroom.carry import CTIME_MARGIN_S, Changes, Listing
+from envfarm.grading.cleanroom.scope import CarryScope
+from envfarm.grading.tamper.snapshot import (
     LARGE_FILE_BYTES,
     MAX_WORKSPACE_FILES,
     WORKSPACE_PRUNED,
     Snapshot,
 )
-from envfarm.grading.workspace import CHANGED_TOTAL_BYTES
+from envfarm.grading.tamper.workspace import CHANGED_TOTAL_BYTES
 
 PRUNED = frozenset(WORKSPACE_PRUNED)
 

@@ -1,7 +1,7 @@
 """The clean room in place: the verifier in the agent's own container, restarted.
 
 A clean-room verifier must see what the agent left on the file system and nothing the agent
-left running. A fresh container (``cleanroom.py``) gives it both, at the price of a second
+left running. A fresh container (``receive.py``) gives it both, at the price of a second
 container per episode (on the btrfs driver a container's removal is the engine's costliest
 work, 0.4-1.2 s of its CPU) and of carrying the changes across as an archive. Where the sandbox
 can (``InPlaceGrading``), the agent's own container grades. Its helper, the container's init,
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envfarm.errors import SandboxError, SandboxGone
-from envfarm.grading.carry import (
+from envfarm.grading.cleanroom.carry import (
     CTIME_MARGIN_S,
     Listing,
     WorkspaceCarry,
@@ -42,7 +42,7 @@ from envfarm.grading.carry import (
     parse_entries,
     plan_changes,
 )
-from envfarm.grading.scope import CarryScope
+from envfarm.grading.cleanroom.scope import CarryScope
 from envfarm.sandbox.base import InPlaceGrading
 
 NAMED_PATHS = 5
