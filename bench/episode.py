@@ -62,7 +62,7 @@ async def envfarm_episodes(
     tasks: list[Task], rounds: int, concurrency: int
 ) -> tuple[float, list[float]]:
     backend = DockerBackend()
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="bench"
         )

@@ -36,7 +36,7 @@ def in_mode(task: Task, mode: str) -> Task:
 
 
 async def episodes(tasks: list[Task]) -> list[Trajectory]:
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=DockerBackend(), policy=policy, grader=TestScriptGrader(), run_id="bench"
         )

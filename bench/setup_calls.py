@@ -98,7 +98,7 @@ async def run(task_name: str, episodes: int) -> tuple[list[dict[str, Any]], list
         )
         bare.append(time.monotonic() - start)
     out = []
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="bench-setup"
         )

@@ -142,7 +142,7 @@ def run(
     tasks = triage_rubric_tasks(tasks, judge_request, allow_unjudged, bad_inputs)
     if spec.builtin:
         console.print(
-            f"[cyan]notice:[/] the built-in [bold]{spec.target}[/] policy is driving the agent: "
+            f"[cyan]notice:[/] the built-in [bold]{spec.base_url}[/] policy is driving the agent: "
             "no model is being trained or evaluated."
         )
     out = out_dir or Path("runs") / datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -65,24 +65,12 @@ def _kubernetes(settings: Settings, choice: KubernetesChoice) -> SandboxBackend:
 
 
 def policy_spec(policy: JobPolicy) -> PolicySpec:
-    return PolicySpec.model_validate(
-        {
-            "target": policy.base_url,
-            "model": policy.model,
-            "api_key": policy.api_key,
-            "endpoints": [e.model_dump() for e in policy.endpoints],
-            "server_profile": policy.server_profile,
-            "routed_experts": policy.routed_experts,
-            "token_mode": policy.token_mode,
-            "tokenizer": policy.tokenizer,
-            "tool_parser": policy.tool_parser,
-        }
-    )
+    return PolicySpec.model_validate(dict(policy))
 
 
 def judge_spec(request: JobRequest) -> JudgeSpec | None:
     judge = request.judge
-    return JudgeSpec.model_validate(judge.model_dump()) if judge else None
+    return JudgeSpec.model_validate(dict(judge)) if judge else None
 
 
 def agent_layers(request: JobRequest, backend: SandboxBackend) -> AgentLayers | None:
@@ -122,7 +110,7 @@ async def open_runner(
             policy=policy,
             grader=grader or TestScriptGrader(),
             run_id=run_id,
-            sampling=SamplingParams(**request.sampling.model_dump()),
+            sampling=SamplingParams.model_validate(dict(request.sampling)),
             rubrics=RubricGrading(judge, allow_unjudged=request.allow_unjudged or builtin),
             artifacts_dir=artifacts_dir,
             pools=pools,

@@ -14,48 +14,29 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.grading.rubric.judges import RubricJudge
+from envfarm.models.jobs import JobPolicy, JudgeRequest
 from envfarm.policy.base import PolicyClient
 from envfarm.policy.builtin import BUILTIN_POLICIES, builtin_responder
 from envfarm.policy.endpoints import EndpointSpec, PoolSettings
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.pool import EndpointPool
-from envfarm.policy.profiles import DEFAULT_VERSION_HEADER, CaptureOptions, ServerProfile
+from envfarm.policy.profiles import DEFAULT_VERSION_HEADER, CaptureOptions
 from envfarm.policy.server import PolicyServer
 from envfarm.policy.server_api import TokenizerRenderer
-from envfarm.policy.toolparse import ToolParser
 
 
-class PolicySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PolicySpec(JobPolicy):
+    """A job's policy (``JobPolicy``) with what this process adds to serve it: the endpoint
+    pool's retries and breaker, and the header that carries the policy version."""
 
-    target: str = ""
-    """``oracle``, ``nop`` or the base URL of an OpenAI-compatible endpoint; empty when
-    ``endpoints`` lists the endpoints."""
-    model: str | None = None
-    api_key: SecretStr | None = None
-    """Sent to every endpoint that has no ``api_key`` of its own."""
-    endpoints: list[EndpointSpec] = Field(default_factory=list)
-    """Several endpoints (inference sites) with weights, served as one pool."""
     pool: PoolSettings = Field(default_factory=PoolSettings)
     """Retries, circuit breaker and pause budgets of the endpoint pool (URLs only)."""
-    server_profile: ServerProfile = "auto"
-    """Token capture dialect of the endpoint (``envfarm.policy.profiles``)."""
-    routed_experts: bool = False
-    """Ask the server for MoE routed experts (SGLang needs the request field)."""
     version_header: str | None = DEFAULT_VERSION_HEADER
     """Response header that carries the policy version; None to ignore headers."""
-    token_mode: bool = False
-    """Send prompts as token ids that extend the last prompt and completion by construction
-    (``envfarm.policy.token_session``); the endpoints must take ids (checked before the job)."""
-    tokenizer: str | None = None
-    """Token mode: a Hugging Face tokenizer (hub id or directory) that renders new messages,
-    instead of the server's own template."""
-    tool_parser: ToolParser = "auto"
-    """Token mode: how tool calls are parsed from the sampled text."""
 
     def capture(self) -> CaptureOptions:
         """Token capture options for this policy's endpoint clients."""
@@ -66,12 +47,7 @@ class PolicySpec(BaseModel):
         )
 
     @model_validator(mode="after")
-    def _one_target(self) -> PolicySpec:
-        if bool(self.target) == bool(self.endpoints):
-            raise ValueError(
-                "a policy needs either `target` (oracle, nop or an endpoint URL) or `endpoints` "
-                "(a list of {url, weight, api_key}), not both"
-            )
+    def _urls_in_a_pool(self) -> PolicySpec:
         for endpoint in self.endpoints:
             if endpoint.url in BUILTIN_POLICIES:
                 raise ValueError(
@@ -82,20 +58,20 @@ class PolicySpec(BaseModel):
 
     @property
     def label(self) -> str:
-        """``target``, or the pool's URLs joined by commas."""
-        return self.target or ", ".join(e.url for e in self.endpoints)
+        """``base_url``, or the pool's URLs joined by commas."""
+        return self.base_url or ", ".join(e.url for e in self.endpoints)
 
     @property
     def pool_endpoints(self) -> list[EndpointSpec]:
-        return self.endpoints or [EndpointSpec(url=self.target)]
+        return self.endpoints or [EndpointSpec(url=self.base_url)]
 
     @property
     def builtin(self) -> bool:
-        return self.target in BUILTIN_POLICIES
+        return self.base_url in BUILTIN_POLICIES
 
     @property
     def model_name(self) -> str:
-        return self.model or (self.target if self.builtin else "default")
+        return self.model or (self.base_url if self.builtin else "default")
 
 
 def policy_fields(values: Sequence[str]) -> dict[str, Any]:
@@ -143,10 +119,11 @@ async def open_policy(
     spec: PolicySpec, versions: PolicyVersionBoard | None = None
 ) -> AsyncIterator[ResolvedPolicy]:
     if spec.builtin:
-        async with PolicyServer(builtin_responder(spec.target), model_names=[spec.target]) as srv:
-            client = OpenAIPolicy(srv.base_url, spec.target)
+        name = spec.base_url
+        async with PolicyServer(builtin_responder(name), model_names=[name]) as srv:
+            client = OpenAIPolicy(srv.base_url, name)
             try:
-                yield ResolvedPolicy(client, spec.target, spec.target, spec.target == "oracle")
+                yield ResolvedPolicy(client, name, name, name == "oracle")
             finally:
                 await client.aclose()
         return
@@ -172,14 +149,9 @@ async def open_policy(
         await pool.aclose()
 
 
-class JudgeSpec(BaseModel):
-    """The rubric judge endpoint (``--judge``); may be another server and model than the policy."""
+class JudgeSpec(JudgeRequest):
+    """The rubric judge endpoint (``--judge``, a job's ``judge``), with how this process asks it."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str
-    model: str = "default"
-    api_key: SecretStr | None = None
     verdict_retries: int = Field(default=2, ge=0)
     """Corrective retries after a reply that is not a readable verdict."""
     concurrency: int = Field(default=16, ge=1)

@@ -32,9 +32,14 @@ class Wire(BaseModel):
 
 
 class EndpointRequest(Wire):
+    """One endpoint of a pool: the job's, and the one the pool serves (``EndpointSpec``)."""
+
     url: str = Field(min_length=1)
+    """Base URL of an OpenAI-compatible endpoint, e.g. http://host:8000/v1."""
     weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """Relative capacity: an endpoint's load is its requests in flight divided by its weight."""
     api_key: SecretStr | None = None
+    """This endpoint's key; None uses the pool's key."""
 
 
 class JobPolicy(Wire):
@@ -58,7 +63,10 @@ class JobPolicy(Wire):
     @model_validator(mode="after")
     def _one_target(self) -> JobPolicy:
         if bool(self.base_url) == bool(self.endpoints):
-            raise ValueError("give either `base_url` (oracle, nop or a URL) or `endpoints`")
+            raise ValueError(
+                "give either `base_url` (oracle, nop or an endpoint URL) or `endpoints` "
+                "(a list of {url, weight, api_key}), not both"
+            )
         return self
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import PolicyResponseError
+from envfarm.models.jobs import Sampling
 from envfarm.policy.tokens import TokenData
 
 EXCERPT_CHARS = 300
@@ -29,16 +30,11 @@ DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 1.0
 
 
-class SamplingParams(BaseModel):
-    """Sampling of a model call. ``temperature`` and ``top_p`` are always sent (1.0 when not
-    set), so no server falls back to a model's own generation config unannounced."""
+class SamplingParams(Sampling):
+    """Sampling of a model call: a job's ``Sampling`` and the agent's tool choice.
+    ``temperature`` and ``top_p`` are always sent (1.0 when not set), so no server falls back
+    to a model's own generation config unannounced."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    seed: int | None = None
     tool_choice: Literal["auto", "none", "required"] | None = None
     """Whether the model may call tools; None: not sent (the server's default, ``auto``). The
     agent sends ``none`` when it asks for a summary, keeping the tools in the prompt so that

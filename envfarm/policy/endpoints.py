@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import PolicyError
+from envfarm.models.jobs import EndpointRequest
 from envfarm.policy.base import RetryKind, RetryRecord
 from envfarm.policy.openai import OpenAIPolicy
 
@@ -27,15 +28,8 @@ log = logging.getLogger(__name__)
 BreakerState = Literal["closed", "open", "probing"]
 
 
-class EndpointSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    url: str
-    """Base URL of an OpenAI-compatible endpoint, e.g. http://host:8000/v1."""
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    """Relative capacity: an endpoint's load is its requests in flight divided by its weight."""
-    api_key: SecretStr | None = None
-    """This endpoint's key; None uses the pool's key."""
+EndpointSpec = EndpointRequest
+"""One endpoint of a pool, as a job names it (the wire model, ``envfarm.models.jobs``)."""
 
 
 class EndpointStatus(BaseModel):

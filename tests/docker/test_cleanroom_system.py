@@ -26,7 +26,7 @@ async def run_oracle(root: Path, artifacts: Path) -> Trajectory:
     task = load_task(root)
     backend = DockerBackend()
     image = await backend.prepare(sandbox_spec(task))
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

@@ -76,7 +76,7 @@ async def test_an_artifact_on_a_read_only_shared_volume_is_read_in_place(
     task = make_task(tmp_path / f"volume-artifact-{mode}", mode)
     backend = DockerBackend()
     image = await backend.prepare(sandbox_spec(task))
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

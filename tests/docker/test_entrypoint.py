@@ -81,7 +81,7 @@ async def test_a_control_plane_started_by_the_entrypoint_serves_solution_and_ver
     task = control_task(tmp_path / f"control-{mode}", mode)
     backend = DockerBackend()
     image = await backend.prepare(sandbox_spec(task))
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

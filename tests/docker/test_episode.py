@@ -245,7 +245,7 @@ async def test_oracle_gets_the_solution_and_nop_does_not(
     task = make_task(tmp_path / "oracle")
     image = await backend.prepare(sandbox_spec(task))
     for name, expected in (("oracle", 1.0), ("nop", 0.0)):
-        async with open_policy(PolicySpec(target=name)) as policy:
+        async with open_policy(PolicySpec(base_url=name)) as policy:
             runner = EpisodeRunner(
                 backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-episode"
             )

@@ -74,7 +74,7 @@ async def run_oracle(
 ) -> dict[str, float]:
     planner = Planner(backend, current().with_flags(runtime=runtime))
     image = await backend.prepare((await planner.plan(task)).sandbox)
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

@@ -29,7 +29,7 @@ async def test_the_oracle_reaches_the_sidecar_mcp_server_and_the_agent_is_told(
     task = load_task(FIXTURE)
     backend = DockerBackend()
     image = await backend.prepare(sandbox_spec(task))
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

@@ -57,7 +57,7 @@ async def test_a_child_over_the_memory_limit_is_the_agents_outcome(
     backend = DockerBackend()
     planner = Planner(backend, current().with_flags(runtime=runtime))
     image = await backend.prepare((await planner.plan(task)).sandbox)
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

@@ -110,7 +110,7 @@ def make_task(root: Path, outside: str, *, agent: str, verifier: str, sidecar: b
 async def run_oracle(task: Task) -> dict[str, float]:
     backend = DockerBackend()
     image = await backend.prepare(sandbox_spec(task))
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="test-phase-net"
         )

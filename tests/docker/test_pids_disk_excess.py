@@ -67,7 +67,7 @@ async def run_oracle(root: Path, runtime: str | None) -> Trajectory:
     backend = DockerBackend()
     planner = Planner(backend, current().with_flags(runtime=runtime))
     image = await backend.prepare((await planner.plan(task)).sandbox)
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

@@ -29,7 +29,7 @@ async def test_a_sidecars_artifacts_are_kept_and_reach_a_fresh_verifier(
     task = in_mode(load_task(FIXTURE), mode)
     backend = DockerBackend()
     image = await backend.prepare(sandbox_spec(task))
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend,
             policy=policy,

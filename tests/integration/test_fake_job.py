@@ -60,7 +60,7 @@ async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path: 
     backend = FakeBackend()
     backend.handler = grading_handler(backend.created, b"1\n")
     seen: list[list[str]] = []
-    async with open_policy(PolicySpec(target="oracle")) as policy:
+    async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
         )
@@ -110,7 +110,7 @@ async def test_every_episode_leaves_its_plan_with_its_artifacts(tmp_path: Path) 
 async def test_missing_reward_is_invalid_and_not_retried(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = FakeBackend()
-    async with open_policy(PolicySpec(target="nop")) as policy:
+    async with open_policy(PolicySpec(base_url="nop")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
         )
@@ -136,7 +136,7 @@ class BrokenBuilds(FakeBackend):
 async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_path: Path) -> None:
     task = make_task(tmp_path / "t")
     backend = BrokenBuilds()
-    async with open_policy(PolicySpec(target="nop")) as policy:
+    async with open_policy(PolicySpec(base_url="nop")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fake"
         )

@@ -47,7 +47,7 @@ def make_task(root: Path, mode: str) -> Task:
 
 
 async def run(task: Task, backend: FakeBackend) -> Trajectory:
-    async with open_policy(PolicySpec(target="nop")) as policy:
+    async with open_policy(PolicySpec(base_url="nop")) as policy:
         runner = EpisodeRunner(
             backend=backend, policy=policy, grader=TestScriptGrader(), run_id="fork"
         )

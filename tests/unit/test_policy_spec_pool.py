@@ -55,10 +55,10 @@ def test_bad_policy_values_are_named(values: list[str], message: str) -> None:
 
 
 def test_a_spec_needs_a_target_or_endpoints_but_not_both() -> None:
-    with pytest.raises(ValueError, match="either `target`"):
+    with pytest.raises(ValueError, match="either `base_url`"):
         PolicySpec.model_validate({})
     with pytest.raises(ValueError, match="not both"):
-        PolicySpec.model_validate({"target": "http://a/v1", "endpoints": [{"url": "http://b/v1"}]})
+        PolicySpec.model_validate({"base_url": "http://a/v1", "endpoints": [{"url": "http://b/v1"}]})
     with pytest.raises(ValueError, match="cannot be part of an endpoint pool"):
         PolicySpec.model_validate({"endpoints": [{"url": "nop"}]})
     with pytest.raises(ValueError, match="extra"):
@@ -97,8 +97,8 @@ async def test_endpoint_urls_resolve_to_a_pool_and_builtins_to_a_plain_client() 
             )
             assert result.endpoint in (a.base_url, b.base_url)
             assert result.tool_calls[0].name == "submit"
-        async with open_policy(PolicySpec(target=a.base_url, model="nop")) as policy:
+        async with open_policy(PolicySpec(base_url=a.base_url, model="nop")) as policy:
             assert isinstance(policy.client, EndpointPool)
             assert policy.client.urls == [a.base_url]
-    async with open_policy(PolicySpec(target="nop")) as policy:
+    async with open_policy(PolicySpec(base_url="nop")) as policy:
         assert isinstance(policy.client, OpenAIPolicy)
