@@ -58,7 +58,9 @@ def test_a_spec_needs_a_target_or_endpoints_but_not_both() -> None:
     with pytest.raises(ValueError, match="either `base_url`"):
         PolicySpec.model_validate({})
     with pytest.raises(ValueError, match="not both"):
-        PolicySpec.model_validate({"base_url": "http://a/v1", "endpoints": [{"url": "http://b/v1"}]})
+        PolicySpec.model_validate(
+            {"base_url": "http://a/v1", "endpoints": [{"url": "http://b/v1"}]}
+        )
     with pytest.raises(ValueError, match="cannot be part of an endpoint pool"):
         PolicySpec.model_validate({"endpoints": [{"url": "nop"}]})
     with pytest.raises(ValueError, match="extra"):
