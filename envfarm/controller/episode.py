@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import envfarm
 from envfarm.agent.extra_tools import ExtraTools
@@ -24,6 +23,7 @@ from envfarm.agent.loop import Agent, AgentLimits
 from envfarm.agent.mcp_tools import McpTools
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.installed_agents import AgentLayers, run_agent
+from envfarm.controller.phases import error_info, phase
 from envfarm.controller.planning import Planner, write_plan
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
@@ -31,7 +31,7 @@ from envfarm.errors import EnvfarmError, RequestRejected
 from envfarm.grading.base import Grader
 from envfarm.grading.rubric.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
-from envfarm.models.trajectory import AgentOutcome, ErrorInfo, Provenance, Reward, Trajectory
+from envfarm.models.trajectory import AgentOutcome, Provenance, Reward, Trajectory
 from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
@@ -40,7 +40,6 @@ from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.mcp import mcp_section
 from envfarm.spec.task import Task
 
-Phase = Literal["build", "provision", "agent", "grading", "teardown"]
 log = logging.getLogger(__name__)
 SOLUTION_DIR = "/solution"
 
@@ -150,14 +149,14 @@ class EpisodeRunner:
             return trajectory
         trajectory.timings.build_s = request.image.build_s
         assert self.planner is not None
-        with _phase(trajectory, "provision"):  # a task this job's runtime cannot run
+        with phase(trajectory, "provision"):  # a task this job's runtime cannot run
             plan = await self.planner.plan(request.task)
         if trajectory.error:
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
         plans.append(plan)
         if self.agent_layers is not None:
-            with _phase(trajectory, "build"):
+            with phase(trajectory, "build"):
                 request = replace(request, image=await self.agent_layers.image(request.image))
             if trajectory.error:
                 trajectory.timings.total_s = time.monotonic() - started
@@ -166,7 +165,7 @@ class EpisodeRunner:
         if self.pools is None:
             sandbox = self.backend.create(plan.sandbox, request.image, run_id=self.run_id)
         else:
-            with _phase(trajectory, "provision"):
+            with phase(trajectory, "provision"):
                 sandbox = await self.pools.acquire(plan.sandbox, request.image)
             if trajectory.error:
                 trajectory.timings.total_s = time.monotonic() - started
@@ -175,14 +174,14 @@ class EpisodeRunner:
             await self._phases(request, plan, sandbox, trajectory)
             settle_training_data(trajectory, self.policy.versions)
         except BaseException:
-            with _phase(trajectory, "teardown"):
+            with phase(trajectory, "teardown"):
                 await sandbox.stop()
             raise
         if self.background_teardown and trajectory.error is None:
             trajectory.timings.teardown_s = 0.0
             self._retire(sandbox, request.episode_id)
         else:
-            with _phase(trajectory, "teardown"):
+            with phase(trajectory, "teardown"):
                 await sandbox.stop()
         trajectory.timings.total_s = time.monotonic() - started
         return trajectory
@@ -200,7 +199,7 @@ class EpisodeRunner:
             inspect=self.tamper_checks,
             image_id=request.image.image_id if request.image else None,
         )
-        with _phase(traj, "provision"):
+        with phase(traj, "provision"):
             if self.pools is None:
                 await sandbox.start()
             if self.watcher is not None:
@@ -210,7 +209,7 @@ class EpisodeRunner:
             await grading.before_agent()
         if traj.error:
             return
-        with _phase(traj, "agent"):
+        with phase(traj, "agent"):
             if self.agent_layers is not None:
                 await self._installed(request, plan, sandbox, traj)
             else:
@@ -229,7 +228,7 @@ class EpisodeRunner:
         if self.watcher is not None:
             await self.watcher.after_agent(request, sandbox, traj)
         reclaimed = 0
-        with _phase(traj, "grading"):
+        with phase(traj, "grading"):
             reclaimed = await reclaim_processes(sandbox)  # the agent's fork bomb is its own
             # before a clean room in place restarts the container, which resets the start
             # time its changes are dated against
@@ -311,35 +310,6 @@ PROCESSES_RECLAIMED = "excess:processes_reclaimed"
 """The agent left the sandbox out of processes; what it left running was killed before
 grading (the reward is still the tests' verdict)."""
 
-_TIMING_FIELDS: dict[Phase, str] = {
-    "build": "build_s",
-    "provision": "provision_s",
-    "agent": "agent_s",
-    "grading": "grading_s",
-    "teardown": "teardown_s",
-}
-
-
-class _phase:
-    """Time a phase into ``trajectory.timings`` and turn its failure into ``trajectory.error``."""
-
-    def __init__(self, trajectory: Trajectory, name: Phase) -> None:
-        self.trajectory, self.name = trajectory, name
-
-    def __enter__(self) -> None:
-        self.started = time.monotonic()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, _: object
-    ) -> bool:
-        setattr(self.trajectory.timings, _TIMING_FIELDS[self.name], time.monotonic() - self.started)
-        if exc is None or not isinstance(exc, Exception):
-            return False
-        if self.trajectory.error is None:
-            self.trajectory.error = error_info(exc, self.name)
-            self.trajectory.reward = Reward(reason=f"{self.name} failed: {exc}")
-        return True
-
 
 def keep_partial_session(trajectory: Trajectory, agent: Agent) -> None:
     """Keep what a session produced before the server rejected its request: the turns sampled
@@ -349,21 +319,4 @@ def keep_partial_session(trajectory: Trajectory, agent: Agent) -> None:
     trajectory.segments = agent.segments
     trajectory.outcome = AgentOutcome(
         stop_reason="error", turns=len(agent.turns), malformed_tool_calls=agent.malformed
-    )
-
-
-def error_info(exc: BaseException | None, phase: Phase) -> ErrorInfo:
-    if exc is None:
-        return ErrorInfo(type="UnknownError", message="unknown failure", phase=phase)
-    infrastructure = exc.infrastructure if isinstance(exc, EnvfarmError) else True
-    retryable = exc.retryable if isinstance(exc, EnvfarmError) else False
-    message = str(exc) or type(exc).__name__
-    if not isinstance(exc, EnvfarmError):
-        message = "".join(traceback.format_exception_only(exc)).strip()
-    return ErrorInfo(
-        type=type(exc).__name__,
-        message=message,
-        phase=phase,
-        infrastructure=infrastructure,
-        retryable=retryable,
     )

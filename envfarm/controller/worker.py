@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import envfarm
 from envfarm.controller.admission import Admission
-from envfarm.controller.episode import EpisodeRequest, EpisodeRunner, error_info
+from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
+from envfarm.controller.phases import error_info
 from envfarm.controller.planning import Planner
 from envfarm.controller.record_batch import RecordBatcher
 from envfarm.controller.versions import PolicyVersionBoard
