@@ -9,8 +9,8 @@ from envfarm.spec.config import (
     TaskConfig,
     TaskInfo,
     VerifierConfig,
-    parse_task_config,
 )
+from envfarm.spec.config_read import parse_task_config
 from envfarm.spec.task import Task, content_hash, discover_tasks, load_task
 
 __all__ = [

@@ -1,8 +1,8 @@
 """Pydantic models of a Harbor ``task.toml`` (schema 1.0 to 1.4) as envfarm understands it.
 
 The models are the canonical form: strict types and unknown fields rejected, so envfarm's own
-code never reads a key it does not declare. ``read_task_config`` reads the raw TOML data as
-Harbor's parser does: it applies Harbor's backwards compatibility (root ``version`` ->
+code never reads a key it does not declare. ``spec.config_read.read_task_config`` reads the raw
+TOML data as Harbor's parser does: it applies Harbor's backwards compatibility (root ``version`` ->
 ``schema_version``, where ``schema_version`` wins; ``allow_internet``, ``memory`` and
 ``storage``), takes the keys no model declares out into a record of their own
 (``spec.tolerated``: warnings, never a refusal, as Harbor ignores them), accepts any schema
@@ -400,10 +400,3 @@ class TaskConfig(_Table):
     def verifier_network_implied(self, default: VerifierNetworkDefault | None = None) -> bool:
         """True when the verifier gets the network only from Harbor's default."""
         return self.verifier_network_set() is None and self.verifier_network(default)
-
-
-def parse_task_config(data: dict[str, Any], path: str) -> TaskConfig:
-    """``spec.config_read.read_task_config`` without the record of what was ignored."""
-    from envfarm.spec.config_read import read_task_config  # it builds on these models
-
-    return read_task_config(data, path).config

@@ -30,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import TaskSpecError
 from envfarm.settings import current
-from envfarm.spec.config import NOT_YET, parse_task_config
+from envfarm.spec.config import NOT_YET
+from envfarm.spec.config_read import parse_task_config
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 from envfarm.spec.legacy_compose import LegacyEnvironment, legacy_environment, read_yaml
 from envfarm.spec.task import LEGACY_FILE, Task, content_hash
