@@ -1,8 +1,8 @@
 """Pydantic models of a Harbor ``task.toml`` (schema 1.0 to 1.4) as envfarm understands it.
 
 The models are the canonical form: strict types and unknown fields rejected, so envfarm's own
-code never reads a key it does not declare. ``spec.config_read.read_task_config`` reads the raw
-TOML data as Harbor's parser does: it applies Harbor's backwards compatibility (root ``version`` ->
+code never reads a key it does not declare. ``spec.task_toml`` reads the raw TOML data as
+Harbor's parser does: it applies Harbor's backwards compatibility (root ``version`` ->
 ``schema_version``, where ``schema_version`` wins; ``allow_internet``, ``memory`` and
 ``storage``), takes the keys no model declares out into a record of their own
 (``spec.tolerated``: warnings, never a refusal, as Harbor ignores them), accepts any schema

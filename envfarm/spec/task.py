@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,15 +24,14 @@ from envfarm.errors import TaskSpecError
 from envfarm.spec.compose import ComposeSpec, is_idle_command
 from envfarm.spec.compose_load import compose_for_task
 from envfarm.spec.config import NOT_YET, TaskConfig
-from envfarm.spec.config_read import read_task_config
 from envfarm.spec.datasets import dataset_tasks, is_dataset_path
 from envfarm.spec.errors_fmt import Issue, spec_error
+from envfarm.spec.task_toml import read_task_config, read_toml
 
 TASK_FILE = "task.toml"
 LEGACY_FILE = "task.yaml"
 _SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
 _SKIPPED_SUFFIXES = (".pyc",)
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -77,22 +74,6 @@ class Task:
         none at all, as compose's ``entrypoint: []`` means)."""
         entrypoint = self.compose.main.entrypoint if self.compose is not None else None
         return None if entrypoint is None else list(entrypoint)
-
-
-def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[Issue]]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), []
-    except tomllib.TOMLDecodeError as exc:
-        text = str(exc)
-        found = _TOML_POSITION.search(text)
-        if found is not None:
-            where = f"at line {found.group(1)}, column {found.group(2)}"
-            text = f"{where}: {_TOML_POSITION.sub('', text)}"
-        return None, [Issue(str(path), None, f"invalid TOML {text}")]
-    except UnicodeDecodeError as exc:
-        return None, [Issue(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")]
-    except OSError as exc:
-        return None, [Issue(str(path), None, f"cannot read: {exc.strerror or exc}")]
 
 
 def _read_instruction(path: Path) -> tuple[str, list[Issue]]:
@@ -217,7 +198,7 @@ def load_task(path: Path) -> Task:
 
             return load_legacy_task(root)
         raise TaskSpecError(str(root), f"not a task directory: it has no {TASK_FILE}")
-    data, issues = _read_toml(toml_path)
+    data, issues = read_toml(toml_path)
     config, unknown, warnings = None, {}, []
     if data is not None:
         try:

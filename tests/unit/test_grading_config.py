@@ -8,7 +8,7 @@ import pytest
 
 from envfarm.errors import TaskSpecError
 from envfarm.spec.config import TaskConfig
-from envfarm.spec.config_read import parse_task_config
+from envfarm.spec.task_toml import parse_task_config
 
 
 def parse(text: str) -> TaskConfig:
