@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envfarm.spec.compose import ComposeSpec
-from envfarm.spec.config import NOT_YET, TaskConfig
+from envfarm.spec.config import TaskConfig
+from envfarm.spec.config_values import NOT_YET
 from envfarm.spec.errors_fmt import Issue
 
 TASK_FILE = "task.toml"

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import TaskSpecError
 from envfarm.settings import current
-from envfarm.spec.config import NOT_YET
+from envfarm.spec.config_values import NOT_YET
 from envfarm.spec.content_hash import content_hash
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 from envfarm.spec.layout import LEGACY_FILE

@@ -20,7 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envfarm.spec.config import NOT_YET, SUPPORTED_SCHEMA_VERSIONS, TaskConfig
+from envfarm.spec.config import SUPPORTED_SCHEMA_VERSIONS, TaskConfig
+from envfarm.spec.config_values import NOT_YET
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 from envfarm.spec.tolerated import take_misread, take_unknown, unknown_message
 
