@@ -25,13 +25,13 @@ task's own files and nothing else of the host.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from envfarm.spec.compose_fields import VolumeMount, parse_duration
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, model_at
 
 COMPOSE_FILE = "docker-compose.yaml"
@@ -40,6 +40,8 @@ OTHER_COMPOSE_NAMES = ("docker-compose.yml", "compose.yaml", "compose.yml")
 MAIN_SERVICE = "main"
 _SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash", "/usr/bin/env sh", "/usr/bin/env bash")
 _IDLE_SCRIPTS = ("sleep infinity", "tail -f /dev/null", "exec sleep infinity")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def is_idle_command(command: list[str]) -> bool:
@@ -98,6 +100,25 @@ def _env_map(value: Any) -> Any:
             )
         return {str(key): _scalar_text(item, str(key)) for key, item in value.items()}
     return value
+
+
+def parse_duration(value: Any) -> float:
+    """Compose durations: ``"5s"``, ``"1m30s"``, ``"500ms"``; plain numbers are refused."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(
+            f"expected a duration such as '5s', '1m30s' or '500ms', got {value!r} "
+            "(a bare number has no unit)"
+        )
+    text = value.strip()
+    position, total = 0, 0.0
+    for part in _DURATION_PART.finditer(text):
+        if part.start() != position:
+            break
+        total += float(part.group(1)) * _DURATION_UNITS[part.group(2)]
+        position = part.end()
+    if position != len(text) or position == 0:
+        raise ValueError(f"expected a duration such as '5s', '1m30s' or '500ms', got {value!r}")
+    return total
 
 
 def _duration(value: Any) -> float:
@@ -246,6 +267,19 @@ UNSUPPORTED_KEYS = {
     "extends": "write each service out in full",
 }
 TOP_LEVEL_KEYS = ("services", "volumes", "networks", "version", "name")
+
+
+class VolumeMount(BaseModel):
+    """One mount of a service. ``bind``: a file or directory of the task's environment/
+    (``source`` relative to it), copied into the container when it is created. ``volume``: a
+    per-episode volume, named (``source``) or anonymous (``source`` None)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["bind", "volume"]
+    source: str | None
+    target: str
+    read_only: bool = False
 
 
 class ComposeService(_Strict):

@@ -33,21 +33,19 @@ from envfarm.spec.compose import (
     ServiceBuild,
     service_issues,
 )
-from envfarm.spec.compose_fields import (
+from envfarm.spec.compose_interpolation import (
     HOST_LOGS_PLACEHOLDER,
     MAIN_IMAGE_PLACEHOLDER,
     InterpolationError,
     compose_variables,
-    find_cycle,
     interpolate_tree,
-    parse_env_file,
-    parse_volume,
-    task_relative,
 )
+from envfarm.spec.compose_paths import parse_volume, task_relative
 from envfarm.spec.config import TaskConfig
 from envfarm.spec.errors_fmt import Issue
 
 _SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+_ENV_LINE = re.compile(r"(?:export\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*=(.*)")
 
 
 @dataclass
@@ -445,3 +443,46 @@ def compose_for_task(env_dir: Path, config: TaskConfig) -> LoadedCompose:
     if issues:
         loaded.spec = None
     return loaded
+
+
+def parse_env_file(text: str) -> tuple[dict[str, str], list[int]]:
+    """``KEY=value`` lines (``#`` comments, blank lines, ``export``, quotes); the numbers of the
+    lines that are none of these."""
+    values: dict[str, str] = {}
+    bad: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _ENV_LINE.fullmatch(stripped)
+        if match is None:
+            bad.append(number)
+            continue
+        value = match.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[match.group(1)] = value
+    return values, bad
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str]:
+    """A dependency cycle as ``[a, b, ..., a]``, or [] when there is none."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str]:
+        state[name] = 1
+        stack.append(name)
+        for dependency in sorted(edges.get(name, set())):
+            if state.get(dependency) == 1:
+                return [*stack[stack.index(dependency) :], dependency]
+            if dependency not in state and (found := visit(dependency)):
+                return found
+        stack.pop()
+        state[name] = 2
+        return []
+
+    for name in sorted(edges):
+        if name not in state and (found := visit(name)):
+            return found
+    return []
