@@ -21,17 +21,10 @@ from pydantic import ValidationError
 
 from envfarm.spec.compose import (
     COMPOSE_FILE,
-    MAIN_REFUSED,
     MAIN_SERVICE,
     OTHER_COMPOSE_NAMES,
-    SERVICE_KEYS,
-    TOP_LEVEL_KEYS,
-    UNSUPPORTED_KEYS,
     ComposeService,
     ComposeSpec,
-    RawService,
-    ServiceBuild,
-    service_issues,
 )
 from envfarm.spec.compose_interpolation import (
     HOST_LOGS_PLACEHOLDER,
@@ -39,6 +32,15 @@ from envfarm.spec.compose_interpolation import (
     InterpolationError,
     compose_variables,
     interpolate_tree,
+)
+from envfarm.spec.compose_keys import (
+    MAIN_REFUSED,
+    SERVICE_KEYS,
+    TOP_LEVEL_KEYS,
+    UNSUPPORTED_KEYS,
+    RawService,
+    ServiceBuild,
+    service_issues,
 )
 from envfarm.spec.compose_paths import parse_volume, task_relative
 from envfarm.spec.config import TaskConfig
