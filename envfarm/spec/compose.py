@@ -26,7 +26,7 @@ This module holds the resolved form the rest of envfarm reads (``ComposeSpec``, 
 ``ComposeService`` values, their health checks and mounts). Elsewhere: the keys as written,
 with what is refused and why (``spec.compose_keys``); the variables a file sees
 (``spec.compose_interpolation``); its paths (``spec.compose_paths``); reading a file
-(``spec.compose_load``).
+(``spec.compose_load``) and one service of it (``spec.compose_service``).
 """
 
 from __future__ import annotations
