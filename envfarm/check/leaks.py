@@ -32,7 +32,7 @@ from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.files import upload_dir
 from envfarm.spec.findings import Finding, Severity
-from envfarm.spec.lint_leaks import (
+from envfarm.spec.hidden_files import (
     MIN_COMPARED_BYTES,
     hidden_file_hashes,
     is_test_code,

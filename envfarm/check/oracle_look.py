@@ -59,7 +59,7 @@ from envfarm.models.trajectory import Trajectory
 from envfarm.policy.builtin import ORACLE_COMMAND
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.spec.findings import Finding
-from envfarm.spec.lint_leaks import MIN_COMPARED_BYTES
+from envfarm.spec.hidden_files import MIN_COMPARED_BYTES
 from envfarm.spec.task import Task
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from envfarm.errors import EnvfarmError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.aliases import dockerfile_bases, match_alias
-from envfarm.spec.compose_fields import MAIN_IMAGE_PLACEHOLDER
+from envfarm.spec.compose_interpolation import MAIN_IMAGE_PLACEHOLDER
 
 
 class BaseResolution(BaseModel):

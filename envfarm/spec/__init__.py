@@ -9,15 +9,16 @@ from envfarm.spec.config import (
     TaskConfig,
     TaskInfo,
     VerifierConfig,
-    parse_task_config,
 )
 from envfarm.spec.task import Task, content_hash, discover_tasks, load_task
+from envfarm.spec.task_toml import ParsedConfig, parse_task_config, read_task_config
 
 __all__ = [
     "AgentConfig",
     "Author",
     "EnvironmentConfig",
     "HealthcheckConfig",
+    "ParsedConfig",
     "SolutionConfig",
     "Task",
     "TaskConfig",
@@ -27,4 +28,5 @@ __all__ = [
     "discover_tasks",
     "load_task",
     "parse_task_config",
+    "read_task_config",
 ]

@@ -9,30 +9,33 @@ omitted, and its image, when not given, comes from ``environment/Dockerfile`` or
 ``[environment].docker_image``). Its ``command``/``entrypoint`` are kept: Harbor's own idle
 ``["sh", "-c", "sleep infinity"]`` is simply the default, and any other command is the main
 process (``Task.main_command``). Every other service is a sidecar on the episode's own internal
-network, reachable by its name. Supported keys are listed in ``SERVICE_KEYS``. Keys that cannot
-change what runs inside the environment are accepted as Harbor's compose accepts them:
-``container_name`` (containers keep envfarm's names, the given name becomes one more DNS name
-of the service), ``ports`` (nothing is published on the host: a warning), ``networks`` (every
-service joins the environment's one network; network aliases are honoured; a warning when the
-file keeps services on different networks). What would (privileges, host networking, devices,
-host paths...) is refused with a ``TaskSpecError`` naming the file, the service and the key,
-because a silently ignored key would run a different environment than its author wrote.
+network, reachable by its name. Supported keys are listed in ``compose_keys.SERVICE_KEYS``. Keys
+that cannot change what runs inside the environment are accepted as Harbor's compose accepts
+them: ``container_name`` (containers keep envfarm's names, the given name becomes one more DNS
+name of the service), ``ports`` (nothing is published on the host: a warning), ``networks``
+(every service joins the environment's one network; network aliases are honoured; a warning when
+the file keeps services on different networks). What would (privileges, host networking,
+devices, host paths...) is refused with a ``TaskSpecError`` naming the file, the service and the
+key, because a silently ignored key would run a different environment than its author wrote.
 ``x-*`` extension keys are ignored.
 
 Paths (build contexts, bind mounts) must stay inside ``environment/``: an episode sees the
 task's own files and nothing else of the host.
+
+This module holds the resolved form the rest of envfarm reads (``ComposeSpec``, its
+``ComposeService`` values, their health checks and mounts). Elsewhere: the keys as written,
+with what is refused and why (``spec.compose_keys``); the variables a file sees
+(``spec.compose_interpolation``); its paths (``spec.compose_paths``); reading a file
+(``spec.compose_load``) and one service of it (``spec.compose_service``).
 """
 
 from __future__ import annotations
 
-import shlex
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
-
-from envfarm.spec.compose_fields import VolumeMount, parse_duration
-from envfarm.spec.errors_fmt import Issue, issues_from_validation, model_at
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 COMPOSE_FILE = "docker-compose.yaml"
 OTHER_COMPOSE_NAMES = ("docker-compose.yml", "compose.yaml", "compose.yml")
@@ -40,6 +43,8 @@ OTHER_COMPOSE_NAMES = ("docker-compose.yml", "compose.yaml", "compose.yml")
 MAIN_SERVICE = "main"
 _SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash", "/usr/bin/env sh", "/usr/bin/env bash")
 _IDLE_SCRIPTS = ("sleep infinity", "tail -f /dev/null", "exec sleep infinity")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def is_idle_command(command: list[str]) -> bool:
@@ -57,17 +62,8 @@ def is_idle_command(command: list[str]) -> bool:
 Condition = Literal["service_started", "service_healthy"]
 
 
-def _argv(value: Any) -> Any:
-    """Compose splits a string command like a shell would (without running one)."""
-    if isinstance(value, str):
-        try:
-            return shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot split {value!r} into arguments: {exc}") from None
-    return value
-
-
-def _scalar_text(value: Any, what: str) -> str:
+def scalar_text(value: Any, what: str) -> str:
+    """A YAML scalar as the text compose reads (``true`` for a boolean); ``what`` names it."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float | str):
@@ -75,29 +71,23 @@ def _scalar_text(value: Any, what: str) -> str:
     raise ValueError(f"{what}: expected a string or number, got {value!r}")
 
 
-def _env_map(value: Any) -> Any:
-    """``KEY: value`` or ``- KEY=value``; a key without a value would read the host's
-    environment in compose, which envfarm never does."""
-    if isinstance(value, list):
-        pairs = {}
-        for item in value:
-            if not isinstance(item, str) or "=" not in item:
-                raise ValueError(
-                    f"{item!r} has no value; write KEY=value (envfarm never passes the "
-                    "host's environment into a container)"
-                )
-            key, _, text = item.partition("=")
-            pairs[key] = text
-        return pairs
-    if isinstance(value, dict):
-        missing = [key for key, item in value.items() if item is None]
-        if missing:
-            raise ValueError(
-                f"{', '.join(map(str, missing))} has no value; give one (envfarm never passes "
-                "the host's environment into a container)"
-            )
-        return {str(key): _scalar_text(item, str(key)) for key, item in value.items()}
-    return value
+def parse_duration(value: Any) -> float:
+    """Compose durations: ``"5s"``, ``"1m30s"``, ``"500ms"``; plain numbers are refused."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(
+            f"expected a duration such as '5s', '1m30s' or '500ms', got {value!r} "
+            "(a bare number has no unit)"
+        )
+    text = value.strip()
+    position, total = 0, 0.0
+    for part in _DURATION_PART.finditer(text):
+        if part.start() != position:
+            break
+        total += float(part.group(1)) * _DURATION_UNITS[part.group(2)]
+        position = part.end()
+    if position != len(text) or position == 0:
+        raise ValueError(f"expected a duration such as '5s', '1m30s' or '500ms', got {value!r}")
+    return total
 
 
 def _duration(value: Any) -> float:
@@ -107,20 +97,20 @@ def _duration(value: Any) -> float:
 def _words(value: Any) -> Any:
     """YAML reads ``[CMD, true]`` as a boolean; compose means the word."""
     if isinstance(value, list):
-        return [_scalar_text(item, "test") if not isinstance(item, str) else item for item in value]
+        return [scalar_text(item, "test") if not isinstance(item, str) else item for item in value]
     return value
 
 
-Argv = Annotated[list[str], BeforeValidator(_argv)]
-EnvMap = Annotated[dict[str, str], BeforeValidator(_env_map)]
 Duration = Annotated[float, BeforeValidator(_duration)]
 
 
-class _Strict(BaseModel):
+class ComposeModel(BaseModel):
+    """A mapping of the compose file: a key the model does not declare is refused."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class ServiceHealthcheck(_Strict):
+class ServiceHealthcheck(ComposeModel):
     """Compose ``healthcheck``. ``test`` is kept as compose writes it: ``["CMD", ...]``,
     ``["CMD-SHELL", "..."]`` or a string (run by ``/bin/sh -c``)."""
 
@@ -148,107 +138,20 @@ class ServiceHealthcheck(_Strict):
         )
 
 
-class ServiceBuild(_Strict):
-    context: str = "."
-    dockerfile: str = "Dockerfile"
-    args: EnvMap = Field(default_factory=dict)
-    target: str | None = None
-    """The stage of a multi-stage Dockerfile to build (``docker build --target``)."""
+class VolumeMount(BaseModel):
+    """One mount of a service. ``bind``: a file or directory of the task's environment/
+    (``source`` relative to it), copied into the container when it is created. ``volume``: a
+    per-episode volume, named (``source``) or anonymous (``source`` None)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["bind", "volume"]
+    source: str | None
+    target: str
+    read_only: bool = False
 
 
-def _refuse_completed(value: Any) -> Any:
-    if value == "service_completed_successfully":
-        raise ValueError(
-            "condition service_completed_successfully (one-shot jobs) is not supported; use "
-            "service_started or service_healthy, and run one-shot setup in the Dockerfile"
-        )
-    return value
-
-
-class DependsOn(_Strict):
-    condition: Annotated[Condition, BeforeValidator(_refuse_completed)] = "service_started"
-    required: bool = True
-    """False: the dependency may be missing from the file (then it is ignored)."""
-    restart: bool = False
-    """Accepted and ignored: services are never restarted during an episode."""
-
-
-def _depends_map(value: Any) -> Any:
-    if isinstance(value, list):
-        return {str(name): {} for name in value}
-    return value
-
-
-class RawService(_Strict):
-    """A service as written in the file (after interpolation), before paths are resolved."""
-
-    image: Annotated[str, Field(min_length=1)] | None = None
-    build: str | ServiceBuild | None = None
-    environment: EnvMap = Field(default_factory=dict)
-    env_file: str | list[str] = Field(default_factory=list)
-    command: Argv | None = None
-    entrypoint: Argv | None = None
-    healthcheck: ServiceHealthcheck | None = None
-    depends_on: Annotated[dict[str, DependsOn], BeforeValidator(_depends_map)] = Field(
-        default_factory=dict
-    )
-    volumes: list[Any] = Field(default_factory=list)
-    working_dir: str | None = None
-    user: Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)] | None = (
-        None
-    )
-    expose: list[int | str] = Field(default_factory=list)
-    restart: Literal["no", "always", "on-failure", "unless-stopped"] = "no"
-    labels: EnvMap = Field(default_factory=dict)
-    init: bool | None = None
-    tty: bool = False
-    stdin_open: bool = False
-    pull_policy: str | None = None
-    """Accepted and ignored: nothing is ever pulled."""
-    deploy: dict[str, Any] | None = None
-    """Accepted: Harbor passes the task's limits as ``resources.limits``; anything else in it
-    is ignored with a warning (limits come from task.toml, sidecars get envfarm's)."""
-    container_name: Annotated[str, Field(min_length=1)] | None = None
-    """Accepted: one more DNS name of the service; the container keeps envfarm's name."""
-    ports: list[Any] = Field(default_factory=list)
-    """Accepted with a warning: nothing is published on the host."""
-    networks: list[str] | dict[str, Any] = Field(default_factory=list)
-    """Accepted: every service joins the environment's one network; aliases are honoured."""
-
-
-SERVICE_KEYS = tuple(RawService.model_fields)
-MAIN_REFUSED = {
-    "user": "set [agent].user and [verifier].user in task.toml instead",
-    "restart": "envfarm manages the main container's lifecycle; remove it",
-}
-UNSUPPORTED_KEYS = {
-    "privileged": "services run unprivileged",
-    "cap_add": "services get the fixed capability set documented in docs/services.md",
-    "cap_drop": "services get the fixed capability set documented in docs/services.md",
-    "security_opt": "services run with envfarm's security options",
-    "network_mode": "every service joins the environment's own internal network",
-    "devices": "host devices are never passed to a sandbox",
-    "pid": "host namespaces are never shared with a sandbox",
-    "ipc": "host namespaces are never shared with a sandbox",
-    "userns_mode": "host namespaces are never shared with a sandbox",
-    "uts": "host namespaces are never shared with a sandbox",
-    "cgroup": "host namespaces are never shared with a sandbox",
-    "sysctls": "kernel parameters cannot be changed by a task",
-    "hostname": "a service's host name is its service name",
-    "extra_hosts": "services resolve each other by service name only",
-    "dns": "services use the environment network's own resolver",
-    "links": "every service is reachable by its name without links",
-    "external_links": "containers outside the environment are never reachable",
-    "volumes_from": "share data through a named volume declared at the top level",
-    "secrets": "use environment variables or files of the task",
-    "configs": "use files of the task mounted from environment/",
-    "runtime": "the runtime is chosen by envfarm",
-    "extends": "write each service out in full",
-}
-TOP_LEVEL_KEYS = ("services", "volumes", "networks", "version", "name")
-
-
-class ComposeService(_Strict):
+class ComposeService(ComposeModel):
     """A resolved service: paths checked and relative to ``environment/``."""
 
     name: str
@@ -279,7 +182,7 @@ class ComposeService(_Strict):
         return self.healthcheck.argv() if self.healthcheck is not None else None
 
 
-class ComposeSpec(_Strict):
+class ComposeSpec(ComposeModel):
     path: Path
     """The compose file."""
     services: dict[str, ComposeService]
@@ -310,20 +213,3 @@ class ComposeSpec(_Strict):
         for name in sorted(self.services):
             place(name)
         return order
-
-
-def service_issues(exc: ValidationError, path: str, service: str) -> list[Issue]:
-    """Pydantic errors of one service as Issues; an unknown nested key lists what is allowed."""
-    issues = []
-    for issue, error in zip(
-        issues_from_validation(exc, path, RawService, ("services", service)),
-        exc.errors(include_url=False),
-        strict=True,
-    ):
-        message = issue.message
-        if error["type"] == "extra_forbidden":
-            model = model_at(RawService, error["loc"][:-1])
-            allowed = ", ".join(model.model_fields) if model is not None else "none"
-            message = f"not supported; supported keys here: {allowed}"
-        issues.append(Issue(issue.path, issue.field, message))
-    return issues

@@ -13,7 +13,7 @@ import datetime as dt
 import types
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -29,6 +29,21 @@ class Issue:
     path: str
     field: str | None
     message: str
+
+
+@dataclass
+class FileIssues:
+    """What reading one file found: its problems (refusals) and its warnings, each an ``Issue``."""
+
+    path: str
+    issues: list[Issue] = field(default_factory=list)
+    warnings: list[Issue] = field(default_factory=list)
+
+    def problem(self, where: str | None, message: str) -> None:
+        self.issues.append(Issue(self.path, where, message))
+
+    def warn(self, where: str | None, message: str) -> None:
+        self.warnings.append(Issue(self.path, where, message))
 
 
 _EXPECTED = {

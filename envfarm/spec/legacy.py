@@ -30,10 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import TaskSpecError
 from envfarm.settings import current
-from envfarm.spec.config import NOT_YET, parse_task_config
+from envfarm.spec.config_values import NOT_YET
+from envfarm.spec.content_hash import content_hash
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
+from envfarm.spec.layout import LEGACY_FILE
 from envfarm.spec.legacy_compose import LegacyEnvironment, legacy_environment, read_yaml
-from envfarm.spec.task import LEGACY_FILE, Task, content_hash
+from envfarm.spec.loaded_task import Task
+from envfarm.spec.task_toml import parse_task_config
 
 RUN_TESTS = "run-tests.sh"
 SOLUTION_SH = "solution.sh"

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.spec.config import NOT_YET
+from envfarm.spec.config_values import NOT_YET
 from envfarm.spec.errors_fmt import Issue
 
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")

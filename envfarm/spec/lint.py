@@ -5,7 +5,7 @@ a readable task unsound or gameable:
 
 * ``test-script``: ``tests/test.sh`` is run as ``bash /tests/test.sh``, so it must be bash (no
   foreign shebang, no CRLF line ends, no NUL bytes) and pass ``bash -n``.
-* ``tests-in-image`` (in ``spec.lint_leaks``): a Dockerfile ``COPY``/``ADD`` whose source
+* ``tests-in-image`` (in ``spec.tests_in_image``): a Dockerfile ``COPY``/``ADD`` whose source
   reaches the tests or the solution, or a build-context file identical to hidden test logic
   or to the solve script: the agent would find the grader or the answer in its image.
 * ``network``: the task asks for public network access (a warning), and ``test.sh`` looks like it
@@ -29,17 +29,19 @@ from pathlib import Path
 
 from envfarm.spec.errors_fmt import issue_text
 from envfarm.spec.findings import Finding, Severity, error, info, warning
-from envfarm.spec.lint_leaks import (
+from envfarm.spec.hidden_files import (
     MIN_COMPARED_BYTES,
-    dockerfile_copy_sources,
     hidden_file_hashes,
     hidden_paths,
     is_test_code,
-    lint_build_context,
-    lint_dockerfile_copies,
 )
 from envfarm.spec.network import VERIFIER_NETWORK_ENV
 from envfarm.spec.task import Task
+from envfarm.spec.tests_in_image import (
+    dockerfile_copy_sources,
+    lint_build_context,
+    lint_dockerfile_copies,
+)
 
 __all__ = [
     "MIN_COMPARED_BYTES",

@@ -5,203 +5,28 @@ read by ``spec.legacy``); discovery never looks inside a task for more tasks. Ev
 of one task (its ``task.toml`` and its files) is reported in a single ``TaskSpecError``, and
 discovery keeps going past bad tasks, so a run can start the good ones and report the rest.
 
-``content_hash`` identifies exactly what was loaded: sha256 over the sorted relative paths of
-every file, each with its exec bit and the sha256 of its bytes (a symlink hashes its target
-text). ``__pycache__``, ``.git`` and ``*.pyc`` are skipped, as they change without the task
-changing.
+The loaded value is ``spec.loaded_task.Task`` (importable from here, as ever); the files a
+directory must hold are checked by ``spec.layout`` and what was loaded is identified by
+``spec.content_hash``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-import tomllib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from envfarm.errors import TaskSpecError
-from envfarm.spec.compose import ComposeSpec, is_idle_command
 from envfarm.spec.compose_load import compose_for_task
-from envfarm.spec.config import NOT_YET, TaskConfig
-from envfarm.spec.config_read import read_task_config
+from envfarm.spec.content_hash import content_hash
 from envfarm.spec.datasets import dataset_tasks, is_dataset_path
 from envfarm.spec.errors_fmt import Issue, spec_error
+from envfarm.spec.layout import LEGACY_FILE, TASK_FILE, check_layout, read_instruction
+from envfarm.spec.legacy import load_legacy_task
+from envfarm.spec.loaded_task import Task
+from envfarm.spec.task_toml import read_task_config, read_toml
 
-TASK_FILE = "task.toml"
-LEGACY_FILE = "task.yaml"
-_SKIPPED_DIRS = frozenset({"__pycache__", ".git"})
-_SKIPPED_SUFFIXES = (".pyc",)
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    """``[task].name`` when set, else the directory name."""
-    root: Path
-    config: TaskConfig
-    instruction: str
-    environment_dir: Path
-    dockerfile: Path | None
-    """The main image's Dockerfile: ``environment/Dockerfile``, or the one the compose file's
-    ``main`` service builds; None when the main image is a named one (``docker_image``, or
-    ``image:`` of the ``main`` service)."""
-    tests_dir: Path
-    solution_dir: Path | None
-    """``solution/`` when ``solution/solve.sh`` exists."""
-    content_hash: str
-    compose: ComposeSpec | None = None
-    """``environment/docker-compose.yaml`` (main container plus sidecars), when present."""
-    unknown: dict[str, Any] = field(default_factory=dict)
-    """Keys of ``task.toml`` no model declares (dotted key -> value): ignored, as Harbor does,
-    and each one is among ``warnings``."""
-    warnings: tuple[Issue, ...] = ()
-    """What loading tolerated (unknown keys, an unknown schema, compose keys that have no
-    effect here...): printed by ``envfarm run``, lint findings of ``envfarm check``."""
-
-    @property
-    def main_command(self) -> list[str] | None:
-        """The compose ``command`` of ``main`` when it is not an idle one (Harbor's own is
-        ``["sh", "-c", "sleep infinity"]``): the main container's process, run after the
-        entrypoint as Docker would (``main_entrypoint``, else the image's ``ENTRYPOINT``).
-        None: nothing of the task's own; the container idles as under Harbor."""
-        command = self.compose.main.command if self.compose is not None else None
-        return None if command is None or is_idle_command(command) else list(command)
-
-    @property
-    def main_entrypoint(self) -> list[str] | None:
-        """The compose ``entrypoint`` of ``main`` (None: the image's ``ENTRYPOINT``; ``[]``:
-        none at all, as compose's ``entrypoint: []`` means)."""
-        entrypoint = self.compose.main.entrypoint if self.compose is not None else None
-        return None if entrypoint is None else list(entrypoint)
-
-
-def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[Issue]]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), []
-    except tomllib.TOMLDecodeError as exc:
-        text = str(exc)
-        found = _TOML_POSITION.search(text)
-        if found is not None:
-            where = f"at line {found.group(1)}, column {found.group(2)}"
-            text = f"{where}: {_TOML_POSITION.sub('', text)}"
-        return None, [Issue(str(path), None, f"invalid TOML {text}")]
-    except UnicodeDecodeError as exc:
-        return None, [Issue(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")]
-    except OSError as exc:
-        return None, [Issue(str(path), None, f"cannot read: {exc.strerror or exc}")]
-
-
-def _read_instruction(path: Path) -> tuple[str, list[Issue]]:
-    where = str(path)
-    if not path.is_file():
-        return "", [Issue(where, None, "missing: instruction.md holds the prompt for the agent")]
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        return "", [Issue(where, None, "not UTF-8 text")]
-    except OSError as exc:
-        return "", [Issue(where, None, f"cannot read: {exc.strerror or exc}")]
-    if not text.strip():
-        return "", [Issue(where, None, "is empty: it must hold the prompt for the agent")]
-    return text, []
-
-
-def _check_layout(
-    root: Path, config: TaskConfig | None, compose: ComposeSpec | None
-) -> list[Issue]:
-    issues: list[Issue] = []
-
-    def problem(path: Path, message: str) -> None:
-        issues.append(Issue(str(path), None, message))
-
-    env_dir, tests, solution = root / "environment", root / "tests", root / "solution"
-    names_main_image = compose is not None and (
-        compose.main.image is not None or compose.main.build_context is not None
-    )
-    needs_dockerfile = (
-        config is not None and config.environment.docker_image is None and not names_main_image
-    )
-    if needs_dockerfile and not (env_dir / "Dockerfile").is_file():
-        problem(
-            env_dir / "Dockerfile",
-            "missing: the task image is built from environment/Dockerfile (or set "
-            "[environment].docker_image to a prebuilt image)",
-        )
-    if (tests / "test.bat").is_file() and not (tests / "test.sh").is_file():
-        problem(tests / "test.bat", f"Windows tests (test.bat) are {NOT_YET}; write tests/test.sh")
-    elif not (tests / "test.sh").is_file():
-        problem(
-            tests / "test.sh",
-            "missing: tests/test.sh grades the episode by writing /logs/verifier/reward.json "
-            "or /logs/verifier/reward.txt",
-        )
-    if (solution / "solve.bat").is_file() and not (solution / "solve.sh").is_file():
-        problem(
-            solution / "solve.bat",
-            f"Windows solutions (solve.bat) are {NOT_YET}; write solution/solve.sh",
-        )
-    compose_unread = compose is None and (env_dir / "docker-compose.yaml").is_file()
-    if config is not None and not compose_unread:  # an unreadable one has its own error
-        issues += _artifact_services(root / TASK_FILE, config, compose)
-    if (root / "trajectory.json").is_file():
-        problem(
-            root / "trajectory.json",
-            f"seeding the agent with a prior trajectory is {NOT_YET}; remove trajectory.json",
-        )
-    return issues
-
-
-def _artifact_services(toml: Path, config: TaskConfig, compose: ComposeSpec | None) -> list[Issue]:
-    """Every ``artifacts[].service`` must be a service of the compose file."""
-    issues = []
-    known = sorted(compose.sidecars) if compose is not None else []
-    for index, spec in enumerate(config.artifacts):
-        if spec.sidecar is None or spec.sidecar in known:
-            continue
-        where = f"artifacts[{index}].service"
-        if compose is None:
-            message = (
-                f"{spec.sidecar!r} names a service, but the task has no "
-                "environment/docker-compose.yaml (leave service out for the main container)"
-            )
-        else:
-            message = (
-                f"{spec.sidecar!r} is not a service of environment/docker-compose.yaml; "
-                f"its services: {', '.join(['main', *known])}"
-            )
-        issues.append(Issue(str(toml), where, message))
-    return issues
-
-
-def _hashed_files(root: Path) -> Iterator[str]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIPPED_DIRS]
-        linked_dirs = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-        for name in [*filenames, *linked_dirs]:
-            if not name.endswith(_SKIPPED_SUFFIXES):
-                yield os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
-
-
-def content_hash(root: Path) -> str:
-    """sha256 hex of the task's files; raises TaskSpecError when one cannot be read."""
-    digest = hashlib.sha256()
-    for relative in sorted(_hashed_files(root)):
-        path = root / relative
-        try:
-            if path.is_symlink():
-                kind, data = "l", hashlib.sha256(os.readlink(path).encode()).hexdigest()
-            else:
-                with path.open("rb") as handle:
-                    data = hashlib.file_digest(handle, "sha256").hexdigest()
-                kind = "x" if path.stat().st_mode & 0o111 else "-"
-        except OSError as exc:
-            raise TaskSpecError(str(path), f"cannot read: {exc.strerror or exc}") from exc
-        digest.update(f"{kind} {data} {relative}\0".encode())
-    return digest.hexdigest()
+__all__ = ["LEGACY_FILE", "TASK_FILE", "Task", "content_hash", "discover_tasks", "load_task"]
 
 
 def load_task(path: Path) -> Task:
@@ -213,11 +38,9 @@ def load_task(path: Path) -> Task:
     toml_path = root / TASK_FILE
     if not toml_path.is_file():
         if (root / LEGACY_FILE).is_file():
-            from envfarm.spec.legacy import load_legacy_task  # it builds on this module
-
             return load_legacy_task(root)
         raise TaskSpecError(str(root), f"not a task directory: it has no {TASK_FILE}")
-    data, issues = _read_toml(toml_path)
+    data, issues = read_toml(toml_path)
     config, unknown, warnings = None, {}, []
     if data is not None:
         try:
@@ -226,13 +49,13 @@ def load_task(path: Path) -> Task:
             issues.append(Issue(exc.path, exc.field, exc.detail))
         else:
             config, unknown, warnings = parsed.config, parsed.unknown, parsed.warnings
-    instruction, instruction_issues = _read_instruction(root / "instruction.md")
+    instruction, instruction_issues = read_instruction(root / "instruction.md")
     loaded = compose_for_task(root / "environment", config) if config is not None else None
     compose = loaded.spec if loaded is not None else None
     if loaded is not None:
         issues += loaded.issues
         warnings += loaded.warnings
-    issues += instruction_issues + _check_layout(root, config, compose)
+    issues += instruction_issues + check_layout(root, config, compose)
     if issues or config is None:
         raise spec_error(issues)
     resolved = root.resolve()

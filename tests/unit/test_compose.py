@@ -9,7 +9,8 @@ import pytest
 
 from envfarm.errors import TaskSpecError
 from envfarm.spec import load_task
-from envfarm.spec.compose_fields import VolumeMount, interpolate, parse_duration
+from envfarm.spec.compose import VolumeMount, parse_duration
+from envfarm.spec.compose_interpolation import interpolate
 
 FULL = """
 version: "3.8"

@@ -25,9 +25,8 @@ from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer
 from envfarm.policy.base import Completion
 from envfarm.policy.tokens import TokenData
 from envfarm.sandbox.base import ExecResult
-from envfarm.spec.config import parse_task_config
-from envfarm.spec.config_read import read_task_config
 from envfarm.spec.task import load_task
+from envfarm.spec.task_toml import parse_task_config, read_task_config
 from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.fake_vllm import FakeVLLM
 from tests.plans import sandbox_spec

@@ -7,7 +7,8 @@ import tomllib
 import pytest
 
 from envfarm.errors import TaskSpecError
-from envfarm.spec.config import TaskConfig, parse_task_config
+from envfarm.spec.config import TaskConfig
+from envfarm.spec.task_toml import parse_task_config
 
 
 def parse(text: str) -> TaskConfig:

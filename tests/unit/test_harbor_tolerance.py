@@ -13,8 +13,8 @@ import pytest
 
 from envfarm.errors import TaskSpecError
 from envfarm.spec import load_task
-from envfarm.spec.config_read import ParsedConfig, read_task_config
 from envfarm.spec.lint import lint_task
+from envfarm.spec.task_toml import ParsedConfig, read_task_config
 
 
 def read(toml: str) -> ParsedConfig:

@@ -27,8 +27,9 @@ from envfarm.models.trajectory import (
 )
 from envfarm.policy import OpenAIPolicy, PolicyServer, Reply
 from envfarm.policy.server import Responder
-from envfarm.spec.config import RubricItem, RubricScoring, parse_task_config
+from envfarm.spec.config import RubricItem, RubricScoring
 from envfarm.spec.task import Task, load_task
+from envfarm.spec.task_toml import parse_task_config
 from envfarm.testing.judges import ScriptedJudge
 from tests.plans import verifier_plan
 

@@ -13,8 +13,8 @@ import pytest
 from envfarm.agent.specs import AgentSpec, builtin_specs, parse_spec
 from envfarm.errors import TaskSpecError
 from envfarm.spec.config import TaskConfig
-from envfarm.spec.config_read import parse_task_config, read_task_config
 from envfarm.spec.mcp import McpServer, mcp_section
+from envfarm.spec.task_toml import parse_task_config, read_task_config
 
 FEATURE_ENGINEERING = """
 [[environment.mcp_servers]]

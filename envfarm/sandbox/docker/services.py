@@ -35,8 +35,7 @@ from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
 from envfarm.sandbox.files import add_as_root
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB, SIDECAR_PIDS
 from envfarm.sandbox.health import windowed
-from envfarm.spec.compose import MAIN_SERVICE, ComposeService
-from envfarm.spec.compose_fields import VolumeMount
+from envfarm.spec.compose import MAIN_SERVICE, ComposeService, VolumeMount
 
 LABEL_ENVIRONMENT = "io.envfarm.environment"
 LABEL_SERVICE = "io.envfarm.service"

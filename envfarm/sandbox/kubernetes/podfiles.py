@@ -23,8 +23,7 @@ from typing import Any
 from envfarm.errors import TaskSpecError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.files import add_as_root
-from envfarm.spec.compose import ComposeService
-from envfarm.spec.compose_fields import VolumeMount
+from envfarm.spec.compose import ComposeService, VolumeMount
 
 BINDS_VOLUME = "envfarm-binds"
 BINDS_DIR = "/envfarm-binds"

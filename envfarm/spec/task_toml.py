@@ -1,22 +1,27 @@
-"""Read a parsed ``task.toml`` as Harbor's parser does, into the models of ``spec.config``.
+"""Reading a task's ``task.toml``: its text as TOML, then its tables as Harbor's parser reads them.
 
-Order: refuse the Harbor features envfarm cannot honour yet (unless their value is empty),
-translate Harbor's deprecated fields (root ``version`` -> ``schema_version``, where
-``schema_version`` wins as in Harbor; ``allow_internet``, ``memory``, ``storage``), take what no
-model declares out into the ``unknown`` record (``spec.tolerated``), warn about a schema string
-envfarm does not know, then validate. Every refusal of a file comes in one ``TaskSpecError``.
+``read_toml`` turns the file into data (a TOML error names its line and column);
+``read_task_config`` validates that data into the models of ``spec.config``. Order: refuse the
+Harbor features envfarm cannot honour yet (unless their value is empty), translate Harbor's
+deprecated fields (root ``version`` -> ``schema_version``, where ``schema_version`` wins as in
+Harbor; ``allow_internet``, ``memory``, ``storage``), take what no model declares out into the
+``unknown`` record (``spec.tolerated``), warn about a schema string envfarm does not know, then
+validate. Every refusal of a file comes in one ``TaskSpecError``.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from envfarm.spec.config import NOT_YET, SUPPORTED_SCHEMA_VERSIONS, TaskConfig
+from envfarm.spec.config import SUPPORTED_SCHEMA_VERSIONS, TaskConfig
+from envfarm.spec.config_values import NOT_YET
 from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, toml_type
 from envfarm.spec.tolerated import take_misread, take_unknown, unknown_message
 
@@ -31,6 +36,24 @@ _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
 }
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)
 _MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+
+
+def read_toml(path: Path) -> tuple[dict[str, Any] | None, list[Issue]]:
+    """The TOML data of ``path``, or None and the reason it cannot be read."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")), []
+    except tomllib.TOMLDecodeError as exc:
+        text = str(exc)
+        found = _TOML_POSITION.search(text)
+        if found is not None:
+            where = f"at line {found.group(1)}, column {found.group(2)}"
+            text = f"{where}: {_TOML_POSITION.sub('', text)}"
+        return None, [Issue(str(path), None, f"invalid TOML {text}")]
+    except UnicodeDecodeError as exc:
+        return None, [Issue(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})")]
+    except OSError as exc:
+        return None, [Issue(str(path), None, f"cannot read: {exc.strerror or exc}")]
 
 
 @dataclass
