@@ -7,7 +7,7 @@ copy; other hidden files (fixtures, reference copies of the starting code, helpe
 copies unchanged) may be in the image by design. Files under ``MIN_COMPARED_BYTES`` are not
 compared: tiny files (an empty ``__init__.py``) match by chance. Both looks for leaks use this:
 the static one of ``envfarm check`` (``spec.tests_in_image``) and the one inside a built image
-(``envfarm/controller/leaks.py``).
+(``envfarm/check/leaks.py``).
 """
 
 from __future__ import annotations
