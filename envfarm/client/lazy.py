@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from envfarm.models.jobs import GroupMeta
-from envfarm.models.samples import whole_prompts
+from envfarm.models.token_layout import whole_prompts
 
 try:
     import orjson
