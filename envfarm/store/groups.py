@@ -26,9 +26,9 @@ from envfarm.store.schema import (
     groups,
     jobs,
     packed_trajectories,
-    policy_versions,
     trajectories,
 )
+from envfarm.store.versions import version_seqs
 
 Finalize = Callable[[list[Trajectory], bool], None]
 """Called once per completed group with its final trajectories and the job's leave-one-out."""
@@ -96,13 +96,6 @@ def add_groups(
         conn.execute(insert(groups), group_rows)
         conn.execute(insert(episodes), episode_rows)
     return [str(row["id"]) for row in group_rows]
-
-
-def version_seqs(conn: Connection) -> tuple[dict[str, int], int | None]:
-    rows = conn.execute(select(policy_versions)).all()
-    seqs = {row.version: row.seq for row in rows}
-    current = max(rows, key=lambda r: r.published_at).seq if rows else None
-    return seqs, current
 
 
 _FINISHED_TRAJECTORY = (
@@ -257,16 +250,6 @@ def fail_task(conn: Connection, job_id: str, task_hash: str, message: str) -> bo
         .values(state="done", lease_owner=None, lease_expires=None)
     )
     return finish_job_if_done(conn, job_id)
-
-
-def mark_running(conn: Connection, job_ids: Collection[str]) -> None:
-    """Jobs that had an episode leased are ``running`` (kept out of ``lease``'s transaction,
-    which would otherwise take the job row's lock before a group's)."""
-    conn.execute(
-        update(jobs)
-        .where(jobs.c.id.in_(list(job_ids)), jobs.c.status == "queued")
-        .values(status="running", updated_at=time.time())
-    )
 
 
 def job_task_hashes(conn: Connection, statuses: Collection[str]) -> dict[str, set[TaskKey]]:

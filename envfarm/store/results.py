@@ -29,6 +29,18 @@ class Recorded:
     job_completed: bool = False
 
 
+def lock_groups(conn: Connection, group_ids: Collection[str]) -> None:
+    """Lock a batch's groups first (PostgreSQL), in one order every worker follows, and only
+    then (completing a group) the job's row: two batches sharing groups cannot each hold a lock
+    the other waits for."""
+    conn.execute(
+        select(groups.c.id)
+        .where(groups.c.id.in_(sorted(group_ids)))
+        .order_by(groups.c.id)
+        .with_for_update()
+    ).all()
+
+
 def expire_leases_of(conn: Connection, worker_ids: Collection[str]) -> None:
     """Make the leases of workers known to be dead expire now (``expire_one`` records them)."""
     conn.execute(
