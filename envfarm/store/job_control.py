@@ -4,7 +4,7 @@ A job is stored with its request (API keys in clear: the workers need them; clie
 see it redacted, ``envfarm.models.jobs.JobView``) and all its groups, in one transaction. Its
 user may pause, resume or cancel it; a change to the status it already has answers its view
 unchanged, and one its status does not allow is refused. Leasing its first episode makes a
-queued job ``running``; ``envfarm.store.groups`` ends it.
+queued job ``running``; ``envfarm.store.job_end`` ends it.
 """
 
 from __future__ import annotations

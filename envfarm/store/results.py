@@ -18,7 +18,8 @@ from sqlalchemy.engine import Connection
 
 import envfarm
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
-from envfarm.store.groups import Finalize, complete_group, finish_job_if_done
+from envfarm.store.groups import Finalize, complete_group
+from envfarm.store.job_end import finish_job_if_done
 from envfarm.store.schema import attempts, episodes, groups, jobs, trajectories
 
 

@@ -3,12 +3,12 @@
 Every method is one transaction, run on the store's own threads (``envfarm.store.engine``), and
 most are a line over a pure SQL helper that takes the connection: jobs' rows and status changes
 in ``envfarm.store.job_control``, episode leasing in ``envfarm.store.leases``, result recording
-in ``envfarm.store.results``, groups in ``envfarm.store.groups``, delivery and
-acknowledgements in ``envfarm.store.delivery``, policy versions in ``envfarm.store.versions``,
-workers in ``envfarm.store.workers``, the figures for ``/metrics`` in ``envfarm.store.metrics``
-and read models in ``envfarm.store.views``. This module owns the threads, the translation of
-database errors into ``StoreError``, and what spans several transactions (expiring leases one at
-a time).
+in ``envfarm.store.results``, groups in ``envfarm.store.groups``, a job's end in
+``envfarm.store.job_end``, delivery and acknowledgements in ``envfarm.store.delivery``, policy
+versions in ``envfarm.store.versions``, workers in ``envfarm.store.workers``, the figures for
+``/metrics`` in ``envfarm.store.metrics`` and read models in ``envfarm.store.views``. This
+module owns the threads, the translation of database errors into ``StoreError``, and what spans
+several transactions (expiring leases one at a time).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from envfarm.errors import EnvfarmError, StoreError
 from envfarm.models.jobs import JobAction, JobRequest, JobView, RawGroup, TaskKey
 from envfarm.models.trajectory import Trajectory
-from envfarm.store import delivery, job_control, metrics
+from envfarm.store import delivery, job_control, job_end, metrics, views
 from envfarm.store import groups as grp
 from envfarm.store import leases as ls
 from envfarm.store import results as rs
@@ -183,19 +183,21 @@ class Store:
         return await self.transaction(write)
 
     async def fail_task(self, job_id: str, task_hash: str, message: str) -> bool:
-        return await self.transaction(lambda conn: grp.fail_task(conn, job_id, task_hash, message))
+        return await self.transaction(
+            lambda conn: job_end.fail_task(conn, job_id, task_hash, message)
+        )
 
     async def open_work(self) -> dict[str, set[TaskKey]]:
         """Jobs that may still run episodes, each with the tasks that still have work."""
         return await self.transaction(
-            lambda conn: grp.job_task_hashes(conn, ("queued", "running", "paused"))
+            lambda conn: views.job_task_hashes(conn, ("queued", "running", "paused"))
         )
 
     async def failed_tasks(self, job_id: str) -> dict[str, str]:
-        return await self.transaction(lambda conn: grp.failed_tasks(conn, job_id))
+        return await self.transaction(lambda conn: views.failed_tasks(conn, job_id))
 
     async def trajectories(self, job_id: str) -> list[dict[str, Any]]:
-        return await self.transaction(lambda conn: grp.all_trajectories(conn, job_id))
+        return await self.transaction(lambda conn: views.all_trajectories(conn, job_id))
 
     # Delivery (envfarm.store.delivery)
 
