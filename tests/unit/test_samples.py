@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envfarm.client.lazy import unpack
+from envfarm.client.token_arrays import unpack
 from envfarm.models.packing import packed_trajectory
 from envfarm.models.samples import expanded_turns, merged_samples
 from envfarm.models.token_layout import PromptCompactor, compacted_turns, full_prompts
