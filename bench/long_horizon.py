@@ -19,7 +19,7 @@ from typing import Any
 
 from envfarm.agent.loop import Agent, AgentLimits
 from envfarm.agent.tools import ToolContext
-from envfarm.models.samples import full_prompts
+from envfarm.models.token_layout import full_prompts
 from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer, SamplingParams
 from envfarm.policy.base import PolicyClient
 from envfarm.testing.fake_sandbox import FakeSandbox

@@ -39,7 +39,7 @@ from envfarm.agent.tools import (
     tool_schemas,
 )
 from envfarm.errors import ContextLengthExceeded
-from envfarm.models.samples import PromptCompactor
+from envfarm.models.token_layout import PromptCompactor
 from envfarm.models.trajectory import AgentOutcome, Segment, StopReason, Turn, TurnKind, Usage
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams
 from envfarm.policy.tokens import TokenData

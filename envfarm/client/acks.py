@@ -5,7 +5,8 @@ given last is never marked: the loop may have stopped inside it). An acknowledge
 newest finished cursor and everything before it, so the contract holds with fewer requests:
 no group is acknowledged before the consumer finished with it, and none is delivered again
 after its acknowledgement was answered. ``close()`` flushes: the client calls it when the loop
-ends (the job ended, the loop broke out, or an error escaped) and when the client closes.
+ends (the job ended, the loop broke out, or an error escaped) and when the client closes
+(``Ackers`` keeps the client's open ones).
 
 The timer waits with ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 a cancel that
 arrived as ``wait_for``'s event was set could be swallowed, and the timer then ran on forever
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 DEFAULT_EVERY = 64
 DEFAULT_INTERVAL_S = 0.25
@@ -92,3 +94,45 @@ class BackgroundAcker:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+
+@dataclass(frozen=True)
+class AckPlan:
+    """What a delivery loop acknowledges, and how often: its job's groups for its consumer,
+    one request per ``every`` finished groups or ``interval_s`` seconds."""
+
+    job_id: str
+    consumer: str
+    every: int
+    interval_s: float
+
+
+class Ackers:
+    """A client's background ackers, one per delivery loop that acknowledges: ``close()``
+    flushes those whose loop has not ended, when the client closes."""
+
+    def __init__(self, send: Callable[[str, int, str], Awaitable[None]]) -> None:
+        self._send = send
+        """Acknowledge a job's cursor for a consumer (the client's ``ack``)."""
+        self._open: set[BackgroundAcker] = set()
+
+    def open(self, plan: AckPlan) -> BackgroundAcker:
+        async def send(cursor: int) -> None:
+            await self._send(plan.job_id, cursor, plan.consumer)
+
+        acker = BackgroundAcker(send, every=plan.every, interval_s=plan.interval_s)
+        self._open.add(acker)
+        return acker
+
+    async def release(self, acker: BackgroundAcker | None) -> None:
+        """Flush a loop's acker as its loop ends."""
+        if acker is not None:
+            self._open.discard(acker)
+            await acker.close()
+
+    async def close(self) -> None:
+        try:
+            for acker in list(self._open):
+                await acker.close()
+        finally:
+            self._open.clear()

@@ -10,30 +10,34 @@ Acknowledgements go in the background (``envfarm.client.acks``): one request per
 finished groups or ``ack_interval_s`` seconds, flushed when the loop ends and when the client
 closes. ``lazy_groups()`` and ``lazy_stream()`` ask for a compact form (packed arrays, NDJSON,
 Arrow; optionally compressed) and yield ``LazyGroup``s that parse only what is read.
+
+This module is the client's face: its job calls, and the delivery calls that start a loop. The
+loops are ``envfarm.client.longpoll`` and ``envfarm.client.stream``, the forms they decode
+``envfarm.client.encodings``, and every HTTP exchange ``envfarm.client.http``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+import functools
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import aiohttp
 
-from envfarm.client.acks import DEFAULT_EVERY, DEFAULT_INTERVAL_S, BackgroundAcker
-from envfarm.client.chunks import Chunks
-from envfarm.client.http import (
-    Backoff,
-    Decompressor,
-    Raw,
-    Transport,
-    accept_encodings,
-    error_of,
+from envfarm.client.acks import DEFAULT_EVERY, DEFAULT_INTERVAL_S, Ackers, AckPlan
+from envfarm.client.encodings import (
+    ENCODINGS,
+    JSON,
+    SSE,
+    decode_lazy,
+    decode_models,
+    stream_group,
 )
-from envfarm.client.lazy import LazyGroup, arrow_groups, json_group, loads, ndjson_groups
-from envfarm.client.pages import PagesAhead
-from envfarm.client.sse import EventParser
+from envfarm.client.http import Transport, accept_encodings
+from envfarm.client.lazy import LazyGroup, json_group
+from envfarm.client.longpoll import long_poll, page_fetcher
+from envfarm.client.stream import STREAM_READ_TIMEOUT_S, event_stream
 from envfarm.models.jobs import (
     TERMINAL_STATUSES,
     DeliveredGroup,
@@ -42,26 +46,6 @@ from envfarm.models.jobs import (
     JobView,
     TaskInfo,
 )
-
-T = TypeVar("T")
-PageFetch = Callable[[int | None, float, Callable[[int], None] | None], Awaitable[Raw]]
-"""Ask for the page after a cursor (None: the consumer's acknowledged one), waiting up to a
-long-poll's seconds; the callable receives the page's last cursor when its headers arrive."""
-STREAM_READ_TIMEOUT_S = 90.0
-SEND_YIELDS = 8
-FIRST_PAGE = 4
-"""Groups the first page of a long-poll asks for: the consumer parses them while the server
-reads the next, full page (about 4 MB), instead of waiting for a whole page before its first
-group. Which groups come is the same; only the first page is smaller."""
-JSON, NDJSON = "application/json", "application/x-ndjson"
-ARROW, SSE = "application/vnd.apache.arrow.stream", "text/event-stream"
-ENCODINGS = {
-    "json": JSON,
-    "packed": f"{JSON}; arrays=packed",
-    "ndjson": NDJSON,
-    "ndjson-packed": f"{NDJSON}; arrays=packed",
-    "arrow": ARROW,
-}
 
 
 class EnvfarmClient:
@@ -82,7 +66,7 @@ class EnvfarmClient:
         self._http = Transport(
             base_url, token, timeout_s=timeout_s, retry_for_s=retry_for_s, session=session
         )
-        self._ackers: set[BackgroundAcker] = set()
+        self._ackers = Ackers(self.ack)
 
     async def __aenter__(self) -> EnvfarmClient:
         return self
@@ -98,24 +82,9 @@ class EnvfarmClient:
     async def close(self) -> None:
         """Flush pending acknowledgements, then close the connection pool."""
         try:
-            for acker in list(self._ackers):
-                await acker.close()
+            await self._ackers.close()
         finally:
-            self._ackers.clear()
             await self._http.close()
-
-    def _acker(self, job_id: str, consumer: str, every: int, interval_s: float) -> BackgroundAcker:
-        async def send(cursor: int) -> None:
-            await self.ack(job_id, cursor, consumer)
-
-        acker = BackgroundAcker(send, every=every, interval_s=interval_s)
-        self._ackers.add(acker)
-        return acker
-
-    async def _release(self, acker: BackgroundAcker | None) -> None:
-        if acker is not None:
-            self._ackers.discard(acker)
-            await acker.close()
 
     async def submit(self, request: JobRequest | Mapping[str, Any]) -> str:
         """Submit a job; its id. A dict is sent as is (the server validates it)."""
@@ -187,15 +156,13 @@ class EnvfarmClient:
     ) -> AsyncIterator[DeliveredGroup]:
         """Every group of the job from ``after`` (default: the consumer's acknowledged
         cursor) until the job has ended and its last group was yielded."""
-
-        def decode(raw: Raw) -> list[DeliveredGroup] | SpannedPage[DeliveredGroup]:
-            if raw.spans:
-                return SpannedPage(raw.body, raw.spans, stream_group)
-            return GroupPage.model_validate(loads(bytes(raw.body))).groups
-
-        fetch = self._page_fetcher(job_id, consumer, limit, JSON, accept_encodings(compression))
-        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch, decode,
-                                       ack_every, ack_interval_s):  # fmt: skip
+        fetch = page_fetcher(self._http, job_id, consumer, limit, JSON,
+                             accept_encodings(compression))  # fmt: skip
+        async for group in long_poll(fetch, decode_models, after=after, wait_s=wait_s,
+                                     job_ended=functools.partial(self._has_ended, job_id),
+                                     ackers=self._ackers,
+                                     acks=_ack_plan(job_id, consumer, ack, ack_every,
+                                                    ack_interval_s)):  # fmt: skip
             yield group
 
     async def lazy_groups(
@@ -217,84 +184,17 @@ class EnvfarmClient:
         or "zstd" (gzip when zstandard is missing)."""
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding {encoding!r}: expected one of {', '.join(ENCODINGS)}")
-        fetch = self._page_fetcher(job_id, consumer, limit, ENCODINGS[encoding],
-                                   accept_encodings(compression))  # fmt: skip
-        async for group in self._paged(job_id, consumer, after, ack, wait_s, fetch,
-                                       lambda raw: decode_groups(raw.media_type, raw.body,
-                                                                 raw.spans),
-                                       ack_every, ack_interval_s):  # fmt: skip
+        fetch = page_fetcher(self._http, job_id, consumer, limit, ENCODINGS[encoding],
+                             accept_encodings(compression))  # fmt: skip
+        async for group in long_poll(fetch, decode_lazy, after=after, wait_s=wait_s,
+                                     job_ended=functools.partial(self._has_ended, job_id),
+                                     ackers=self._ackers,
+                                     acks=_ack_plan(job_id, consumer, ack, ack_every,
+                                                    ack_interval_s)):  # fmt: skip
             yield group
 
-    def _page_fetcher(
-        self, job_id: str, consumer: str, limit: int, accept: str, accept_encoding: str
-    ) -> PageFetch:
-        path = f"/v1/jobs/{job_id}/groups"
-        first = True
-
-        async def fetch(
-            cursor: int | None, wait: float, named: Callable[[int], None] | None = None
-        ) -> Raw:
-            nonlocal first
-            size, first = min(limit, FIRST_PAGE) if first else limit, False
-            params: dict[str, str | int | float] = {"limit": size, "wait": wait}
-            params["consumer"] = consumer
-            if cursor is not None:
-                params["after"] = cursor
-            return await self._http.raw(path, accept=accept, accept_encoding=accept_encoding,
-                                        params=params, extra_timeout_s=wait,
-                                        on_next_cursor=named)  # fmt: skip
-
-        return fetch
-
-    async def _paged(
-        self,
-        job_id: str,
-        consumer: str,
-        after: int | None,
-        ack: bool,
-        wait_s: float,
-        fetch: PageFetch,
-        decode: Callable[[Raw], list[Any] | SpannedPage[Any]],
-        ack_every: int,
-        ack_interval_s: float,
-    ) -> AsyncIterator[Any]:
-        """Pages one after another, each asked for as soon as the page before it names its
-        last cursor (``envfarm.client.pages``), so the server reads the store while this
-        process reads and parses; a JSON page whose group spans the server named is parsed a
-        group at a time."""
-        cursor = after
-        ended = False
-        acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
-        ahead = PagesAhead(lambda at, named: fetch(at, 0.0, named))
-        try:
-            while True:
-                if ahead:
-                    raw = await ahead.next()
-                else:
-                    raw = await fetch(cursor, 0.0 if ended else wait_s, ahead.ask)
-                if raw.next_cursor is not None:  # its headers asked for the next page
-                    for _ in range(SEND_YIELDS):  # let the request go out before parsing
-                        await asyncio.sleep(0)
-                found = decode(raw)
-                if found and raw.next_cursor is None and not raw.ended:  # not named: ask now
-                    ahead.ask(found[-1].cursor)
-                for group in found:
-                    yield group
-                    cursor = group.cursor
-                    if acker is not None:
-                        acker.finished(group.cursor)
-                    await asyncio.sleep(0)  # the pages ahead read on while this one is parsed
-                if raw.ended:  # the server read the job's end with this page: nothing follows
-                    return
-                if found:
-                    continue
-                if ended:
-                    return
-                # One more poll after the job is seen ended: groups may have landed meanwhile.
-                ended = (await self.job(job_id)).status in TERMINAL_STATUSES
-        finally:
-            await ahead.close()
-            await self._release(acker)
+    async def _has_ended(self, job_id: str) -> bool:
+        return (await self.job(job_id)).status in TERMINAL_STATUSES
 
     async def stream(
         self,
@@ -309,9 +209,12 @@ class EnvfarmClient:
         compression: str | None = None,
     ) -> AsyncIterator[DeliveredGroup]:
         """Like ``groups()``, pushed by the server as server-sent events."""
-        async for group in self._events(job_id, consumer, after, ack, read_timeout_s,
-                                        SSE, accept_encodings(compression), stream_group,
-                                        ack_every, ack_interval_s):  # fmt: skip
+        async for group in event_stream(self._http, job_id, consumer=consumer, after=after,
+                                        read_timeout_s=read_timeout_s, accept=SSE,
+                                        accept_encoding=accept_encodings(compression),
+                                        parse=stream_group, ackers=self._ackers,
+                                        acks=_ack_plan(job_id, consumer, ack, ack_every,
+                                                       ack_interval_s)):  # fmt: skip
             yield group
 
     async def lazy_stream(
@@ -329,70 +232,13 @@ class EnvfarmClient:
     ) -> AsyncIterator[LazyGroup]:
         """Like ``stream()``, with packed token arrays and optional compression."""
         accept = f"{SSE}; arrays=packed" if packed else SSE
-        async for group in self._events(job_id, consumer, after, ack, read_timeout_s, accept,
-                                        accept_encodings(compression), json_group,
-                                        ack_every, ack_interval_s):  # fmt: skip
+        async for group in event_stream(self._http, job_id, consumer=consumer, after=after,
+                                        read_timeout_s=read_timeout_s, accept=accept,
+                                        accept_encoding=accept_encodings(compression),
+                                        parse=json_group, ackers=self._ackers,
+                                        acks=_ack_plan(job_id, consumer, ack, ack_every,
+                                                       ack_interval_s)):  # fmt: skip
             yield group
-
-    async def _events(
-        self,
-        job_id: str,
-        consumer: str,
-        after: int | None,
-        ack: bool,
-        read_timeout_s: float,
-        accept: str,
-        accept_encoding: str | None,
-        parse: Any,
-        ack_every: int,
-        ack_interval_s: float,
-    ) -> AsyncIterator[Any]:
-        cursor = after
-        backoff = Backoff(self._http.retry_for_s)
-        url = self._http.url(f"/v1/jobs/{job_id}/groups")
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._http.timeout_s,
-                                        sock_read=read_timeout_s)  # fmt: skip
-        acker = self._acker(job_id, consumer, ack_every, ack_interval_s) if ack else None
-        try:
-            while True:
-                headers = {**self._http.headers, "Accept": accept}
-                if accept_encoding:
-                    headers["Accept-Encoding"] = accept_encoding
-                if cursor is not None:
-                    headers["Last-Event-ID"] = str(cursor)
-                try:
-                    async with self._http.session.get(
-                        url, params={"consumer": consumer}, headers=headers, timeout=timeout,
-                        auto_decompress=False,
-                    ) as response:  # fmt: skip
-                        inflate = Decompressor(response.headers.get("Content-Encoding"))
-                        if response.status != 200:
-                            text = inflate.feed(await response.read()).decode()
-                            if response.status not in (502, 503, 504):
-                                raise error_of(response.status, response.reason, text, "GET", url)
-                            raise aiohttp.ClientConnectionError(f"{response.status} {text[:200]}")
-                        parser = EventParser()
-                        async for chunk in response.content.iter_any():
-                            for event in parser.feed(inflate.feed(chunk)):
-                                if event.event == "end":
-                                    return
-                                if event.event != "group":
-                                    continue
-                                backoff.reset()
-                                group = parse(event.data)
-                                yield group
-                                cursor = group.cursor
-                                if acker is not None:
-                                    acker.finished(group.cursor)
-                                await asyncio.sleep(0)  # read on while the next is parsed
-                    reason = "the stream closed before the job ended"
-                except (
-                    aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError,
-                ) as exc:  # fmt: skip
-                    reason = f"stream interrupted: {exc!r}"
-                await backoff.wait(reason, "GET", url)
-        finally:
-            await self._release(acker)
 
     async def publish_version(self, version: str) -> None:
         """Tell the server the trainer's current policy version."""
@@ -425,47 +271,7 @@ def request_body(request: JobRequest) -> dict[str, Any]:
     return body
 
 
-def stream_group(data: bytes) -> DeliveredGroup:
-    return DeliveredGroup.model_validate(loads(data))
-
-
-class SpannedPage(Generic[T]):
-    """A JSON page's groups, each parsed from its span of the body when it is read: parsing
-    one group at a time keeps the freshly made objects few enough to stay in the CPU's
-    caches, which makes it about twice as fast as parsing the whole page (bench/RESULTS.md),
-    and a group the consumer has finished with is freed before the next is parsed."""
-
-    def __init__(
-        self, body: bytes | Chunks, spans: tuple[tuple[int, int], ...], parse: Callable[[bytes], T]
-    ) -> None:
-        self._body, self._spans, self._parse = body, spans, parse
-
-    def __len__(self) -> int:
-        return len(self._spans)
-
-    def __getitem__(self, index: int) -> T:
-        start, end = self._spans[index]
-        return self._parse(self._body[start:end])
-
-    def __iter__(self) -> Iterator[T]:
-        for index in range(len(self._spans)):
-            yield self[index]
-
-
-def decode_groups(media_type: str, body: bytes | Chunks, spans: tuple[tuple[int, int], ...] = ()
-                  ) -> list[LazyGroup] | SpannedPage[LazyGroup]:  # fmt: skip
-    """The groups of one answer in the form the server chose."""
-    kind = media_type.split(";")[0].strip().lower()
-    if kind == JSON and spans:
-        return SpannedPage(body, spans, json_group)
-    data = bytes(body)
-    if kind == ARROW:
-        return arrow_groups(data) if data else []
-    if kind == NDJSON:
-        return list(ndjson_groups(iter(data.split(b"\n"))))
-    return [json_group(group) for group in json_group_list(data)]
-
-
-def json_group_list(body: bytes) -> list[dict[str, Any]]:
-    groups: list[dict[str, Any]] = loads(body)["groups"]
-    return groups
+def _ack_plan(
+    job_id: str, consumer: str, ack: bool, every: int, interval_s: float
+) -> AckPlan | None:
+    return AckPlan(job_id, consumer, every, interval_s) if ack else None

@@ -4,33 +4,33 @@ A ``LazyGroup`` carries its metadata; each ``LazyTrajectory`` knows its id, epis
 from the group's heads (NDJSON) or its row (Arrow) and keeps the rest as bytes until asked: a
 trainer that reads only token ids and rewards never parses messages or tool output. Packed
 token arrays (base64 of little-endian int32/float32) are unpacked only when a turn's ids are
-read. This module is standalone: it imports nothing of envfarm beyond models.
+read. This module is standalone: it imports nothing of envfarm beyond the models and its
+neighbours in ``envfarm.client``.
 
-The JSON forms (packed or not; a page's group, or an NDJSON trajectory line at each read)
-are parsed with simdjson when pysimdjson is installed (the ``fast`` extra): it builds no
-Python object for what is not read, so a trainer that reads a trajectory's reward and
-completion ids pays for those, not for its prompt ids and tool output (half of orjson's cost
-for a whole trajectory; bench/RESULTS.md). A group's proxies keep its parser busy, so a
-group kept after the next one arrives stays readable: the next group takes another parser from
-a small pool of this thread's parsers, and a parser is reused once the group it parsed is gone.
-A fresh parser per group would cost twice the parse: its buffers are larger than what the
-allocator keeps, so each is mapped from the kernel anew.
+simdjson reads the JSON forms when it is installed, from a pool of this thread's parsers
+(``envfarm.client.simdjson_pool``); the token arrays are read by ``envfarm.client.token_arrays``.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import operator
-import sys
-import threading
-from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
+from envfarm.client.simdjson_pool import SIMDJSON, parse_pooled, plain
+from envfarm.client.token_arrays import (
+    FLOAT_ARRAYS,
+    INT_ARRAYS,
+    arrow_views,
+    joined_view,
+    json_view_reader,
+    packed_code,
+    unpack,
+)
 from envfarm.models.jobs import GroupMeta
-from envfarm.models.samples import whole_prompts
+from envfarm.models.token_layout import whole_prompts
 
 try:
     import orjson
@@ -39,108 +39,13 @@ try:
 except ImportError:  # pragma: no cover - the fallback when orjson is not installed
     loads = json.loads
 
-try:
-    import pybase64  # SIMD base64: four times the standard library's speed
-
-    b64decode: Callable[[str], bytes] = pybase64.b64decode
-except ImportError:  # pragma: no cover - the fallback when pybase64 is not installed
-    b64decode = base64.b64decode
-
-try:
-    import simdjson
-
-    SIMDJSON = True
-except ImportError:  # pragma: no cover - the fallback when pysimdjson is not installed
-    SIMDJSON = False
-
-INT_ARRAYS = ("prompt_token_ids", "prompt_suffix_ids", "completion_token_ids")
-FLOAT_ARRAYS = ("logprobs",)
-LITTLE = sys.byteorder == "little"
 HEAD_KEYS = ("trajectory_id", "episode_id", "reward")
 """What a ``LazyTrajectory`` knows without parsing its body."""
-POOL_SIZE = 8
-"""Parsers kept per thread (each keeps buffers for the largest document it parsed); a consumer
-holding more groups than this gets throwaway ones."""
-_parsers = threading.local()
 T = TypeVar("T")
-
-
-def packed_code(name: str) -> str:
-    """The struct format of the array ``name`` in the packed forms: float32 or int32."""
-    return "f" if name in FLOAT_ARRAYS else "i"
-
-
-def unpack(value: Any, code: str) -> list[Any] | None:
-    """A packed array (base64 string) as a list; lists and None pass through."""
-    if not isinstance(value, str):
-        return value  # type: ignore[no-any-return]
-    return unpacked_view(value, code).tolist()
-
-
-def typed(data: Any, code: str) -> memoryview[Any]:
-    """``data``'s bytes as numbers of the struct format ``code`` (``i``, ``f``, ``q``, ``d``)."""
-    return memoryview(data).cast(code)  # type: ignore[call-overload,no-any-return]
-
-
-def unpacked_view(value: str, code: str) -> memoryview[Any]:
-    """A packed array (base64 of little-endian int32/float32) as a typed view of its bytes."""
-    if LITTLE:
-        return typed(b64decode(value), code)
-    data = array(code, b64decode(value))
-    data.byteswap()
-    return memoryview(data)
-
-
-def json_view_reader(name: str) -> Callable[[Any], memoryview[Any] | None]:
-    """What reads one turn's array ``name`` as a typed view: unpacked when packed, else its
-    numbers as int64/float64 (copied by simdjson in C when the value is simdjson's, so no Python
-    number is made). Made once per read of a trajectory, not per turn: a trainer reads every
-    turn of every trajectory."""
-    code = packed_code(name)
-    wide = "d" if code == "f" else "q"
-    of_type: Literal["d", "i"] = "d" if code == "f" else "i"  # simdjson's "i" is int64
-    array_type = simdjson.Array if SIMDJSON else ()
-
-    def read(turn: Any) -> memoryview[Any] | None:
-        value = turn.get(name)
-        if value is None:
-            return None
-        if isinstance(value, array_type):
-            return typed(value.as_buffer(of_type=of_type), wide)
-        if isinstance(value, str):
-            return unpacked_view(value, code)
-        return memoryview(array(wide, value))
-
-    return read
 
 
 COMPACT_SOURCES = ("prompt_suffix_ids", "completion_token_ids")
 """What a turn's full prompt is rebuilt from in the compact layout (with the turn before)."""
-
-
-def joined_view(first: memoryview[Any], second: memoryview[Any]) -> memoryview[Any]:
-    """Two typed views as one (a copy of both), in the first one's format."""
-    if first.format != second.format:  # JSON numbers before packed ones: not from one server
-        return memoryview(array(first.format, [*first.tolist(), *second.tolist()]))
-    return typed(b"".join((first, second)), first.format)
-
-
-def arrow_views(value: Any, name: str) -> list[memoryview[Any] | None]:
-    """A row's list<list<int32/float32>> cell as one typed view per turn, over Arrow's buffer."""
-    if not value.is_valid:
-        return []
-    code = packed_code(name)
-    views: list[memoryview[Any] | None] = []
-    turns = value.values
-    for index in range(len(turns)):
-        turn = turns[index]
-        if not turn.is_valid:
-            views.append(None)
-            continue
-        numbers = turn.values
-        whole = typed(numbers.buffers()[1], code)
-        views.append(whole[numbers.offset : numbers.offset + len(numbers)])
-    return views
 
 
 @dataclass
@@ -255,15 +160,6 @@ def ndjson_groups(lines: Iterator[bytes]) -> Iterator[LazyGroup]:
         yield LazyGroup(GroupMeta.model_validate(head), trajectories)
 
 
-def plain(value: Any) -> Any:
-    """A simdjson value as Python objects (lists, dicts, scalars)."""
-    if SIMDJSON and isinstance(value, simdjson.Object):
-        return value.as_dict()
-    if SIMDJSON and isinstance(value, simdjson.Array):
-        return value.as_list()
-    return value
-
-
 def json_group(data: bytes | dict[str, Any]) -> LazyGroup:
     """A group in the JSON form (packed or not): read lazily with simdjson when installed,
     else parsed at once."""
@@ -281,20 +177,6 @@ def simdjson_group(data: bytes) -> LazyGroup:
         trajectories.append(LazyTrajectory(head, _doc=body))
     meta = {key: plain(doc[key]) for key in doc.keys() if key != "trajectories"}  # noqa: SIM118
     return LazyGroup(GroupMeta.model_validate(meta), trajectories)
-
-
-def parse_pooled(data: bytes) -> Any:
-    """``data`` parsed by this thread's first parser that no living proxy holds."""
-    pool: list[Any] = _parsers.__dict__.setdefault("pool", [])
-    for parser in pool:
-        try:
-            return parser.parse(data)
-        except RuntimeError:  # its last document is still referenced
-            continue
-    parser = simdjson.Parser()
-    if len(pool) < POOL_SIZE:
-        pool.append(parser)
-    return parser.parse(data)
 
 
 def parsed_group(head: dict[str, Any]) -> LazyGroup:

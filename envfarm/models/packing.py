@@ -1,6 +1,6 @@
 """The packed layout of a trajectory's token arrays (docs/api.md, "Compact encodings").
 
-The packed form is the compact token layout (``envfarm.models.samples``: a turn whose prompt
+The packed form is the compact token layout (``envfarm.models.token_layout``: a turn whose prompt
 extends the previous turn's prompt and completion keeps only ``prompt_suffix_ids``) with each
 turn's ``prompt_token_ids``, ``prompt_suffix_ids`` and ``completion_token_ids`` as base64 strings
 of little-endian int32 and ``logprobs`` of little-endian float32; everything else is as in the
@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from envfarm.models.samples import extends
+from envfarm.models.token_layout import extends
 
 try:
     import orjson

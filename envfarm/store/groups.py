@@ -1,24 +1,24 @@
-"""Groups in the store: creation, completion (advantages, staleness, cursor) and failure.
+"""Groups in the store: creation, and completion (advantages, staleness, cursor).
 
 A group completes in the transaction that records its last episode, under a lock on the group
 row: advantages are computed once, and the group takes the job's next cursor. Cursors are
 taken by incrementing the job row, which holds its lock until commit, so groups commit in
 cursor order and a consumer reading ``after=N`` can never skip a group that commits later.
 A group that completes too stale for its job is dropped and replaced, or marked (``stale``).
+A group that cannot run fails, and the job ends with its last group: ``envfarm.store.job_end``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from envfarm.models.jobs import JobRequest, TaskKey
+from envfarm.models.jobs import JobRequest
 from envfarm.models.packing import packed_text
 from envfarm.models.trajectory import Trajectory
 from envfarm.store.schema import (
@@ -26,9 +26,9 @@ from envfarm.store.schema import (
     groups,
     jobs,
     packed_trajectories,
-    policy_versions,
     trajectories,
 )
+from envfarm.store.versions import version_seqs
 
 Finalize = Callable[[list[Trajectory], bool], None]
 """Called once per completed group with its final trajectories and the job's leave-one-out."""
@@ -96,13 +96,6 @@ def add_groups(
         conn.execute(insert(groups), group_rows)
         conn.execute(insert(episodes), episode_rows)
     return [str(row["id"]) for row in group_rows]
-
-
-def version_seqs(conn: Connection) -> tuple[dict[str, int], int | None]:
-    rows = conn.execute(select(policy_versions)).all()
-    seqs = {row.version: row.seq for row in rows}
-    current = max(rows, key=lambda r: r.published_at).seq if rows else None
-    return seqs, current
 
 
 _FINISHED_TRAJECTORY = (
@@ -200,105 +193,3 @@ def _drops(conn: Connection, group: Any) -> int:
         ).scalar()
         or 0
     )
-
-
-def finish_job_if_done(conn: Connection, job_id: str) -> bool:
-    # The job row's lock first: two transactions ending the job's last two groups at once
-    # (record and fail_task) must not both count the other's group as still open.
-    conn.execute(select(jobs.c.id).where(jobs.c.id == job_id).with_for_update())
-    # Whether one group is left, not how many: counting them read every open group of the
-    # job at each group's end (5 ms a group in a job of 100,000 tasks, and quadratic in it).
-    if _any_group(conn, job_id, ("pending", "running")):
-        return False
-    completed = _any_group(conn, job_id, ("completed",))
-    status = "completed" if completed else "failed"
-    done = conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running", "paused")))
-        .values(
-            status=status,
-            updated_at=time.time(),
-            error=None if completed else "no group of this job could run",
-        )
-    )
-    return done.rowcount == 1
-
-
-def _any_group(conn: Connection, job_id: str, states: tuple[str, ...]) -> bool:
-    found = conn.execute(
-        select(groups.c.id).where(groups.c.job_id == job_id, groups.c.state.in_(states)).limit(1)
-    ).first()
-    return found is not None
-
-
-def fail_task(conn: Connection, job_id: str, task_hash: str, message: str) -> bool:
-    """The task's input is bad (its image cannot be built): its groups fail, not retried."""
-    open_groups = (
-        conn.execute(
-            select(groups.c.id).where(
-                groups.c.job_id == job_id,
-                groups.c.task_hash == task_hash,
-                groups.c.state.in_(("pending", "running")),
-            )
-        )
-        .scalars()
-        .all()
-    )
-    if not open_groups:
-        return False
-    conn.execute(
-        update(groups)
-        .where(groups.c.id.in_(open_groups), groups.c.state.in_(("pending", "running")))
-        .values(state="failed", error=message, completed_at=time.time())
-    )
-    conn.execute(
-        update(episodes)
-        .where(episodes.c.group_id.in_(open_groups), episodes.c.state != "done")
-        .values(state="done", lease_owner=None, lease_expires=None)
-    )
-    return finish_job_if_done(conn, job_id)
-
-
-def mark_running(conn: Connection, job_ids: Collection[str]) -> None:
-    """Jobs that had an episode leased are ``running`` (kept out of ``lease``'s transaction,
-    which would otherwise take the job row's lock before a group's)."""
-    conn.execute(
-        update(jobs)
-        .where(jobs.c.id.in_(list(job_ids)), jobs.c.status == "queued")
-        .values(status="running", updated_at=time.time())
-    )
-
-
-def job_task_hashes(conn: Connection, statuses: Collection[str]) -> dict[str, set[TaskKey]]:
-    """For each job in ``statuses``: its tasks that still have work, as (id, content hash)."""
-    rows = conn.execute(
-        select(groups.c.job_id, groups.c.task_hash, groups.c.task_id)
-        .join(jobs, jobs.c.id == groups.c.job_id)
-        .where(jobs.c.status.in_(list(statuses)), groups.c.state.in_(("pending", "running")))
-        .distinct()
-    ).all()
-    found: dict[str, set[TaskKey]] = {}
-    for row in rows:
-        found.setdefault(row.job_id, set()).add(TaskKey(row.task_id, row.task_hash))
-    return found
-
-
-def failed_tasks(conn: Connection, job_id: str) -> dict[str, str]:
-    rows = conn.execute(
-        select(groups.c.task_id, groups.c.error).where(
-            groups.c.job_id == job_id, groups.c.state == "failed"
-        )
-    ).all()
-    return {row.task_id: row.error or "failed" for row in rows}
-
-
-def all_trajectories(conn: Connection, job_id: str) -> list[dict[str, Any]]:
-    """Every final trajectory of the job's delivered groups, in cursor order."""
-    rows = conn.execute(
-        select(trajectories.c.data)
-        .join(groups, groups.c.id == trajectories.c.group_id)
-        .join(episodes, episodes.c.id == trajectories.c.episode_id)
-        .where(trajectories.c.job_id == job_id, groups.c.state == "completed")
-        .order_by(groups.c.cursor, episodes.c.index)
-    ).all()
-    return [json.loads(row.data) for row in rows]

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
-from envfarm.store.groups import version_seqs
 from envfarm.store.schema import episodes, groups, jobs
+from envfarm.store.versions import version_seqs
 
 
 @dataclass(frozen=True)

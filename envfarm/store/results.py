@@ -18,7 +18,8 @@ from sqlalchemy.engine import Connection
 
 import envfarm
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
-from envfarm.store.groups import Finalize, complete_group, finish_job_if_done
+from envfarm.store.groups import Finalize, complete_group
+from envfarm.store.job_end import finish_job_if_done
 from envfarm.store.schema import attempts, episodes, groups, jobs, trajectories
 
 
@@ -27,6 +28,18 @@ class Recorded:
     status: Literal["retry", "final", "lost"]
     group_completed: bool = False
     job_completed: bool = False
+
+
+def lock_groups(conn: Connection, group_ids: Collection[str]) -> None:
+    """Lock a batch's groups first (PostgreSQL), in one order every worker follows, and only
+    then (completing a group) the job's row: two batches sharing groups cannot each hold a lock
+    the other waits for."""
+    conn.execute(
+        select(groups.c.id)
+        .where(groups.c.id.in_(sorted(group_ids)))
+        .order_by(groups.c.id)
+        .with_for_update()
+    ).all()
 
 
 def expire_leases_of(conn: Connection, worker_ids: Collection[str]) -> None:

@@ -1,7 +1,10 @@
-"""Read models of the store: a job's row and its view (with its counts), a delivered group."""
+"""Read models of the store: a job's row and its view (with its counts), a delivered group,
+and what a job's groups hold (the tasks with work left, the failed ones, the trajectories)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -17,6 +20,7 @@ from envfarm.models.jobs import (
     JobRequest,
     JobView,
     RawGroup,
+    TaskKey,
     redacted,
 )
 from envfarm.store.schema import (
@@ -178,3 +182,38 @@ def job_view(conn: Connection, row: Any) -> JobView:
 
 def is_terminal(status: str) -> bool:
     return status in TERMINAL_STATUSES
+
+
+def job_task_hashes(conn: Connection, statuses: Collection[str]) -> dict[str, set[TaskKey]]:
+    """For each job in ``statuses``: its tasks that still have work, as (id, content hash)."""
+    rows = conn.execute(
+        select(groups.c.job_id, groups.c.task_hash, groups.c.task_id)
+        .join(jobs, jobs.c.id == groups.c.job_id)
+        .where(jobs.c.status.in_(list(statuses)), groups.c.state.in_(("pending", "running")))
+        .distinct()
+    ).all()
+    found: dict[str, set[TaskKey]] = {}
+    for row in rows:
+        found.setdefault(row.job_id, set()).add(TaskKey(row.task_id, row.task_hash))
+    return found
+
+
+def failed_tasks(conn: Connection, job_id: str) -> dict[str, str]:
+    rows = conn.execute(
+        select(groups.c.task_id, groups.c.error).where(
+            groups.c.job_id == job_id, groups.c.state == "failed"
+        )
+    ).all()
+    return {row.task_id: row.error or "failed" for row in rows}
+
+
+def all_trajectories(conn: Connection, job_id: str) -> list[dict[str, Any]]:
+    """Every final trajectory of the job's delivered groups, in cursor order."""
+    rows = conn.execute(
+        select(trajectories.c.data)
+        .join(groups, groups.c.id == trajectories.c.group_id)
+        .join(episodes, episodes.c.id == trajectories.c.episode_id)
+        .where(trajectories.c.job_id == job_id, groups.c.state == "completed")
+        .order_by(groups.c.cursor, episodes.c.index)
+    ).all()
+    return [json.loads(row.data) for row in rows]

@@ -12,7 +12,8 @@ from typing import Any
 from envfarm.agent.context import SUMMARY_REQUEST, resumed_instruction
 from envfarm.agent.loop import Agent, AgentLimits, AgentRun
 from envfarm.agent.tools import ToolContext, tool_schemas
-from envfarm.models.samples import full_prompts, merged_samples
+from envfarm.models.samples import merged_samples
+from envfarm.models.token_layout import full_prompts
 from envfarm.models.trajectory import Provenance, Trajectory
 from envfarm.policy import CaptureOptions, OpenAIPolicy, PolicyServer, SamplingParams
 from envfarm.testing.fake_sandbox import FakeSandbox

@@ -12,7 +12,7 @@ import pytest_asyncio
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.client import EnvfarmClient
-from envfarm.client.client import decode_groups
+from envfarm.client.encodings import decode_groups
 from envfarm.client.http import group_spans
 from tests.unit.api_double import MemoryService
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from envfarm.client.lazy import POOL_SIZE, LazyGroup, parsed_group, simdjson_group
+from envfarm.client.lazy import LazyGroup, parsed_group, simdjson_group
+from envfarm.client.simdjson_pool import POOL_SIZE
 
 TURNS = [
     {

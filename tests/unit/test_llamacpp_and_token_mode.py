@@ -11,7 +11,8 @@ import pytest
 from envfarm.agent.loop import Agent, AgentLimits, AgentRun
 from envfarm.agent.tools import ToolContext, tool_schemas
 from envfarm.errors import PolicyConfigError
-from envfarm.models.samples import full_prompts, merged_samples
+from envfarm.models.samples import merged_samples
+from envfarm.models.token_layout import full_prompts
 from envfarm.models.trajectory import Provenance, Trajectory
 from envfarm.policy import CaptureOptions, EndpointSpec, OpenAIPolicy, PolicyServer, PoolSettings
 from envfarm.policy.base import PolicyClient, SamplingParams

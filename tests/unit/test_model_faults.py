@@ -15,7 +15,7 @@ from envfarm.controller.job import Job, request_for
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.errors import PolicyError, RequestRejected
 from envfarm.grading.verifier.script import TestScriptGrader
-from envfarm.models.samples import full_prompts
+from envfarm.models.token_layout import full_prompts
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy import CaptureOptions, EndpointSpec, PolicyServer, PoolSettings, Reply
 from envfarm.policy.base import SamplingParams

@@ -6,15 +6,10 @@ import json
 
 import pytest
 
-from envfarm.client.lazy import unpack
+from envfarm.client.token_arrays import unpack
 from envfarm.models.packing import packed_trajectory
-from envfarm.models.samples import (
-    PromptCompactor,
-    compacted_turns,
-    expanded_turns,
-    full_prompts,
-    merged_samples,
-)
+from envfarm.models.samples import expanded_turns, merged_samples
+from envfarm.models.token_layout import PromptCompactor, compacted_turns, full_prompts
 from envfarm.models.trajectory import Provenance, Trajectory, Turn
 
 

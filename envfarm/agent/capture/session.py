@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from envfarm.agent.capture.requests import compact_request
 from envfarm.agent.loop import turn_from_completion
 from envfarm.errors import PolicyError
-from envfarm.models.samples import PromptCompactor
+from envfarm.models.token_layout import PromptCompactor
 from envfarm.models.trajectory import StopReason, Turn
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams
 
