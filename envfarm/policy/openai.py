@@ -25,15 +25,12 @@ the building blocks of ``EndpointPool``, which adds its own routing, breaker and
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import io
 import json
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -44,6 +41,12 @@ from envfarm.errors import (
     PolicyConfigError,
     PolicyError,
     PolicyResponseError,
+)
+from envfarm.policy.attempts import (
+    RETRYABLE_STATUSES,
+    AttemptFailure,
+    describe_error,
+    parse_retry_after,
 )
 from envfarm.policy.base import (
     EXCERPT_CHARS,
@@ -71,27 +74,7 @@ from envfarm.policy.server_api import llamacpp_prompt_ids
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-PAUSE_STATUSES = frozenset({429, 503})
-"""Statuses of a server that is alive but not taking work now (a weight swap, no capacity)."""
 _JSON = {"Content-Type": "application/json"}
-
-
-@dataclass(frozen=True)
-class AttemptFailure:
-    """A transient failure of one request attempt; the caller decides whether to retry."""
-
-    cause: str
-    """HTTP status and body excerpt, or the connection error (API key scrubbed)."""
-    status: int | None = None
-    """None when no answer came at all (connection refused or reset, timeout)."""
-    retry_after: float | None = None
-    error: BaseException | None = None
-    elapsed_s: float = 0.0
-
-    @property
-    def paused(self) -> bool:
-        return self.status in PAUSE_STATUSES
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -107,23 +90,6 @@ def normalize_base_url(base_url: str) -> str:
     if parts.query or parts.fragment:
         raise PolicyConfigError(f"policy base URL {base_url!r} must not have a query or fragment")
     return base_url.strip().rstrip("/")
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class OpenAIPolicy(PolicyClient):
@@ -248,7 +214,7 @@ class OpenAIPolicy(PolicyClient):
         try:
             return await self._post(json.dumps(payload).encode(), url)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise PolicyError(f"POST {url} failed: {self._scrub(_describe(exc, 30))}") from exc
+            raise PolicyError(f"POST {url} failed: {self._scrub(describe_error(exc, 30))}") from exc
 
     def encode(
         self,
@@ -279,7 +245,7 @@ class OpenAIPolicy(PolicyClient):
         except aiohttp.ClientSSLError as exc:
             raise PolicyConfigError(f"TLS failed for {self.url}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            cause = self._scrub(_describe(exc, self.request_timeout_s))
+            cause = self._scrub(describe_error(exc, self.request_timeout_s))
             return AttemptFailure(cause, error=exc, elapsed_s=time.monotonic() - started)
         if status == 200:
             completion = parse_completion(
@@ -319,7 +285,7 @@ class OpenAIPolicy(PolicyClient):
         except aiohttp.ClientSSLError as exc:
             raise PolicyConfigError(f"TLS failed for {url}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            cause = self._scrub(_describe(exc, self.request_timeout_s))
+            cause = self._scrub(describe_error(exc, self.request_timeout_s))
             return AttemptFailure(cause, error=exc, elapsed_s=time.monotonic() - started)
         if status != 200:
             return self._failure(status, headers, body, started, url)
@@ -382,7 +348,7 @@ class OpenAIPolicy(PolicyClient):
                 await response.read()
                 return None if response.status == 200 else f"HTTP {response.status}"
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return self._scrub(_describe(exc, timeout_s))
+            return self._scrub(describe_error(exc, timeout_s))
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -458,14 +424,3 @@ class OpenAIPolicy(PolicyClient):
 def _as_openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """Accept both ``{"type": "function", "function": {...}}`` and a bare function spec."""
     return tool if "type" in tool else {"type": "function", "function": tool}
-
-
-def timeout_cause(timeout_s: float) -> str:
-    """How a request that got no complete answer in time is described."""
-    return f"no complete answer within {timeout_s:g}s"
-
-
-def _describe(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, TimeoutError):
-        return timeout_cause(timeout_s)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
+from envfarm.policy.attempts import AttemptFailure, timeout_cause
 from envfarm.policy.base import Completion, PolicyClient, RetryKind, SamplingParams
 from envfarm.policy.endpoints import (
     CallState,
@@ -49,7 +50,7 @@ from envfarm.policy.endpoints import (
     PoolEndpoint,
     PoolSettings,
 )
-from envfarm.policy.openai import AttemptFailure, OpenAIPolicy, timeout_cause
+from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions
 from envfarm.policy.rejections import is_rejection, rejected_twice
 from envfarm.policy.server_api import Renderer
