@@ -17,6 +17,7 @@ Failures fall in three classes, decided once here:
   first rejection, which is sent once more; a second rejection in a row is ``RequestRejected``
   (the episode is invalid, ``request_rejected``; the endpoint is not at fault and not ejected).
 
+An answer that lacks the token data its profile asks for is asked again once (``reask``).
 The API key is sent as a bearer token and scrubbed from every message this module produces.
 ``attempt`` (one request, transient failures returned rather than retried) and ``probe`` are
 the building blocks of ``EndpointPool``, which adds its own routing, breaker and pause policy.
@@ -31,6 +32,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -63,6 +65,7 @@ from envfarm.policy.generate import (
     read_generated,
 )
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions, TokenCapture
+from envfarm.policy.reask import needs_reask, reasked
 from envfarm.policy.rejections import (
     is_rejection,
     parser_error,
@@ -161,7 +164,7 @@ class OpenAIPolicy(PolicyClient):
                 continue
             rejected = None
             if isinstance(result, Completion):
-                result.attempts, result.retries = attempt + 1, retries
+                result.attempts, result.retries = result.attempts + attempt, retries
                 result.paused_s = sum(r.delay_s + r.elapsed_s for r in retries if r.kind == "pause")
                 return result
             if attempt == self.max_retries:
@@ -234,9 +237,18 @@ class OpenAIPolicy(PolicyClient):
 
     async def attempt(self, encoded: bytes, sent: dict[str, Any]) -> Completion | AttemptFailure:
         """One POST of an ``encode``d body: the completion, or the transient failure to retry.
+        An answer without its token data is asked again once, with the profile's fields.
 
         Failures retrying cannot fix are raised (PolicyConfigError, PolicyResponseError).
         """
+        first = await self._chat(encoded, sent)
+        if not isinstance(first, Completion) or not needs_reask(first):
+            return first
+        again = self.tokens.with_fields(encoded, self.extra_body, sent)
+        ask = partial(self._chat, again, sent)
+        return await reasked(first, ask, endpoint=self.base_url, profile=self.tokens.profile)
+
+    async def _chat(self, encoded: bytes, sent: dict[str, Any]) -> Completion | AttemptFailure:
         started = time.monotonic()
         try:
             status, headers, body = await self._post(encoded)
@@ -258,7 +270,7 @@ class OpenAIPolicy(PolicyClient):
                 scrub=self._scrub,
             )
             completion.tokens = self.tokens.read(completion.raw, headers)
-            if self.tokens.profile == "llamacpp":
+            if self.tokens.profile == "llamacpp" and not completion.tokens.lacking:
                 await llamacpp_prompt_ids(self, encoded, completion)
             return completion
         return self._failure(status, headers, body, started)
@@ -276,6 +288,15 @@ class OpenAIPolicy(PolicyClient):
                 f"{self.base_url} has profile {dialect} ({self.tokens.reason})"
             )
         generate = cast(GenerateDialect, dialect)
+        first = await self._generate(generate, prompt, sampling)
+        if not isinstance(first, Completion) or not needs_reask(first):
+            return first
+        ask = partial(self._generate, generate, prompt, sampling)
+        return await reasked(first, ask, endpoint=self.base_url, profile=generate)
+
+    async def _generate(
+        self, generate: GenerateDialect, prompt: list[int], sampling: SamplingParams
+    ) -> Completion | AttemptFailure:
         payload, sent = generate_request(generate, self.model, prompt, sampling)
         where, path = generate_path(generate)
         url = (self.base_url if where == "base" else self.root_url) + path
@@ -301,7 +322,7 @@ class OpenAIPolicy(PolicyClient):
             )
         generated = read_generated(generate, data, prompt)
         tokens = generated.tokens
-        tokens.server_profile, tokens.server_profile_reason = dialect, self.tokens.reason
+        tokens.server_profile, tokens.server_profile_reason = generate, self.tokens.reason
         if generated.version is not None:
             tokens.policy_version, tokens.policy_version_source = generated.version, "response"
         else:

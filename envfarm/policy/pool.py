@@ -226,7 +226,8 @@ class EndpointPool(PolicyClient):
                 endpoint.succeeded()
                 if not _aborted(result):
                     endpoint.served += 1
-                    result.attempts, result.retries = call.attempts, call.retries
+                    result.attempts += call.attempts - 1  # a re-ask for token data counts
+                    result.retries = call.retries
                     result.paused_s = call.paused_s()
                     return result
                 cause = "the server aborted the generation (finish_reason abort)"

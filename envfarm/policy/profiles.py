@@ -51,6 +51,10 @@ SGLANG_ROUTED_FIELDS: dict[str, Any] = {"return_routed_experts": True}
 LLAMACPP_FIELDS: dict[str, Any] = {"logprobs": True, "top_logprobs": 1}
 TOKEN_PROFILES = ("vllm", "sglang", "llamacpp")
 """Profiles whose servers take a prompt of token ids (token mode)."""
+CAPTURE_FIELDS = frozenset(
+    {**VLLM_FIELDS, **SGLANG_FIELDS, **SGLANG_ROUTED_FIELDS, **LLAMACPP_FIELDS}
+)
+"""Every request field some profile adds."""
 
 
 class CaptureOptions(BaseModel):
@@ -180,6 +184,16 @@ class TokenCapture:
         payload = json.loads(encoded)
         for name in request_fields("auto", routed_experts=True):
             payload.pop(name, None)
+        return json.dumps(payload).encode()
+
+    def with_fields(self, encoded: bytes, *after: Mapping[str, Any]) -> bytes:
+        """The request body ``encoded`` with the profile's fields in place of those it was sent
+        with (to ask again for token data an answer lacked); ``after`` (the user's extra body,
+        the sampling) is applied after them, as when it was encoded."""
+        payload = {k: v for k, v in json.loads(encoded).items() if k not in CAPTURE_FIELDS}
+        payload.update(self.request_fields())
+        for fields in after:
+            payload.update(fields)
         return json.dumps(payload).encode()
 
     def read(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> TokenData:
