@@ -116,8 +116,10 @@ FLAGS: list[Callable[[Any], Any]] = [
         type=click.Choice(SERVER_PROFILES),
         default="auto",
         show_default=True,
-        help="How token ids, logprobs and versions are requested and read: vllm, sglang, openai "
-        "(text only), or auto (detected from the first answer). See docs/policies.md.",
+        help="How token ids, logprobs and versions are requested and read: vllm, sglang, llamacpp "
+        "(llama.cpp's llama-server), openai (text only), or auto (the server's own API is probed "
+        "once, before the first request; when nothing answers, the first answer decides). See "
+        "docs/policies.md.",
     ),
     click.option(
         "--routed-experts",

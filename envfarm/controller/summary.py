@@ -39,6 +39,12 @@ class RunSummary(BaseModel):
     """Task path or id -> why it could not run (bad spec, unknown base image)."""
     duration_s: float
     exit_code: int
+    token_reasks: int = 0
+    """Turns whose first answer came without its token data and were asked again
+    (``turns[].token_reask``)."""
+    turns_without_token_data: int = 0
+    """Turns kept without token data because their answers lacked it even when asked again
+    (``turns[].token_source_reason``); their trajectories stay valid."""
 
 
 def _mean(values: list[float]) -> float | None:
@@ -83,6 +89,7 @@ def summarize(
         exit_code = EXIT_INFRA
     else:
         exit_code = EXIT_OK
+    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
     return RunSummary(
         job_id=job_id,
         policy=policy,
@@ -95,4 +102,6 @@ def summarize(
         bad_inputs=bad_inputs,
         duration_s=duration_s,
         exit_code=exit_code,
+        token_reasks=sum(1 for turn in turns if turn.token_reask is not None),
+        turns_without_token_data=sum(1 for turn in turns if turn.token_source_reason is not None),
     )

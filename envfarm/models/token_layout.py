@@ -10,9 +10,9 @@ output: ``Trajectory.to_json()`` writes full prompts unless asked for the compac
 one context segment whose prompts each extend the previous prompt and completion become one
 sample (``token_ids``, ``loss_mask``, ``logprobs``), so the shared prefix is trained on once. A
 turn whose prompt does not extend (the template rewrote history, or a summary restarted the
-context) starts a new sample; a turn without usable token data (text-only server, a recorded
-fault) ends the sample and is left out, since tokens whose sampled origin cannot be proven are
-not trained on. Nothing is ever re-tokenized.
+context) starts a new sample; a turn without usable token data (text-only server, answers that
+lacked it even when asked again, a recorded fault) ends the sample and is left out, since tokens
+whose sampled origin cannot be proven are not trained on. Nothing is ever re-tokenized.
 
 These work on turns alone, below the trajectory that holds them: ``Trajectory.to_json()`` lays
 its turns out with them, and ``envfarm.models.samples`` gives whole trajectories' samples.

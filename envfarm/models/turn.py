@@ -92,8 +92,17 @@ class Turn(WireModel):
     policy_version_spans: list[VersionSpan] | None = None
     """Per-version spans of the completion tokens, when the server reports them."""
     token_source: TokenSource | None = None
-    """The server dialect the token data was read from; ``none``: the server gives text only
-    (plain OpenAI-compatible), so the token fields are null and nothing may be re-tokenized."""
+    """The server dialect the token data was read from; ``none``: the turn has no token data
+    (the server gives text only, or ``token_source_reason`` says what its answers lacked), so
+    the token fields are null and nothing may be re-tokenized."""
+    token_source_reason: str | None = None
+    """Why a turn of a profile that captures tokens has ``token_source: "none"``: what its
+    answer lacked even when asked again. Such a turn is graded like any other and its
+    trajectory stays valid; merged training samples split around it. Null otherwise."""
+    token_reask: str | None = None
+    """What the first answer lacked when it came without its token data (a field absent, not
+    inconsistent): the request was sent again once with the profile's fields, and this turn is
+    the second answer. Null when it was not asked again."""
     prompt_token_ids: list[int] | None = None
     """Exactly the ids the engine consumed. Null in the compact layout when
     ``prompt_suffix_ids`` is set."""
@@ -125,7 +134,8 @@ class Turn(WireModel):
     routed_experts: RoutedExperts | None = None
     faults: list[str] = Field(default_factory=list)
     """What was wrong with the token data the server sent (e.g. ids and logprobs of different
-    lengths). A trajectory with a fault gets an invalid reward: its data cannot be trained on."""
+    lengths): data present but inconsistent, not absent (``token_source_reason``). A trajectory
+    with a fault gets an invalid reward: its data cannot be trained on."""
     finish_reason: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
     """Sampling parameters actually sent to the endpoint."""
@@ -133,7 +143,7 @@ class Turn(WireModel):
     """Duration of the request that succeeded (earlier attempts and waits: ``paused_s``)."""
     attempts: int = 1
     """HTTP requests the policy call took: 1 when the first one answered; each failed attempt,
-    weight-swap pause (503/429) and aborted generation adds one."""
+    weight-swap pause (503/429), aborted generation and re-ask for token data adds one."""
     paused_s: float = 0.0
     """Time the call lost to weight-swap pauses: backing off after 503/429 and the generation
     time of aborted requests."""

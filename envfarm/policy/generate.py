@@ -15,7 +15,8 @@ One endpoint per server, with exactly the ids envfarm built (nothing is re-token
 
 The prompt ids of a turn are those sent; when the server echoes its own (vLLM's
 ``prompt_token_ids``) or counts them (llama.cpp's ``tokens_evaluated``, SGLang's
-``prompt_tokens``), a disagreement is a fault on the turn.
+``prompt_tokens``), a disagreement is a fault on the turn. Sampled ids or logprobs the answer
+lacks are ``missing`` (asked again, as in chat mode: ``policy.tokens``), not faults.
 """
 
 from __future__ import annotations
@@ -90,17 +91,24 @@ class _Read:
     def __init__(self, dialect: GenerateDialect, data: dict[str, Any], prompt: list[int]) -> None:
         self.dialect, self.data, self.prompt = dialect, data, prompt
         self.faults: list[str] = []
+        self.missing: list[str] = []
 
     def fault(self, message: str) -> None:
         self.faults.append(f"{self.dialect}: {message}")
 
     def ints(self, value: Any, where: str) -> list[int] | None:
+        if value is None:
+            self.missing.append(f"{self.dialect}: {where} is missing")
+            return None
         if not isinstance(value, list) or not all(type(v) is int for v in value):
-            self.fault(f"{where} is missing or not a list of integers")
+            self.fault(f"{where} is not a list of integers")
             return None
         return value
 
-    def floats(self, values: list[Any], where: str) -> list[float] | None:
+    def floats(self, values: list[Any] | None, where: str) -> list[float] | None:
+        if values is None:
+            self.missing.append(f"{self.dialect}: {where} is missing")
+            return None
         if not all(
             isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
             for v in values
@@ -128,6 +136,7 @@ class _Read:
             else None,
             request_mode="tokens",
             faults=self.faults,
+            missing=self.missing,
         )
 
 
@@ -144,7 +153,8 @@ def read_generated(dialect: GenerateDialect, data: dict[str, Any], prompt: list[
         ids = read.ints(choice.get("token_ids"), "choices[0].token_ids")
         found = choice.get("logprobs")
         logprobs: dict[str, Any] = found if isinstance(found, dict) else {}
-        values = read.floats(list(logprobs.get("token_logprobs") or []), "token_logprobs")
+        given = logprobs.get("token_logprobs")
+        values = read.floats(None if given is None else list(given), "token_logprobs")
         usage = data.get("usage")
         return Generated(
             text=str(choice.get("text") or ""),
@@ -156,14 +166,18 @@ def read_generated(dialect: GenerateDialect, data: dict[str, Any], prompt: list[
     if dialect == "sglang":
         meta_raw = data.get("meta_info")
         meta: dict[str, Any] = meta_raw if isinstance(meta_raw, dict) else {}
-        triples = meta.get("output_token_logprobs") or []
+        given = meta.get("output_token_logprobs")
+        triples = given if isinstance(given, list) else []
         if not all(isinstance(t, list) and len(t) >= 2 for t in triples):
             triples = []
             read.fault("meta_info.output_token_logprobs is not [logprob, id, text] entries")
-        ids = read.ints(data.get("output_ids", [t[1] for t in triples]), "output_ids")
+        by_triples = None if given is None else [t[1] for t in triples]
+        ids = read.ints(data.get("output_ids", by_triples), "output_ids")
         if triples and ids is not None and [t[1] for t in triples] != ids:
             read.fault("output_ids disagree with meta_info.output_token_logprobs")
-        values = read.floats([t[0] for t in triples], "meta_info.output_token_logprobs")
+        values = read.floats(
+            None if given is None else [t[0] for t in triples], "meta_info.output_token_logprobs"
+        )
         read.count(meta.get("prompt_tokens"), "meta_info.prompt_tokens")
         finish = meta.get("finish_reason")
         version = meta.get("weight_version")
@@ -180,13 +194,16 @@ def read_generated(dialect: GenerateDialect, data: dict[str, Any], prompt: list[
             version=str(version) if version is not None else None,
             raw=data,
         )
-    probs = data.get("completion_probabilities") or []
-    probs = [p for p in probs if isinstance(p, dict)]
+    given = data.get("completion_probabilities")
+    probs = [p for p in given if isinstance(p, dict)] if isinstance(given, list) else []
     ids = read.ints(data.get("tokens"), "tokens")
     by_probs = [p.get("id") for p in probs]
-    if ids is not None and by_probs != ids:
+    if ids is not None and given is not None and by_probs != ids:
         read.fault("tokens disagree with completion_probabilities[].id")
-    values = read.floats([p.get("logprob") for p in probs], "completion_probabilities[].logprob")
+    values = read.floats(
+        None if given is None else [p.get("logprob") for p in probs],
+        "completion_probabilities[].logprob",
+    )
     read.count(data.get("tokens_evaluated"), "tokens_evaluated")
     stop = data.get("stop_type")
     finish = "length" if stop == "limit" else "stop" if stop in ("eos", "word") else stop

@@ -17,6 +17,7 @@ Failures fall in three classes, decided once here:
   first rejection, which is sent once more; a second rejection in a row is ``RequestRejected``
   (the episode is invalid, ``request_rejected``; the endpoint is not at fault and not ejected).
 
+An answer that lacks the token data its profile asks for is asked again once (``reask``).
 The API key is sent as a bearer token and scrubbed from every message this module produces.
 ``attempt`` (one request, transient failures returned rather than retried) and ``probe`` are
 the building blocks of ``EndpointPool``, which adds its own routing, breaker and pause policy.
@@ -25,15 +26,13 @@ the building blocks of ``EndpointPool``, which adds its own routing, breaker and
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import io
 import json
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -44,6 +43,12 @@ from envfarm.errors import (
     PolicyConfigError,
     PolicyError,
     PolicyResponseError,
+)
+from envfarm.policy.attempts import (
+    RETRYABLE_STATUSES,
+    AttemptFailure,
+    describe_error,
+    parse_retry_after,
 )
 from envfarm.policy.base import (
     EXCERPT_CHARS,
@@ -60,6 +65,7 @@ from envfarm.policy.generate import (
     read_generated,
 )
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions, TokenCapture
+from envfarm.policy.reask import needs_reask, reasked
 from envfarm.policy.rejections import (
     is_rejection,
     parser_error,
@@ -71,27 +77,7 @@ from envfarm.policy.server_api import llamacpp_prompt_ids
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-PAUSE_STATUSES = frozenset({429, 503})
-"""Statuses of a server that is alive but not taking work now (a weight swap, no capacity)."""
 _JSON = {"Content-Type": "application/json"}
-
-
-@dataclass(frozen=True)
-class AttemptFailure:
-    """A transient failure of one request attempt; the caller decides whether to retry."""
-
-    cause: str
-    """HTTP status and body excerpt, or the connection error (API key scrubbed)."""
-    status: int | None = None
-    """None when no answer came at all (connection refused or reset, timeout)."""
-    retry_after: float | None = None
-    error: BaseException | None = None
-    elapsed_s: float = 0.0
-
-    @property
-    def paused(self) -> bool:
-        return self.status in PAUSE_STATUSES
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -107,23 +93,6 @@ def normalize_base_url(base_url: str) -> str:
     if parts.query or parts.fragment:
         raise PolicyConfigError(f"policy base URL {base_url!r} must not have a query or fragment")
     return base_url.strip().rstrip("/")
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class OpenAIPolicy(PolicyClient):
@@ -195,7 +164,7 @@ class OpenAIPolicy(PolicyClient):
                 continue
             rejected = None
             if isinstance(result, Completion):
-                result.attempts, result.retries = attempt + 1, retries
+                result.attempts, result.retries = result.attempts + attempt, retries
                 result.paused_s = sum(r.delay_s + r.elapsed_s for r in retries if r.kind == "pause")
                 return result
             if attempt == self.max_retries:
@@ -248,7 +217,7 @@ class OpenAIPolicy(PolicyClient):
         try:
             return await self._post(json.dumps(payload).encode(), url)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise PolicyError(f"POST {url} failed: {self._scrub(_describe(exc, 30))}") from exc
+            raise PolicyError(f"POST {url} failed: {self._scrub(describe_error(exc, 30))}") from exc
 
     def encode(
         self,
@@ -268,9 +237,18 @@ class OpenAIPolicy(PolicyClient):
 
     async def attempt(self, encoded: bytes, sent: dict[str, Any]) -> Completion | AttemptFailure:
         """One POST of an ``encode``d body: the completion, or the transient failure to retry.
+        An answer without its token data is asked again once, with the profile's fields.
 
         Failures retrying cannot fix are raised (PolicyConfigError, PolicyResponseError).
         """
+        first = await self._chat(encoded, sent)
+        if not isinstance(first, Completion) or not needs_reask(first):
+            return first
+        again = self.tokens.with_fields(encoded, self.extra_body, sent)
+        ask = partial(self._chat, again, sent)
+        return await reasked(first, ask, endpoint=self.base_url, profile=self.tokens.profile)
+
+    async def _chat(self, encoded: bytes, sent: dict[str, Any]) -> Completion | AttemptFailure:
         started = time.monotonic()
         try:
             status, headers, body = await self._post(encoded)
@@ -279,7 +257,7 @@ class OpenAIPolicy(PolicyClient):
         except aiohttp.ClientSSLError as exc:
             raise PolicyConfigError(f"TLS failed for {self.url}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            cause = self._scrub(_describe(exc, self.request_timeout_s))
+            cause = self._scrub(describe_error(exc, self.request_timeout_s))
             return AttemptFailure(cause, error=exc, elapsed_s=time.monotonic() - started)
         if status == 200:
             completion = parse_completion(
@@ -292,7 +270,7 @@ class OpenAIPolicy(PolicyClient):
                 scrub=self._scrub,
             )
             completion.tokens = self.tokens.read(completion.raw, headers)
-            if self.tokens.profile == "llamacpp":
+            if self.tokens.profile == "llamacpp" and not completion.tokens.lacking:
                 await llamacpp_prompt_ids(self, encoded, completion)
             return completion
         return self._failure(status, headers, body, started)
@@ -310,6 +288,15 @@ class OpenAIPolicy(PolicyClient):
                 f"{self.base_url} has profile {dialect} ({self.tokens.reason})"
             )
         generate = cast(GenerateDialect, dialect)
+        first = await self._generate(generate, prompt, sampling)
+        if not isinstance(first, Completion) or not needs_reask(first):
+            return first
+        ask = partial(self._generate, generate, prompt, sampling)
+        return await reasked(first, ask, endpoint=self.base_url, profile=generate)
+
+    async def _generate(
+        self, generate: GenerateDialect, prompt: list[int], sampling: SamplingParams
+    ) -> Completion | AttemptFailure:
         payload, sent = generate_request(generate, self.model, prompt, sampling)
         where, path = generate_path(generate)
         url = (self.base_url if where == "base" else self.root_url) + path
@@ -319,7 +306,7 @@ class OpenAIPolicy(PolicyClient):
         except aiohttp.ClientSSLError as exc:
             raise PolicyConfigError(f"TLS failed for {url}: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
-            cause = self._scrub(_describe(exc, self.request_timeout_s))
+            cause = self._scrub(describe_error(exc, self.request_timeout_s))
             return AttemptFailure(cause, error=exc, elapsed_s=time.monotonic() - started)
         if status != 200:
             return self._failure(status, headers, body, started, url)
@@ -335,7 +322,7 @@ class OpenAIPolicy(PolicyClient):
             )
         generated = read_generated(generate, data, prompt)
         tokens = generated.tokens
-        tokens.server_profile, tokens.server_profile_reason = dialect, self.tokens.reason
+        tokens.server_profile, tokens.server_profile_reason = generate, self.tokens.reason
         if generated.version is not None:
             tokens.policy_version, tokens.policy_version_source = generated.version, "response"
         else:
@@ -382,7 +369,7 @@ class OpenAIPolicy(PolicyClient):
                 await response.read()
                 return None if response.status == 200 else f"HTTP {response.status}"
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return self._scrub(_describe(exc, timeout_s))
+            return self._scrub(describe_error(exc, timeout_s))
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -458,14 +445,3 @@ class OpenAIPolicy(PolicyClient):
 def _as_openai_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """Accept both ``{"type": "function", "function": {...}}`` and a bare function spec."""
     return tool if "type" in tool else {"type": "function", "function": tool}
-
-
-def timeout_cause(timeout_s: float) -> str:
-    """How a request that got no complete answer in time is described."""
-    return f"no complete answer within {timeout_s:g}s"
-
-
-def _describe(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, TimeoutError):
-        return timeout_cause(timeout_s)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

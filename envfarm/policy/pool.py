@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
+from envfarm.policy.attempts import AttemptFailure, timeout_cause
 from envfarm.policy.base import Completion, PolicyClient, RetryKind, SamplingParams
 from envfarm.policy.endpoints import (
     CallState,
@@ -49,7 +50,7 @@ from envfarm.policy.endpoints import (
     PoolEndpoint,
     PoolSettings,
 )
-from envfarm.policy.openai import AttemptFailure, OpenAIPolicy, timeout_cause
+from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions
 from envfarm.policy.rejections import is_rejection, rejected_twice
 from envfarm.policy.server_api import Renderer
@@ -225,7 +226,8 @@ class EndpointPool(PolicyClient):
                 endpoint.succeeded()
                 if not _aborted(result):
                     endpoint.served += 1
-                    result.attempts, result.retries = call.attempts, call.retries
+                    result.attempts += call.attempts - 1  # a re-ask for token data counts
+                    result.retries = call.retries
                     result.paused_s = call.paused_s()
                     return result
                 cause = "the server aborted the generation (finish_reason abort)"

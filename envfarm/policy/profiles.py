@@ -13,11 +13,12 @@
 - ``openai``: nothing extra; the server gives text only and every turn says so
   (``token_source: "none"``).
 - ``auto`` (the CLI's default): before the first request the server's own API is probed
-  (``GET /props``: llama.cpp; ``GET /get_server_info``: SGLang; ``GET /version``: vLLM), and the
-  profile and the reason are recorded on every turn. When no probe answers, the union of the
-  vLLM and SGLang fields goes out until the first answer, whose fields decide the profile. A
-  server that refuses the unknown fields with HTTP 400 is taken as ``openai`` and the request
-  is sent again without them.
+  (``GET /props``: llama.cpp; ``GET /get_server_info``: SGLang; ``GET /version``: vLLM), once
+  per endpoint, and the profile and the reason are recorded on every turn. No request goes out
+  before the probe has settled: concurrent first requests wait for it (``TokenCapture.probe``).
+  When no probe answers, the union of the vLLM and SGLang fields goes out until the first
+  answer, whose fields decide the profile. A server that refuses the unknown fields with HTTP
+  400 is taken as ``openai`` and the request is sent again without them.
 
 Each turn is stamped with the policy version that produced it: the response's own version
 (SGLang's ``weight_version``, the last of its ``weight_versions`` spans), else a response
@@ -26,6 +27,7 @@ header (``X-Policy-Version`` by default), else the latest version the trainer pu
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, cast, get_args
@@ -49,6 +51,10 @@ SGLANG_ROUTED_FIELDS: dict[str, Any] = {"return_routed_experts": True}
 LLAMACPP_FIELDS: dict[str, Any] = {"logprobs": True, "top_logprobs": 1}
 TOKEN_PROFILES = ("vllm", "sglang", "llamacpp")
 """Profiles whose servers take a prompt of token ids (token mode)."""
+CAPTURE_FIELDS = frozenset(
+    {**VLLM_FIELDS, **SGLANG_FIELDS, **SGLANG_ROUTED_FIELDS, **LLAMACPP_FIELDS}
+)
+"""Every request field some profile adds."""
 
 
 class CaptureOptions(BaseModel):
@@ -134,14 +140,29 @@ class TokenCapture:
         self.reason = "given" if self.profile != "auto" else "auto: not probed yet"
         """Why ``profile``: given by the user, or what auto-detection found."""
         self.probed = self.profile != "auto"
+        """True once the profile is settled: given, or the probe has answered (or failed)."""
         self.version_source = version_source
+        self._probing = asyncio.Lock()
 
     async def probe(self, get: Probe) -> None:
-        """Settle an ``auto`` profile from the server's own API (once; see ``probe_profile``)."""
+        """Settle an ``auto`` profile from the server's own API (``probe_profile``), once.
+
+        Every caller returns only once the probe has settled the profile, so concurrent first
+        requests all wait for the one probe and then carry its profile's fields: one sent
+        before the answer would carry the fallback fields, which llama.cpp answers without
+        logprobs. The probe runs under a lock held by the caller that started it, not as a
+        task of its own: a caller cancelled mid-probe releases the lock and the next waiter
+        probes in its place, so nobody waits on a probe nobody runs, and nothing outlives the
+        callers. A probe that finds nothing settles the fallback (``auto``) for everyone, with
+        its reason.
+        """
         if self.probed:
             return
-        self.probed = True
-        self.profile, self.reason = await probe_profile(get)
+        async with self._probing:
+            if self.probed:
+                return
+            self.profile, self.reason = await probe_profile(get)
+            self.probed = True
 
     def request_fields(self) -> dict[str, Any]:
         return request_fields(self.profile, routed_experts=self.options.routed_experts)
@@ -163,6 +184,16 @@ class TokenCapture:
         payload = json.loads(encoded)
         for name in request_fields("auto", routed_experts=True):
             payload.pop(name, None)
+        return json.dumps(payload).encode()
+
+    def with_fields(self, encoded: bytes, *after: Mapping[str, Any]) -> bytes:
+        """The request body ``encoded`` with the profile's fields in place of those it was sent
+        with (to ask again for token data an answer lacked); ``after`` (the user's extra body,
+        the sampling) is applied after them, as when it was encoded."""
+        payload = {k: v for k, v in json.loads(encoded).items() if k not in CAPTURE_FIELDS}
+        payload.update(self.request_fields())
+        for fields in after:
+            payload.update(fields)
         return json.dumps(payload).encode()
 
     def read(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> TokenData:

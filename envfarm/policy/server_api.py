@@ -61,8 +61,8 @@ async def llamacpp_template(client: OpenAIPolicy, payload: dict[str, Any]) -> st
 
 async def llamacpp_prompt_ids(client: OpenAIPolicy, encoded: bytes, completion: Completion) -> None:
     """Fill ``completion.tokens.prompt_token_ids`` with llama.cpp's own tokenization of the
-    prompt its chat endpoint ran for ``encoded``; a failure or a count that disagrees with
-    ``usage.prompt_tokens`` is a fault on the turn."""
+    prompt its chat endpoint ran for ``encoded``; a failure leaves them missing, a count that
+    disagrees with ``usage.prompt_tokens`` is a fault on the turn."""
     tokens = completion.tokens
     if tokens is None:
         return
@@ -70,7 +70,7 @@ async def llamacpp_prompt_ids(client: OpenAIPolicy, encoded: bytes, completion: 
         prompt = await llamacpp_template(client, json.loads(encoded))
         ids = await llamacpp_tokenize(client, prompt, special=True)
     except PolicyError as exc:
-        tokens.faults.append(f"llamacpp: the prompt ids could not be read: {exc}")
+        tokens.missing.append(f"llamacpp: the prompt ids could not be read: {exc}")
         return
     counted = (completion.usage or {}).get("prompt_tokens")
     if counted is not None and counted != len(ids):

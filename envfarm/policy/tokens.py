@@ -19,9 +19,15 @@ What each server returns (non-streaming ``/v1/chat/completions``, choice 0):
   returns no prompt ids: the client asks the server to tokenize exactly the prompt it ran
   (``/apply-template`` then ``/tokenize``) and checks the count against ``usage.prompt_tokens``.
 
-Nothing is re-tokenized and nothing is silently repaired: anything missing or inconsistent
-(ids and logprobs of different lengths, a malformed routing array) becomes a *fault* on the
-turn, with the data kept as received, and the episode is not trained on.
+Nothing is re-tokenized and nothing is silently repaired. Two kinds of problem are told apart:
+
+- token data that is *absent* (a field the profile asks for is not in the answer: the server
+  was not asked for it, or did not honour the request) is listed in ``TokenData.missing``: the
+  client asks again once, and if the answer still lacks it, the turn is kept without token data
+  (``token_source: "none"`` and the reason; ``TokenData.without_data``);
+- token data that is present but inconsistent (ids and logprobs of different lengths, a value
+  that is not a number, a malformed routing array) becomes a *fault* on the turn, with the data
+  kept as received, and the episode is not trained on.
 """
 
 from __future__ import annotations
@@ -63,9 +69,36 @@ class TokenData(BaseModel):
     server_profile_reason: str | None = None
     server_timings: dict[str, float] | None = None
     faults: list[str] = Field(default_factory=list)
+    token_reask: str | None = None
+    token_source_reason: str | None = None
+    missing: list[str] = Field(default_factory=list)
+    """What of the token data the profile asks for the answer lacked (absent, not inconsistent);
+    not a turn field: the client asks again, then keeps the turn ``without_data``."""
 
     def turn_fields(self) -> dict[str, Any]:
-        return dict(self)
+        return {name: value for name, value in self if name != "missing"}
+
+    @property
+    def lacking(self) -> bool:
+        """Absent token data and no fault: worth asking again (a fault stands as it is)."""
+        return bool(self.missing) and not self.faults
+
+    def without_data(self, reason: str) -> TokenData:
+        """This record with no token data (``token_source: "none"``, and why): what a turn keeps
+        when its answers lacked the token data even when asked again."""
+        return self.model_copy(
+            update={
+                "token_source": "none",
+                "prompt_token_ids": None,
+                "completion_token_ids": None,
+                "logprobs": None,
+                "routed_experts": None,
+                "completion_tokens": None,
+                "policy_version_spans": None,
+                "missing": [],
+                "token_source_reason": reason,
+            }
+        )
 
 
 def read_tokens(body: dict[str, Any], dialect: Dialect) -> TokenData:
@@ -102,15 +135,19 @@ class _Reader:
     def __init__(self, body: dict[str, Any], choice: dict[str, Any]) -> None:
         self.body, self.choice = body, choice
         self.faults: list[str] = []
+        self.missing: list[str] = []
         self.texts: list[str] | None = None
         """Each completion token's text, when the answer carries it."""
 
     def fault(self, message: str) -> None:
         self.faults.append(f"{self.source}: {message}")
 
+    def lack(self, message: str) -> None:
+        self.missing.append(f"{self.source}: {message}")
+
     def int_list(self, value: Any, where: str) -> list[int] | None:
         if value is None:
-            self.fault(f"{where} is missing")
+            self.lack(f"{where} is missing")
             return None
         if not isinstance(value, list) or not all(type(v) is int for v in value):
             self.fault(f"{where} is not a list of integers")
@@ -140,6 +177,7 @@ class _Reader:
             routed_experts=routed,
             completion_tokens=self.texts if ids is not None else None,
             faults=self.faults,
+            missing=self.missing,
         )
 
     def content_logprobs(self, ids: list[int] | None) -> list[float] | None:
@@ -147,8 +185,11 @@ class _Reader:
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         if content is None and ids == [] and logprobs is not None:
             return []
+        if content is None:
+            self.lack("choices[0].logprobs.content is missing (was logprobs requested?)")
+            return None
         if not isinstance(content, list):
-            self.fault("choices[0].logprobs.content is missing (was logprobs requested?)")
+            self.fault("choices[0].logprobs.content is not a list")
             return None
         values = [item.get("logprob") if isinstance(item, dict) else None for item in content]
         texts = [item.get("token") if isinstance(item, dict) else None for item in content]
@@ -174,7 +215,7 @@ class _VLLMReader(_Reader):
 
     def read(self) -> TokenData:
         if self.body.get("prompt_token_ids") is None:
-            self.fault(
+            self.lack(
                 "prompt_token_ids is missing at the response root: the server did not honour "
                 "return_token_ids (it needs vLLM 0.10.2 or later)"
             )
@@ -279,7 +320,7 @@ class _LlamaCppReader(_Reader):
         logprobs = self.choice.get("logprobs")
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         if content is None:
-            self.fault(
+            self.lack(
                 "choices[0].logprobs.content is missing: llama.cpp returns it only for "
                 "logprobs: true with top_logprobs of at least 1"
             )

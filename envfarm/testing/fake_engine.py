@@ -15,6 +15,12 @@ it, in the shapes the real servers send (llama.cpp's as recorded from ``llama-se
   with a list-of-ids prompt (``token_ids``, ``prompt_token_ids``, ``logprobs.token_logprobs``).
 - SGLang: ``GET /get_server_info``, ``POST /generate`` with ``input_ids`` (``output_ids``,
   ``meta_info.output_token_logprobs`` as ``[logprob, id, text]``, ``weight_version``).
+- vLLM and SGLang chat answers in their real shapes (``fake_shapes``: token fields only when the
+  request asks for them), and ``openai``: a plain server that answers no probe and gives text.
+
+``probe_gate`` makes a server whose own API answers late: every probe of it (``PROBE_PATHS``)
+waits for the event, so a test can start several first requests while detection is pending.
+``timeline`` records each request as it arrives and each probe as it is answered.
 
 The model answers the n-th generation request with the n-th scripted step, sampled as the
 ``fake_chatml`` model samples (tool calls pretty-printed, ``<|im_end|>`` at the end, cut at
@@ -23,6 +29,7 @@ The model answers the n-th generation request with the n-th scripted step, sampl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -32,12 +39,15 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from envfarm.policy.server import Reply, error_reply
+from envfarm.policy.server import Reply, completion_reply, error_reply
 from envfarm.policy.toolparse import parse_tool_calls
 from envfarm.testing import fake_chatml as chatml
+from envfarm.testing.fake_shapes import FakeAnswer, Routing
 from envfarm.testing.scripted import ScriptedCompletion, Step, _normalize
 
-EngineDialect = Literal["llamacpp", "vllm", "sglang"]
+EngineDialect = Literal["llamacpp", "vllm", "sglang", "openai"]
+PROBE_PATHS = ("/props", "/get_server_info", "/version")
+"""The server APIs ``auto`` detection asks (``policy.profiles.probe_profile``)."""
 PARSE_ERROR = (
     "[json.exception.parse_error.101] parse error at line 1, column 38: syntax error while "
     "parsing value - unexpected end of input; expected '[', '{', or a literal"
@@ -64,6 +74,7 @@ class FakeEngine:
         n_ctx: int = 1 << 20,
         faults: Iterable[Reply] = (),
         weight_version: str = "v1",
+        probe_gate: asyncio.Event | None = None,
     ) -> None:
         self.steps: list[ScriptedCompletion | Reply] = [_normalize(s) for s in steps]
         self.dialect, self.n_ctx, self.weight_version = dialect, n_ctx, weight_version
@@ -74,6 +85,11 @@ class FakeEngine:
         """The prompt ids of every generation the engine ran."""
         self.sampled: list[list[int]] = []
         """The ids the model sampled in each generation it completed (beside ``prompts``)."""
+        self.probe_gate = probe_gate
+        self.probing = asyncio.Event()
+        """Set when the first probe arrives."""
+        self.timeline: list[str] = []
+        """``GET /props``, ``answered GET /props``, ``POST /v1/chat/completions``... in order."""
         self._cache: list[int] = []
         self._runner: web.AppRunner | None = None
         self.root = ""
@@ -105,6 +121,12 @@ class FakeEngine:
 
     async def _get(self, request: web.Request) -> web.Response:
         path = "/" + request.match_info["path"]
+        self.timeline.append(f"GET {path}")
+        if path in PROBE_PATHS:
+            self.probing.set()
+            if self.probe_gate is not None:
+                await self.probe_gate.wait()
+            self.timeline.append(f"answered GET {path}")
         models = {"object": "list", "data": [{"id": "fake", "object": "model"}]}
         answers: dict[str, dict[EngineDialect, Any]] = {
             "/props": {
@@ -116,7 +138,7 @@ class FakeEngine:
             },
             "/version": {"vllm": {"version": "0.0.0-fake"}},
             "/get_server_info": {"sglang": {"version": "0.0.0-fake", "model_path": "fake"}},
-            "/v1/models": {"llamacpp": models, "vllm": models, "sglang": models},
+            "/v1/models": {"llamacpp": models, "vllm": models, "sglang": models, "openai": models},
             "/health": {"llamacpp": {"status": "ok"}, "vllm": {}, "sglang": {}},
         }
         body = answers.get(path, {}).get(self.dialect)
@@ -131,8 +153,12 @@ class FakeEngine:
         except ValueError as exc:
             return _reply(error_reply(500, f"[json.exception.parse_error.101] {exc}"))
         self.requests.append((path, body))
+        self.timeline.append(f"POST {path}")
         handler = {
             ("llamacpp", "/v1/chat/completions"): self._llamacpp_chat,
+            ("vllm", "/v1/chat/completions"): self._chat,
+            ("sglang", "/v1/chat/completions"): self._chat,
+            ("openai", "/v1/chat/completions"): self._chat,
             ("llamacpp", "/apply-template"): self._apply_template,
             ("llamacpp", "/tokenize"): self._tokenize,
             ("llamacpp", "/detokenize"): self._detokenize,
@@ -251,6 +277,32 @@ class FakeEngine:
                 "timings": timings,
             }
         )
+
+    def _chat(self, body: dict[str, Any]) -> Reply:
+        """vLLM's, SGLang's or a plain OpenAI server's chat answer."""
+        prompt = chatml.tokenize(chatml.render(body.get("messages", []), body.get("tools") or []))
+        sampled = self._sample(prompt, body.get("max_tokens"))
+        if isinstance(sampled, Reply):
+            return sampled
+        ids, finish = sampled
+        content, calls = parse_tool_calls(chatml.detokenize([t for t in ids if t != chatml.IM_END]))
+        finish = "tool_calls" if calls and finish == "stop" else finish
+        model = str(body.get("model", "fake"))
+        if self.dialect == "openai":
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}
+            return completion_reply(
+                model, content=content, tool_calls=calls, finish_reason=finish, usage=usage
+            )
+        tool_calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]
+        logprobs = [chatml.logprob(t, len(prompt) + i) for i, t in enumerate(ids)]
+        answer = FakeAnswer(
+            body, prompt, ids, logprobs, content, tool_calls, finish, None, self.weight_version
+        )
+        shaped = answer.vllm(Routing()) if self.dialect == "vllm" else answer.sglang(Routing())
+        return Reply(body=shaped)
 
     def _apply_template(self, body: dict[str, Any]) -> Reply:
         generation = body.get("add_generation_prompt", True)

@@ -16,7 +16,8 @@ from a restarted context, so it drives sessions of any length across summaries.
 Faults are injected per request number (``faults``) or at random (``fault_rates``, seeded):
 ``unavailable`` (503, weight swap), ``rate_limited`` (429), ``abort`` (finish_reason "abort"
 with half the tokens), ``garbage`` (a 200 that is not JSON), ``slow``, ``mismatch`` (one
-logprob short) and ``swap`` (the version changes mid-generation).
+logprob short), ``omit`` (no token data, as if the request had not asked for it) and ``swap``
+(the version changes mid-generation).
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.policy.profiles import DEFAULT_VERSION_HEADER
+from envfarm.policy.profiles import CAPTURE_FIELDS, DEFAULT_VERSION_HEADER
 from envfarm.policy.server import PolicyServer, Reply, error_reply
 from envfarm.testing import fake_tokens as ft
 from envfarm.testing.fake_shapes import FakeAnswer, Routing
 from envfarm.testing.scripted import ScriptedCompletion, completion, tool_call
 
-FaultKind = Literal["unavailable", "rate_limited", "abort", "garbage", "slow", "mismatch", "swap"]
+FaultKind = Literal[
+    "unavailable", "rate_limited", "abort", "garbage", "slow", "mismatch", "omit", "swap"
+]
 Planner = Callable[[dict[str, Any]], ScriptedCompletion]
 
 
@@ -189,6 +192,8 @@ class FakeVLLM:
                 {"version": fault.version, "start": at, "end": len(ids)},
             ]
             self.version = fault.version
+        if fault and fault.kind == "omit":
+            request = {k: v for k, v in request.items() if k not in CAPTURE_FIELDS}
         answer = FakeAnswer(
             request, prompt, ids, logprobs, content, tool_calls, finish, spans, self.version
         )

@@ -210,6 +210,24 @@ async def test_mismatched_lengths_are_a_fault_that_invalidates_the_reward(
     assert [s.turns for s in merged_samples(trajectory)] == [[0], [2]]
 
 
+async def test_a_turn_without_token_data_is_kept_and_the_reward_stays_valid(
+    backend: DockerBackend, task: Task
+) -> None:
+    fake = FakeVLLM(commands=COMMANDS, faults={1: "omit", 2: "omit"})
+    async with policy_for(fake) as policy:
+        trajectory = await run_episode(backend, task, policy)
+    assert trajectory.error is None, trajectory.error
+    assert trajectory.reward.valid
+    assert trajectory.reward.value == 1.0
+    kept = trajectory.turns[1]
+    assert kept.token_source == "none"
+    assert kept.faults == []
+    assert kept.token_reask is not None
+    assert kept.token_source_reason is not None
+    assert kept.completion_token_ids is None
+    assert [s.turns for s in merged_samples(trajectory)] == [[0], [2]]
+
+
 async def test_openai_profile_records_text_only(backend: DockerBackend, task: Task) -> None:
     fake = FakeVLLM(commands=COMMANDS, version_header=None)
     async with policy_for(fake, server_profile="openai") as policy:

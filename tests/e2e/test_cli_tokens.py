@@ -87,3 +87,39 @@ async def test_run_against_a_vllm_style_server_writes_exact_token_data(tmp_path:
         assert "submit" in sampled
         context = bytes(t for t, m in zip(ids, mask, strict=True) if not m).decode()
         assert "implements `LRUCache`" in context  # the instruction, as the model saw it
+
+
+async def test_a_turn_without_token_data_is_asked_again_warned_and_counted(tmp_path: Path) -> None:
+    """The server omits the token data of the second turn's answer, and again when asked: the
+    run warns once, keeps the turn without token data, and still grades the episode."""
+    fake = FakeVLLM(commands=[write_fix_command()], faults={1: "omit", 2: "omit"})
+    out = tmp_path / "out"
+    async with PolicyServer(fake) as server:
+        code, stderr = await envfarm(
+            "run",
+            "tasks/fix-lru-cache",
+            "--policy",
+            server.base_url,
+            "--model",
+            "m",
+            "--samples",
+            "--out",
+            str(out),
+        )
+    assert code == 0, stderr[-3000:]
+    assert stderr.count("an answer came without its token data") == 1, stderr[-3000:]
+    (trajectory,) = [
+        json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert trajectory["reward"]["valid"] is True
+    assert trajectory["reward"]["value"] == 1.0
+    first, kept = trajectory["turns"]
+    assert first["token_source"] == "vllm"
+    assert kept["token_source"] == "none"
+    assert kept["faults"] == []
+    assert "prompt_token_ids is missing" in kept["token_reask"]
+    assert "still lacked" in kept["token_source_reason"]
+    assert [s["turns"] for s in trajectory["samples"]] == [[0]]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["token_reasks"], summary["turns_without_token_data"]) == (1, 1)
+    assert summary["infra_errors"] == 0

@@ -123,15 +123,26 @@ async def test_auto_probes_llamacpp_and_reads_its_exact_tokens() -> None:
 
 
 async def test_top_logprobs_zero_gets_no_logprobs_from_llamacpp_and_says_so() -> None:
+    """A user's ``top_logprobs: 0`` wins over the profile's, on the re-ask too: the turn is kept
+    without token data, and says why."""
     async with FakeEngine(STEPS) as engine:
-        client = OpenAIPolicy(engine.base_url, "fake", extra_body={"top_logprobs": 0})
-        client.tokens.profile, client.tokens.probed = "llamacpp", True
+        capture = CaptureOptions(profile="llamacpp")
+        client = OpenAIPolicy(
+            engine.base_url, "fake", extra_body={"top_logprobs": 0}, capture=capture
+        )
         async with client:
             done = await client.complete([{"role": "user", "content": "hi"}], [], SamplingParams())
+    chats = [body for path, body in engine.requests if path == "/v1/chat/completions"]
+    assert [body["top_logprobs"] for body in chats] == [0, 0]
     assert "logprobs" not in done.raw["choices"][0]
-    assert done.tokens is not None
-    assert done.tokens.completion_token_ids is None
-    assert any("top_logprobs of at least 1" in f for f in done.tokens.faults)
+    tokens = done.tokens
+    assert tokens is not None
+    assert tokens.faults == []
+    assert tokens.completion_token_ids is None
+    assert tokens.token_source == "none"
+    assert "top_logprobs of at least 1" in (tokens.token_source_reason or "")
+    assert "top_logprobs of at least 1" in (tokens.token_reask or "")
+    assert done.attempts == 2
 
 
 def assert_the_servers_own(engine: FakeEngine, run: AgentRun) -> None:

@@ -140,17 +140,13 @@ CHOICE = ["choices", 0]
     ("name", "dialect", "path", "value", "expected"),
     [
         (VLLM, "vllm", [*CHOICE, "logprobs", "content", 3], KeyError, "20 completion token ids"),
-        (VLLM, "vllm", ["prompt_token_ids"], None, "did not honour return_token_ids"),
-        (VLLM, "vllm", [*CHOICE, "token_ids"], None, "choices[0].token_ids is missing"),
         (VLLM, "vllm", [*CHOICE, "token_ids", 0], "a", "not a list of integers"),
-        (VLLM, "vllm", [*CHOICE, "logprobs"], None, "logprobs.content is missing"),
         (VLLM, "vllm", [*CHOICE, "logprobs", "content", 0, "logprob"], float("nan"), "finite"),
         (VLLM, "vllm", [*CHOICE, "routed_experts", 0, 1], [1], "rectangular"),
         (VLLM, "vllm", [*CHOICE, "routed_experts", 0, 0, 0], 2**40, "outside int32"),
         (VLLM, "vllm", [*CHOICE, "routed_experts"], "bm90IGEgbnB5", "not a base64 .npy"),
         (SGLANG, "sglang", [*CHOICE, "meta_info", "routed_experts"], "AAAA!", "not valid base64"),
         (SGLANG, "sglang", [*CHOICE, "meta_info", "routed_experts"], "AAA=", "whole number"),
-        (SGLANG, "sglang", [*CHOICE, "prompt_token_ids"], KeyError, "prompt_token_ids is missing"),
         (SGLANG, "sglang", [*CHOICE, "token_ids"], [1, 2, 3], "disagrees"),
         (SGLANG, "sglang", [*CHOICE, "meta_info", "output_token_logprobs", 2], [0.1], "entries"),
         (
@@ -168,6 +164,39 @@ def test_broken_token_data_is_a_fault_not_a_repair(
     data = read_tokens(broken(name, path, value), dialect)
     assert any(expected in fault for fault in data.faults), data.faults
     assert all(fault.startswith(f"{dialect}: ") for fault in data.faults)
+
+
+@pytest.mark.parametrize(
+    ("name", "dialect", "path", "value", "expected"),
+    [
+        (VLLM, "vllm", ["prompt_token_ids"], None, "did not honour return_token_ids"),
+        (VLLM, "vllm", [*CHOICE, "token_ids"], None, "choices[0].token_ids is missing"),
+        (VLLM, "vllm", [*CHOICE, "logprobs"], None, "logprobs.content is missing"),
+        (SGLANG, "sglang", [*CHOICE, "prompt_token_ids"], KeyError, "prompt_token_ids is missing"),
+        (SGLANG, "sglang", [*CHOICE, "meta_info"], KeyError, "choices[0].token_ids is missing"),
+    ],
+)
+def test_absent_token_data_is_missing_not_a_fault(
+    name: str, dialect: Any, path: list[Any], value: Any, expected: str
+) -> None:
+    data = read_tokens(broken(name, path, value), dialect)
+    assert data.faults == []
+    assert any(expected in lacked for lacked in data.missing), data.missing
+    assert data.lacking
+    assert "missing" not in data.turn_fields()
+    kept = data.without_data("asked again, still missing")
+    assert (kept.token_source, kept.token_source_reason) == ("none", "asked again, still missing")
+    assert kept.prompt_token_ids is kept.completion_token_ids is kept.logprobs is None
+    assert not kept.lacking
+
+
+def test_absent_data_beside_a_fault_is_not_worth_asking_again() -> None:
+    body = broken(VLLM, [*CHOICE, "logprobs", "content", 3], KeyError)
+    body["prompt_token_ids"] = None
+    data = read_tokens(body, "vllm")
+    assert data.missing
+    assert data.faults
+    assert not data.lacking
 
 
 def test_mismatched_lengths_keep_both_arrays_as_received() -> None:
