@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from envfarm.errors import PolicyConfigError, PolicyError
+from envfarm.policy.base import Completion
 
-if TYPE_CHECKING:
-    from envfarm.policy.base import Completion
-    from envfarm.policy.openai import OpenAIPolicy
+
+class ServerClient(Protocol):
+    """What these calls need of an endpoint's client (``OpenAIPolicy`` is one)."""
+
+    model: str
+
+    @property
+    def root_url(self) -> str: ...
+
+    async def post_json(self, url: str, payload: Any) -> tuple[int, Mapping[str, str], bytes]: ...
 
 
 def _json(status: int, body: bytes, what: str) -> Any:
@@ -37,7 +46,7 @@ def _json(status: int, body: bytes, what: str) -> Any:
         raise PolicyError(f"{what} answered HTTP 200 with a body that is not JSON") from None
 
 
-async def llamacpp_tokenize(client: OpenAIPolicy, text: str, *, special: bool) -> list[int]:
+async def llamacpp_tokenize(client: ServerClient, text: str, *, special: bool) -> list[int]:
     """llama.cpp's ids of ``text``; ``special``: add BOS as its prompts do."""
     url = f"{client.root_url}/tokenize"
     payload = {"content": text, "add_special": special, "parse_special": True}
@@ -49,7 +58,7 @@ async def llamacpp_tokenize(client: OpenAIPolicy, text: str, *, special: bool) -
     return tokens
 
 
-async def llamacpp_template(client: OpenAIPolicy, payload: dict[str, Any]) -> str:
+async def llamacpp_template(client: ServerClient, payload: dict[str, Any]) -> str:
     url = f"{client.root_url}/apply-template"
     status, _, body = await client.post_json(url, payload)
     data = _json(status, body, f"POST {url}")
@@ -59,7 +68,7 @@ async def llamacpp_template(client: OpenAIPolicy, payload: dict[str, Any]) -> st
     return prompt
 
 
-async def llamacpp_prompt_ids(client: OpenAIPolicy, encoded: bytes, completion: Completion) -> None:
+async def llamacpp_prompt_ids(client: ServerClient, encoded: bytes, completion: Completion) -> None:
     """Fill ``completion.tokens.prompt_token_ids`` with llama.cpp's own tokenization of the
     prompt its chat endpoint ran for ``encoded``; a failure leaves them missing, a count that
     disagrees with ``usage.prompt_tokens`` is a fault on the turn."""
@@ -101,7 +110,7 @@ class Renderer(ABC):
 class LlamaCppRenderer(Renderer):
     name = "llama.cpp /apply-template + /tokenize"
 
-    def __init__(self, client: OpenAIPolicy) -> None:
+    def __init__(self, client: ServerClient) -> None:
         self.client = client
 
     async def render(
@@ -120,7 +129,7 @@ class LlamaCppRenderer(Renderer):
 class VLLMRenderer(Renderer):
     name = "vLLM /tokenize"
 
-    def __init__(self, client: OpenAIPolicy) -> None:
+    def __init__(self, client: ServerClient) -> None:
         self.client = client
 
     async def _tokens(self, payload: dict[str, Any]) -> list[int]:
