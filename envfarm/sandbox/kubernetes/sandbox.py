@@ -35,8 +35,9 @@ from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.health import healthcheck_budget_s
 from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
+from envfarm.sandbox.kubernetes.podcontainers import HELPER_PATH, MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podfork import check_task, fork_pod
-from envfarm.sandbox.kubernetes.podspec import HELPER_PATH, LABEL_NETWORK, MAIN_CONTAINER
+from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
 
 DELETE_WAIT_S = 120.0
