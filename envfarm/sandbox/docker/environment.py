@@ -11,7 +11,8 @@ sees its sidecars and nothing else. When the verifier phase's network access dif
 agent's, ``enter_verifier_phase`` joins or leaves the bridge (``networks.py``). Sidecars join
 the internal network alone. ``start`` returns once every healthcheck has passed (the sidecars'
 compose healthchecks and the main container's ``[environment.healthcheck]``), or raises
-``SandboxStartError`` naming the service, after removing everything it created.
+``SandboxStartError`` naming the service, after removing everything it created
+(``healthchecks.py`` says when each container counts as healthy).
 ``fork_clean`` (a clean-room verifier) kills the main container and starts a fresh one in its
 place: same network alias, volumes and bind files, same sidecars. ``service_archive`` copies a
 path out of a sidecar through the engine's archive API (a task's ``artifacts`` with
@@ -20,8 +21,7 @@ path out of a sidecar through the engine's archive API (a task's ``artifacts`` w
 Teardown removes the main container, the sidecars (with their anonymous volumes), the network
 and the episode's volumes. Everything carries envfarm's labels with the owner's host and pid
 (``reaper.py`` removes what a killed run left behind); live environments are also removed at
-interpreter exit. Docker calls run on a dedicated thread pool, so dozens of environments can
-start at once without starving the default executor.
+interpreter exit. Docker calls run on a thread pool of their own (``engine_pool.py``).
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ import asyncio
 import atexit
 import contextlib
 import functools
-import shlex
 import uuid
-from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from typing import Any
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.base import ServiceFiles
 from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import read_path_archive
+from envfarm.sandbox.docker.engine_pool import blocking, uncancelled
+from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
 from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
@@ -54,36 +54,10 @@ from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
-from envfarm.sandbox.health import WINDOW_S, HealthPolicy, wait_healthy
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 
-THREADS = 32
-
-_T = TypeVar("_T")
-_executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="envfarm-environment")
 _live: dict[str, DockerEnvironment] = {}
-
-
-async def _uncancelled(future: asyncio.Future[_T]) -> _T:
-    """Await ``future`` to its end even when cancelled (however often), then raise the
-    cancellation: whatever the call creates exists before the teardown that follows, so the
-    teardown removes it."""
-    cancelled = False
-    while not future.done():
-        try:
-            await asyncio.wait([future])
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return future.result()
-
-
-async def _blocking(function: Callable[..., _T], *args: object) -> _T:
-    """Run a blocking docker call on the environment pool, to its end even when cancelled."""
-    loop = asyncio.get_running_loop()
-    return await _uncancelled(loop.run_in_executor(_executor, functools.partial(function, *args)))
 
 
 def _remove_live_environments() -> None:
@@ -138,14 +112,14 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
     async def _start_all(self) -> None:
         compose = self.environment.compose
         if compose is None:
-            await _uncancelled(asyncio.ensure_future(super().start()))
-            await self._main_healthy()
+            await uncancelled(asyncio.ensure_future(super().start()))
+            await main_healthy(self.environment, self)
             return
         if self.service_images is None:
             images = await build_environment_images(self.environment, self.sources)
             self.service_images = images.service_image_ids()
         name = self.config.network_name or f"envfarm-{self.env_id}"
-        self.network_id = await _blocking(create_network, name, self.labels("network"))
+        self.network_id = await blocking(create_network, name, self.labels("network"))
         wanted = {
             volume
             for service in compose.services.values()
@@ -153,7 +127,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         }
         self.volumes = sorted(wanted)
         await asyncio.gather(
-            *(_blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
+            *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
@@ -170,18 +144,18 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
                 await self._start_main()
                 await dependencies(service)
                 started[service.name].set()
-                await self._main_healthy()
+                await main_healthy(self.environment, self)
             else:
                 await dependencies(service)
                 container_id = await self._start_sidecar(service)
                 started[service.name].set()
-                await self._sidecar_healthy(service, container_id)
+                await sidecar_healthy(service, container_id)
             healthy[service.name].set()
 
         await _all_or_nothing([bring_up(s) for s in compose.services.values()])
 
     async def _start_main(self) -> None:
-        await _uncancelled(asyncio.ensure_future(super().start()))
+        await uncancelled(asyncio.ensure_future(super().start()))
         await self._prepare_fork(self)
 
     def _creates_fork_ahead(self) -> bool:
@@ -197,11 +171,11 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
             self.environment.environment_dir, self.environment.compose.main.volumes
         )
         if archive is not None:
-            await _blocking(sidecars.put_files, clean.container_id, archive)
+            await blocking(sidecars.put_files, clean.container_id, archive)
         if not clean.config.network and not clean._gvisor:  # gVisor ignores the interfaces
             helper = (await ensure_base_image()).tag
             labels = self.labels("helper", MAIN_SERVICE)
-            await _blocking(drop_default_route, clean.container_id, helper, labels)
+            await blocking(drop_default_route, clean.container_id, helper, labels)
 
     async def _restarted(self) -> None:
         """A restarted main container's network namespace is new: its default route is back."""
@@ -215,7 +189,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
             return
         helper = (await ensure_base_image()).tag
         labels = self.labels("helper", MAIN_SERVICE)
-        await _blocking(drop_default_route, self.container_id, helper, labels)
+        await blocking(drop_default_route, self.container_id, helper, labels)
 
     async def _start_sidecar(self, service: ComposeService) -> str:
         assert self.environment.compose is not None
@@ -224,7 +198,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         if image is None:
             raise SandboxError(f"service {service.name!r}: no image was prepared for it")
         names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)
-        container = await _blocking(
+        container = await blocking(
             functools.partial(
                 sidecars.create_sidecar,
                 service,
@@ -238,75 +212,15 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         )
         container_id = str(container.id)
         self.sidecar_ids[service.name] = container_id
-        await _blocking(sidecars.start_sidecar, container, service.name)
+        await blocking(sidecars.start_sidecar, container, service.name)
         return container_id
-
-    async def _sidecar_healthy(self, service: ComposeService, container_id: str) -> None:
-        argv, check = service.health_argv(), service.healthcheck
-        if argv is None or check is None:
-            return
-        policy = HealthPolicy(
-            interval_s=check.interval,
-            timeout_s=check.timeout,
-            retries=check.retries,
-            start_period_s=check.start_period,
-        )
-
-        shell = [True]
-
-        async def probe(_timeout: float) -> tuple[bool, str]:
-            if shell:
-                windowed = await _blocking(sidecars.probe_windowed, container_id, argv)
-                if windowed is not None:
-                    return windowed
-                shell.clear()
-            return await _blocking(sidecars.probe, container_id, argv)
-
-        async def stopped() -> str | None:
-            return await _blocking(sidecars.stopped_reason, container_id)
-
-        await wait_healthy(service.name, policy, probe, stopped, window_s=WINDOW_S)
-
-    async def _main_healthy(self) -> None:
-        check = self.environment.config.healthcheck
-        compose_check = (
-            self.environment.compose.main.healthcheck if self.environment.compose else None
-        )
-        command: str | None = None
-        if check is not None:
-            command = check.command
-            policy = HealthPolicy(
-                interval_s=check.interval_sec,
-                timeout_s=check.timeout_sec,
-                retries=check.retries,
-                start_period_s=check.start_period_sec,
-            )
-        elif compose_check is not None and (argv := compose_check.argv()) is not None:
-            command = shlex.join(argv)
-            policy = HealthPolicy(
-                interval_s=compose_check.interval,
-                timeout_s=compose_check.timeout,
-                retries=compose_check.retries,
-                start_period_s=compose_check.start_period,
-            )
-        if command is None:
-            return
-
-        async def probe(timeout: float) -> tuple[bool, str]:
-            result = await self.exec(command, timeout=timeout)
-            return result.exit_code == 0, f"{result.stdout}{result.stderr}"
-
-        async def running() -> str | None:
-            return None  # a dead main container makes exec raise SandboxGone
-
-        await wait_healthy(MAIN_SERVICE, policy, probe, running)
 
     async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
         container_id = self.sidecar_ids.get(service)
         if container_id is None:
             known = ", ".join(sorted(self.sidecar_ids)) or "none"
             raise SandboxError(f"no running service {service!r} (started: {known})")
-        return await _blocking(read_path_archive, container_id, path, max_bytes)
+        return await blocking(read_path_archive, container_id, path, max_bytes)
 
     async def _teardown(self) -> None:
         """The main container and the sidecars at once (each removal is the engine deleting a
@@ -315,7 +229,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         ids = list(self.sidecar_ids.values())
         outcomes = await asyncio.gather(
             super()._teardown(),
-            *(_blocking(sidecars.remove_container, i) for i in ids),
+            *(blocking(sidecars.remove_container, i) for i in ids),
             return_exceptions=True,
         )
         for outcome in outcomes:
@@ -325,7 +239,7 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
                 raise outcome
         self.sidecar_ids.clear()
         try:  # the network, the volumes, and anything a cancelled start created unrecorded
-            await _blocking(sidecars.sweep, self.env_id)
+            await blocking(sidecars.sweep, self.env_id)
             self.network_id, self.volumes = None, []
         except SandboxError as exc:
             errors.append(exc)
