@@ -27,14 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import TaskSpecError
-from envfarm.sandbox.aliases import (
-    dockerfile_bases,
-    match_alias,
-    normalize_reference,
-    rewrite_dockerfile,
-    task_image_tag,
-    unknown_base,
-)
+from envfarm.sandbox.aliases import match_alias, normalize_reference, unknown_base
 from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build, since
 from envfarm.sandbox.docker.dockerbuild import BuiltImage as BuiltImage
 from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
@@ -45,6 +38,7 @@ from envfarm.sandbox.docker.recipe_images import BASE_TIMEOUT_S, recipe_image_ta
 from envfarm.sandbox.docker.recipe_images import ensure_base_image as ensure_base_image
 from envfarm.sandbox.docker.recipe_images import ensure_recipe_image as ensure_recipe_image
 from envfarm.sandbox.runmounts import classic_dockerfile
+from envfarm.sandbox.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
 from envfarm.settings import ImageSource, current
 
 LABEL_BASES = "io.envfarm.bases"
