@@ -77,6 +77,12 @@ class SandboxContainer:
             raise SandboxError("sandbox is not started")
         return str(self.container.id)
 
+    @property
+    def image_id(self) -> str:
+        """The image the container was created from, as the engine names it."""
+        assert self.container is not None
+        return str(self.container.attrs.get("Image") or self.config.image)
+
     async def create(self) -> None:
         """Create the container, helper attached, without starting it."""
         try:

@@ -103,9 +103,7 @@ class DockerSandbox(
         channel = self._container.channel
         if channel is None:
             return
-        assert self._container.container is not None
-        image_id = str(self._container.container.attrs.get("Image") or self.config.image)
-        config = await image_config(image_id, self.config.image)
+        config = await image_config(self._container.image_id, self.config.image)
         argv = main_argv(config, self.config.entrypoint, self.config.command)
         if argv is None:
             return

@@ -35,6 +35,8 @@ PROCESS = label_value(f"{os.getpid()}-{int(time.time())}-{uuid.uuid4().hex[:6]}"
 
 
 class EnvironmentPods:
+    """The environment pods of one backend (``config``), on ``api``."""
+
     def __init__(self, api: KubeApi, config: KubernetesBackendConfig) -> None:
         self.api = api
         self.config = config
