@@ -1,4 +1,5 @@
-"""The alias table (``images/aliases.toml``) and the Dockerfile ``FROM`` rewriting it drives.
+"""The alias table (``images/aliases.toml``), which drives the Dockerfile ``FROM`` rewriting of
+``task_image.py``.
 
 The table maps public base names to local recipes: the offline substitutes used when a base is
 neither a local image nor pullable (the order is ``imagesources.py``'s). Names are normalised
@@ -11,8 +12,9 @@ Users extend the table without editing envfarm: every file named by ``ENVFARM_AL
 (``os.pathsep``-separated) and ``$XDG_CONFIG_HOME/envfarm/aliases.toml`` is read after the
 packaged one; its recipes are added (a ``dockerfile`` relative to that file), its aliases are
 tried before the packaged ones (a name it maps is taken out of the packaged entries) and its
-``mirror_prefixes`` are added. Everything here is pure: the docker side (``images.py``) decides
-which references exist locally and builds the recipes.
+``mirror_prefixes`` are added. Everything here is pure: the docker side decides which
+references exist locally (``docker/images.py``) and builds the recipes
+(``docker/recipe_images.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from envfarm.errors import ImageError, UnknownBaseImage
-from envfarm.sandbox.dockerlines import Instruction, instructions
 from envfarm.settings import ALIASES_ENV, Settings
 
 DOCS = "docs/images.md"
@@ -248,89 +249,3 @@ def unknown_base(
         f"images/aliases.toml or a table of your own (see {DOCS}, 'Adding a substitute'), "
         f"or build, pull or load {reference!r} first."
     )
-
-
-def task_image_tag(task_id: str, content_hash: str) -> str:
-    """``envfarm-task/<sanitised id>:<content_hash[:16]>`` (a valid docker reference)."""
-    name = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:100].strip("-") or "task"
-    version = re.sub(r"[^A-Za-z0-9_.-]", "", content_hash).lstrip(".-")[:16]
-    if not version:
-        raise ImageError(f"task {task_id}: content hash {content_hash!r} gives no image tag")
-    return f"envfarm-task/{name}:{version}"
-
-
-def _substitute(value: str, args: dict[str, str], where: str) -> str:
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(3)
-        default = match.group(2)
-        if args.get(name):
-            return args[name]
-        if default is not None:
-            return default
-        raise UnknownBaseImage(
-            f"{where}: the base image uses ${name}, which has no default value in an ARG "
-            f"before the first FROM; give it one (ARG {name}=...)"
-        )
-
-    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(?=\w)(\w+)", replace, value)
-
-
-def _from_parts(args: str) -> tuple[str, str | None]:
-    """``[--platform=..] image [AS name]`` -> (image, stage name)."""
-    words = [w for w in args.split() if not w.startswith("--")]
-    if not words:
-        return "", None
-    stage = words[2] if len(words) >= 3 and words[1].lower() == "as" else None
-    return words[0], stage
-
-
-def _external_refs(text: str, where: str) -> list[tuple[Instruction, str, str]]:
-    """(instruction, reference as written, resolved reference) for every non-stage base."""
-    args: dict[str, str] = {}
-    stages: set[str] = set()
-    refs = []
-    seen_from = False
-    for inst in instructions(text):
-        if inst.keyword == "ARG" and not seen_from:
-            for word in inst.args.split():
-                name, _, value = word.partition("=")
-                args[name] = value.strip("\"'")
-        elif inst.keyword == "FROM":
-            seen_from = True
-            image, stage = _from_parts(inst.args)
-            if not image:
-                raise ImageError(f"{where}: line {inst.first + 1}: FROM without an image")
-            resolved = _substitute(image, args, where)
-            if resolved.lower() not in stages and resolved != "scratch":
-                refs.append((inst, image, resolved))
-            if stage:
-                stages.add(stage.lower())
-        elif inst.keyword == "COPY":
-            match = re.search(r"--from=(\S+)", inst.args)
-            if match and match.group(1).lower() not in stages and not match.group(1).isdigit():
-                refs.append((inst, match.group(1), _substitute(match.group(1), args, where)))
-    return refs
-
-
-def dockerfile_bases(text: str, where: str) -> list[str]:
-    """External base references (ARG defaults applied), in order, without duplicates."""
-    return list(dict.fromkeys(resolved for _, _, resolved in _external_refs(text, where)))
-
-
-def rewrite_dockerfile(text: str, images: dict[str, str], where: str) -> str:
-    """Point every external base at ``images[reference]``; stages and ``scratch`` untouched.
-
-    A rewritten ``FROM`` loses its ``--platform`` flag (local images have the engine's own
-    platform) and becomes one line.
-    """
-    lines = text.split("\n")
-    for inst, written, resolved in reversed(_external_refs(text, where)):
-        target = images[resolved]
-        if inst.keyword == "FROM":
-            _, stage = _from_parts(inst.args)
-            new = f"FROM {target}" + (f" AS {stage}" if stage else "")
-            lines[inst.first : inst.last + 1] = [new]
-        else:
-            for number in range(inst.first, inst.last + 1):
-                lines[number] = lines[number].replace(f"--from={written}", f"--from={target}")
-    return "\n".join(lines)

@@ -7,6 +7,8 @@ only makes it start sooner. The verdict keeps Docker's time budget: a service wh
 passed within ``start_period + retries * (interval + timeout)`` (the longest Docker would take to
 call it unhealthy) fails the start with a ``SandboxStartError`` naming the service and quoting
 the last check's output. A service whose container stops meanwhile fails at once.
+``healthcheck_budget_s`` is that budget for a whole environment, its slowest check's (the
+Kubernetes backend waits so long for a pod's readiness probes).
 
 A sidecar's check runs inside its container in a window (``windowed``): one ``docker exec`` of a
 shell that repeats the check every 0.1 s for about two seconds and returns at its first pass. A
@@ -24,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import SandboxStartError
+from envfarm.plan.models import EnvironmentSpec
 
 FIRST_PAUSE_S = 0.25
 MAX_PAUSE_S = 1.0
@@ -98,3 +101,33 @@ async def wait_healthy(
         await asyncio.sleep(min(pause, policy.interval_s, left))
         if not window_s:
             pause = min(pause * 2, MAX_PAUSE_S)
+
+
+def healthcheck_budget_s(environment: EnvironmentSpec) -> float:
+    """The longest the Docker backend lets an environment's healthchecks take: the slowest
+    service's start_period + retries x (interval + timeout), and the main container's (what
+    the Kubernetes backend waits for a pod to be ready, on top of its start timeout)."""
+    budgets = [0.0]
+    checks = (
+        [s.healthcheck for s in environment.compose.services.values()]
+        if environment.compose
+        else []
+    )
+    for check in checks:
+        if check is not None and check.argv() is not None:
+            policy = HealthPolicy(
+                interval_s=check.interval,
+                timeout_s=check.timeout,
+                retries=check.retries,
+                start_period_s=check.start_period,
+            )
+            budgets.append(policy.budget_s())
+    if (main := environment.config.healthcheck) is not None:
+        policy = HealthPolicy(
+            interval_s=main.interval_sec,
+            timeout_s=main.timeout_sec,
+            retries=main.retries,
+            start_period_s=main.start_period_sec,
+        )
+        budgets.append(policy.budget_s())
+    return max(budgets)

@@ -15,15 +15,13 @@ from envfarm.errors import ImageError, UnknownBaseImage
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.hostconfig import read_host_config
 from envfarm.sandbox.docker.images import (
-    LABEL_KIND,
-    LABEL_MANAGED,
-    LABEL_TASK,
     BuiltImage,
     build_task_image,
     ensure_base_image,
     ensure_recipe_image,
     prebuilt_image,
 )
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_TASK
 
 pytestmark = pytest.mark.docker
 

@@ -18,12 +18,8 @@ import pytest
 from envfarm.errors import SandboxGone, SandboxStartError
 from envfarm.k8s.api import CONFIG_MAPS, PODS, KubeObject
 from envfarm.sandbox.base import verifier_phases
-from envfarm.sandbox.kubernetes.backend import (
-    LABEL_OWNER_HOST,
-    LABEL_OWNER_PROCESS,
-    KubernetesBackend,
-    KubernetesBackendConfig,
-)
+from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
+from envfarm.sandbox.kubernetes.environment_pods import LABEL_OWNER_HOST, LABEL_OWNER_PROCESS
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, PodOptions, environment_pod
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
 from envfarm.spec.task import Task, load_task

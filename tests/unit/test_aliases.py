@@ -9,15 +9,13 @@ import pytest
 from envfarm.errors import ImageError, UnknownBaseImage
 from envfarm.sandbox.aliases import (
     alias_table_markdown,
-    dockerfile_bases,
     images_dir,
     load_alias_table,
     match_alias,
     normalize_reference,
-    rewrite_dockerfile,
-    task_image_tag,
     unknown_base,
 )
+from envfarm.sandbox.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
 
 
 @pytest.mark.parametrize(

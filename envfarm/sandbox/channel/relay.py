@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from envfarm.errors import SandboxError
-from envfarm.sandbox.channel.client import Channel, answer_error
+from envfarm.sandbox.channel.answers import answer_error
+from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.forwarding import Forward, PortForwarding
 
 

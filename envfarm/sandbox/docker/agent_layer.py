@@ -29,12 +29,9 @@ from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.dockerbuild import BuildSpec, exclusive, run_build
 from envfarm.sandbox.docker.hostconfig import read_host_config
-from envfarm.sandbox.docker.images import (
-    LABEL_BASES,
-    LABEL_KIND,
-    LABEL_MANAGED,
-    ensure_recipe_image,
-)
+from envfarm.sandbox.docker.images import LABEL_BASES
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED
+from envfarm.sandbox.docker.recipe_images import ensure_recipe_image
 
 BUILD_TIMEOUT_S = 1200.0
 LABEL_AGENT = "io.envfarm.agent"

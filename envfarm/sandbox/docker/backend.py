@@ -25,9 +25,9 @@ from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.agent_layer import build_agent_image
 from envfarm.sandbox.docker.buildlog import BuildLog
 from envfarm.sandbox.docker.environment import DockerEnvironment
-from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.limits import clamp_limits, engine_capacity
 from envfarm.sandbox.docker.reaper import reap_orphans
+from envfarm.sandbox.docker.recipe_images import ensure_base_image
 from envfarm.sandbox.docker.runtimes import gvisor_runtime, registered_runtimes
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.service_images import build_environment_images

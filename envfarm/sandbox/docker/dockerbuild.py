@@ -1,5 +1,6 @@
 """One ``docker build`` through the SDK, with output streaming, a deadline and the error tail;
-and the lock that makes concurrent callers (coroutines or processes) build a tag once.
+the lock that makes concurrent callers (coroutines or processes) build a tag once; and what a
+build (or finding it built) yields, ``BuiltImage``.
 
 The SDK call blocks, so it runs in a worker thread. The deadline is enforced three ways: the
 caller stops waiting after it (plus a grace period), the thread stops reading at the first
@@ -57,6 +58,23 @@ class BuildSpec(BaseModel):
     timeout: float
     target: str | None = None
     """The stage to build, of a multi-stage Dockerfile."""
+
+
+class BuiltImage(BaseModel):
+    """An image built, or found already built (``cached``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tag: str
+    image_id: str
+    build_s: float
+    cached: bool
+    warnings: list[str] = []
+
+
+def since(start: float) -> float:
+    """Seconds from ``start`` (``time.monotonic``) to now, to the millisecond: a ``build_s``."""
+    return round(time.monotonic() - start, 3)
 
 
 def threadsafe_log(on_log: LogFn | None) -> LogFn:

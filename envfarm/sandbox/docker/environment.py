@@ -1,89 +1,55 @@
 """A task's environment on the Docker engine: the main container plus compose sidecars.
 
-Per episode, ``start`` creates a dedicated internal network (``networks.py``) and the compose
-file's volumes, then starts every sidecar in dependency order, each as soon as what it
-``depends_on`` is started or healthy. The main container is created at once, concurrently
-(nothing runs in it before the agent does): its dependencies gate its healthcheck and the
-agent, which is what they mean for it. The main container is a ``DockerSandbox`` (the agent
-works in it) that joins the network as ``main`` and, only when the task asks for network
-access, the default bridge too; without network access its default route is removed, so it
-sees its sidecars and nothing else. When the verifier phase's network access differs from the
-agent's, ``enter_verifier_phase`` joins or leaves the bridge (``networks.py``). Sidecars join
-the internal network alone. ``start`` returns once every healthcheck has passed (the sidecars'
-compose healthchecks and the main container's ``[environment.healthcheck]``), or raises
-``SandboxStartError`` naming the service, after removing everything it created.
-``fork_clean`` (a clean-room verifier) kills the main container and starts a fresh one in its
-place: same network alias, volumes and bind files, same sidecars. ``service_archive`` copies a
-path out of a sidecar through the engine's archive API (a task's ``artifacts`` with
-``service``).
+``DockerEnvironment`` is the sandbox of a task with a compose file or an
+``[environment.healthcheck]``. It holds two parts and says when each acts: ``main``, the
+``DockerSandbox`` the agent works in (every command, file and grading capability is the main
+container's), and the ``Surroundings`` around it (``surroundings.py``: the internal network,
+volumes and sidecars, and the main container's place among them).
 
-Teardown removes the main container, the sidecars (with their anonymous volumes), the network
-and the episode's volumes. Everything carries envfarm's labels with the owner's host and pid
-(``reaper.py`` removes what a killed run left behind); live environments are also removed at
-interpreter exit. Docker calls run on a dedicated thread pool, so dozens of environments can
-start at once without starving the default executor.
+``start`` brings everything up and returns once every healthcheck has passed (the sidecars'
+compose healthchecks and the main container's ``[environment.healthcheck]``), or raises
+``SandboxStartError`` naming the service, after removing everything it created. When the
+verifier phase's network access differs from the agent's, ``enter_verifier_phase`` joins or
+leaves the bridge (``networks.py``), and a main container without network loses its default
+route again, as it does after ``restart_clean`` (its network namespace is new). ``fork_clean``
+(a clean-room verifier) kills the main container and starts a fresh one in its place, settled
+by the surroundings before it is handed out: same network alias, volumes and bind files, same
+sidecars. ``service_archive`` copies a path out of a sidecar through the engine's archive API
+(a task's ``artifacts`` with ``service``).
+
+Teardown removes the main container and the sidecars at once (each removal is the engine
+deleting a file system), then the network and the episode's volumes. Live environments are also
+removed at interpreter exit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
-import functools
-import shlex
 import uuid
-from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
-from envfarm.sandbox.base import ServiceFiles
-from envfarm.sandbox.docker import services as sidecars
-from envfarm.sandbox.docker.containers import read_path_archive
-from envfarm.sandbox.docker.images import ensure_base_image
-from envfarm.sandbox.docker.labels import (
-    LABEL_KIND,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    LABEL_RUN,
-    LABEL_TASK,
-    owner_label,
+from envfarm.sandbox.base import (
+    ExecResult,
+    InPlaceGrading,
+    ProcessLogs,
+    ProcessReclaim,
+    Sandbox,
+    ServiceFiles,
+    Swept,
+    VerifierPhases,
 )
-from envfarm.sandbox.docker.networks import create_network, drop_default_route
-from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
-from envfarm.sandbox.docker.service_images import build_environment_images
-from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
-from envfarm.sandbox.health import WINDOW_S, HealthPolicy, wait_healthy
+from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.channel.relay import ChannelPortForwarding
+from envfarm.sandbox.docker.sandbox import DockerSandbox
+from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
+from envfarm.sandbox.docker.services import main_config
+from envfarm.sandbox.docker.surroundings import Surroundings
 from envfarm.settings import ImageSource
-from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 
-THREADS = 32
-
-_T = TypeVar("_T")
-_executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="envfarm-environment")
 _live: dict[str, DockerEnvironment] = {}
-
-
-async def _uncancelled(future: asyncio.Future[_T]) -> _T:
-    """Await ``future`` to its end even when cancelled (however often), then raise the
-    cancellation: whatever the call creates exists before the teardown that follows, so the
-    teardown removes it."""
-    cancelled = False
-    while not future.done():
-        try:
-            await asyncio.wait([future])
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return future.result()
-
-
-async def _blocking(function: Callable[..., _T], *args: object) -> _T:
-    """Run a blocking docker call on the environment pool, to its end even when cancelled."""
-    loop = asyncio.get_running_loop()
-    return await _uncancelled(loop.run_in_executor(_executor, functools.partial(function, *args)))
 
 
 def _remove_live_environments() -> None:
@@ -95,8 +61,16 @@ def _remove_live_environments() -> None:
 atexit.register(_remove_live_environments)
 
 
-class DockerEnvironment(DockerSandbox, ServiceFiles):
-    """The main container of a task with sidecars and/or a healthcheck."""
+class DockerEnvironment(
+    Sandbox,
+    VerifierPhases,
+    InPlaceGrading,
+    ProcessReclaim,
+    ProcessLogs,
+    ChannelPortForwarding,
+    ServiceFiles,
+):
+    """The main container of a task with sidecars and/or a healthcheck, and its surroundings."""
 
     def __init__(
         self,
@@ -108,225 +82,137 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
         sources: list[ImageSource] | None = None,
     ) -> None:
         self.env_id = env_id or uuid.uuid4().hex[:12]
-        super().__init__(sidecars.main_config(environment, config, self.env_id))
         self.environment = environment
-        self.service_images = service_images
-        self.sources = sources
-        self.network_id: str | None = None
-        self.sidecar_ids: dict[str, str] = {}
-        self.volumes: list[str] = []
+        main = main_config(environment, config, self.env_id)
+        self.surroundings = Surroundings(
+            environment,
+            self.env_id,
+            run_id=main.run_id,
+            network_name=main.network_name,
+            service_images=service_images,
+            sources=sources,
+        )
+        self.main = DockerSandbox(main, settle=self.surroundings.settle)
 
-    def labels(self, kind: str, service: str | None = None) -> dict[str, str]:
-        labels = {
-            LABEL_MANAGED: "true",
-            LABEL_KIND: kind,
-            LABEL_RUN: self.config.run_id,
-            LABEL_OWNER: owner_label(),
-            LABEL_TASK: self.environment.task_id,
-            LABEL_ENVIRONMENT: self.env_id,
-        }
-        return labels | ({LABEL_SERVICE: service} if service else {})
+    @property
+    def network_id(self) -> str | None:
+        return self.surroundings.network_id
+
+    @property
+    def sidecar_ids(self) -> dict[str, str]:
+        """Service name -> its container's id."""
+        return self.surroundings.sidecar_ids
+
+    @property
+    def volumes(self) -> list[str]:
+        """The episode's docker volumes."""
+        return self.surroundings.volumes
+
+    @property
+    def config(self) -> DockerSandboxConfig:
+        """The main container's configuration."""
+        return self.main.config
+
+    @property
+    def container_id(self) -> str:
+        return self.main.container_id
+
+    @property
+    def channel(self) -> Channel | None:
+        return self.main.channel
+
+    @property
+    def default_user(self) -> str | None:
+        return self.main.default_user
 
     async def start(self) -> None:
         _live[self.env_id] = self
         try:
-            await self._start_all()
+            await self.surroundings.up(self.main)
         except BaseException:
             await self.stop()
             raise
 
-    async def _start_all(self) -> None:
-        compose = self.environment.compose
-        if compose is None:
-            await _uncancelled(asyncio.ensure_future(super().start()))
-            await self._main_healthy()
-            return
-        if self.service_images is None:
-            images = await build_environment_images(self.environment, self.sources)
-            self.service_images = images.service_image_ids()
-        name = self.config.network_name or f"envfarm-{self.env_id}"
-        self.network_id = await _blocking(create_network, name, self.labels("network"))
-        wanted = {
-            volume
-            for service in compose.services.values()
-            for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
-        }
-        self.volumes = sorted(wanted)
-        await asyncio.gather(
-            *(_blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
-        )
-        started = {name: asyncio.Event() for name in compose.services}
-        healthy = {name: asyncio.Event() for name in compose.services}
+    async def enter_verifier_phase(self, *, network: bool) -> None:
+        """Join or leave the default bridge; having left it, the environment network's default
+        route is back, and goes."""
+        if await self.main.switch_network(network) and not network:
+            await self.surroundings.drop_default_route(self.main)
 
-        async def dependencies(service: ComposeService) -> None:
-            for dependency, condition in service.depends_on.items():
-                ready = healthy if condition == "service_healthy" else started
-                await ready[dependency].wait()
-
-        async def bring_up(service: ComposeService) -> None:
-            if service.name == MAIN_SERVICE:
-                # Nothing runs in main until the agent starts, so it is created at once; its
-                # dependencies gate its healthcheck and the agent, not its creation.
-                await self._start_main()
-                await dependencies(service)
-                started[service.name].set()
-                await self._main_healthy()
-            else:
-                await dependencies(service)
-                container_id = await self._start_sidecar(service)
-                started[service.name].set()
-                await self._sidecar_healthy(service, container_id)
-            healthy[service.name].set()
-
-        await _all_or_nothing([bring_up(s) for s in compose.services.values()])
-
-    async def _start_main(self) -> None:
-        await _uncancelled(asyncio.ensure_future(super().start()))
-        await self._prepare_fork(self)
-
-    def _creates_fork_ahead(self) -> bool:
-        """Not beside sidecars: the fork takes the ``main`` network alias when it starts."""
-        return False
-
-    async def _prepare_fork(self, clean: DockerSandbox) -> None:
-        """The task's bind files, and no default route without network access: for the main
-        container, and for a fresh one that takes its place (``fork_clean``)."""
-        if self.environment.compose is None:
-            return
-        archive = sidecars.files_archive(
-            self.environment.environment_dir, self.environment.compose.main.volumes
-        )
-        if archive is not None:
-            await _blocking(sidecars.put_files, clean.container_id, archive)
-        if not clean.config.network and not clean._gvisor:  # gVisor ignores the interfaces
-            helper = (await ensure_base_image()).tag
-            labels = self.labels("helper", MAIN_SERVICE)
-            await _blocking(drop_default_route, clean.container_id, helper, labels)
-
-    async def _restarted(self) -> None:
-        """A restarted main container's network namespace is new: its default route is back."""
-        if not self.config.network:
-            await self._network_taken_away()
-
-    async def _network_taken_away(self) -> None:
-        """The verifier phase left the bridge: the environment network's default route is
-        back (it leads nowhere, but ``no-network`` means no route)."""
-        if self.environment.compose is None or self._gvisor:
-            return
-        helper = (await ensure_base_image()).tag
-        labels = self.labels("helper", MAIN_SERVICE)
-        await _blocking(drop_default_route, self.container_id, helper, labels)
-
-    async def _start_sidecar(self, service: ComposeService) -> str:
-        assert self.environment.compose is not None
-        assert self.service_images is not None
-        image = self.service_images.get(service.name)
-        if image is None:
-            raise SandboxError(f"service {service.name!r}: no image was prepared for it")
-        names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)
-        container = await _blocking(
-            functools.partial(
-                sidecars.create_sidecar,
-                service,
-                image=image,
-                container_name=f"envfarm-{self.env_id}-{service.name}",
-                network=self.config.network_name or "",
-                volumes=names,
-                labels=self.labels("service", service.name),
-                env_dir=self.environment.environment_dir,
-            )
-        )
-        container_id = str(container.id)
-        self.sidecar_ids[service.name] = container_id
-        await _blocking(sidecars.start_sidecar, container, service.name)
-        return container_id
-
-    async def _sidecar_healthy(self, service: ComposeService, container_id: str) -> None:
-        argv, check = service.health_argv(), service.healthcheck
-        if argv is None or check is None:
-            return
-        policy = HealthPolicy(
-            interval_s=check.interval,
-            timeout_s=check.timeout,
-            retries=check.retries,
-            start_period_s=check.start_period,
-        )
-
-        shell = [True]
-
-        async def probe(_timeout: float) -> tuple[bool, str]:
-            if shell:
-                windowed = await _blocking(sidecars.probe_windowed, container_id, argv)
-                if windowed is not None:
-                    return windowed
-                shell.clear()
-            return await _blocking(sidecars.probe, container_id, argv)
-
-        async def stopped() -> str | None:
-            return await _blocking(sidecars.stopped_reason, container_id)
-
-        await wait_healthy(service.name, policy, probe, stopped, window_s=WINDOW_S)
-
-    async def _main_healthy(self) -> None:
-        check = self.environment.config.healthcheck
-        compose_check = (
-            self.environment.compose.main.healthcheck if self.environment.compose else None
-        )
-        command: str | None = None
-        if check is not None:
-            command = check.command
-            policy = HealthPolicy(
-                interval_s=check.interval_sec,
-                timeout_s=check.timeout_sec,
-                retries=check.retries,
-                start_period_s=check.start_period_sec,
-            )
-        elif compose_check is not None and (argv := compose_check.argv()) is not None:
-            command = shlex.join(argv)
-            policy = HealthPolicy(
-                interval_s=compose_check.interval,
-                timeout_s=compose_check.timeout,
-                retries=compose_check.retries,
-                start_period_s=compose_check.start_period,
-            )
-        if command is None:
-            return
-
-        async def probe(timeout: float) -> tuple[bool, str]:
-            result = await self.exec(command, timeout=timeout)
-            return result.exit_code == 0, f"{result.stdout}{result.stderr}"
-
-        async def running() -> str | None:
-            return None  # a dead main container makes exec raise SandboxGone
-
-        await wait_healthy(MAIN_SERVICE, policy, probe, running)
+    async def restart_clean(self, *, network: bool) -> None:
+        """The main container restarted; its network namespace is new, so without network its
+        default route is taken away again."""
+        await self.main.restart_clean(network=network)
+        if not self.main.config.network:
+            await self.surroundings.drop_default_route(self.main)
 
     async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
-        container_id = self.sidecar_ids.get(service)
-        if container_id is None:
-            known = ", ".join(sorted(self.sidecar_ids)) or "none"
-            raise SandboxError(f"no running service {service!r} (started: {known})")
-        return await _blocking(read_path_archive, container_id, path, max_bytes)
+        return await self.surroundings.service_archive(service, path, max_bytes)
+
+    # -- the main container's own
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        return await self.main.exec(command, timeout=timeout, workdir=workdir, env=env, user=user)
+
+    async def read_file(self, path: str, *, user: str | None = None) -> bytes:
+        return await self.main.read_file(path, user=user)
+
+    async def write_file(
+        self, path: str, data: bytes, mode: int = 0o644, *, user: str | None = None
+    ) -> None:
+        await self.main.write_file(path, data, mode, user=user)
+
+    async def prepare_fork(self, *, network: bool) -> None:
+        await self.main.prepare_fork(network=network)
+
+    def shared_paths(self) -> list[str]:
+        return self.main.shared_paths()
+
+    async def fork_clean(self, *, network: bool) -> Sandbox:
+        return await self.main.fork_clean(network=network)
+
+    def grades_in_place(self) -> bool:
+        return self.main.grades_in_place()
+
+    async def end_processes(self, *, since: float) -> Swept | str:
+        return await self.main.end_processes(since=since)
+
+    async def walk_files(self) -> bytes:
+        return await self.main.walk_files()
+
+    async def remove_files(self, paths: list[str], *, contents: Sequence[str] = ()) -> None:
+        await self.main.remove_files(paths, contents=contents)
+
+    async def reclaim_processes(self) -> int:
+        return await self.main.reclaim_processes()
+
+    async def process_logs(self) -> dict[str, bytes]:
+        return await self.main.process_logs()
+
+    # -- teardown
 
     async def _teardown(self) -> None:
         """The main container and the sidecars at once (each removal is the engine deleting a
         file system), then what they were attached to."""
         errors: list[SandboxError] = []
-        ids = list(self.sidecar_ids.values())
         outcomes = await asyncio.gather(
-            super()._teardown(),
-            *(_blocking(sidecars.remove_container, i) for i in ids),
-            return_exceptions=True,
+            self.main.stop(), *self.surroundings.removals(), return_exceptions=True
         )
         for outcome in outcomes:
             if isinstance(outcome, SandboxError):
                 errors.append(outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
-        self.sidecar_ids.clear()
-        try:  # the network, the volumes, and anything a cancelled start created unrecorded
-            await _blocking(sidecars.sweep, self.env_id)
-            self.network_id, self.volumes = None, []
+        try:
+            await self.surroundings.sweep()
         except SandboxError as exc:
             errors.append(exc)
         _live.pop(self.env_id, None)
@@ -335,23 +221,4 @@ class DockerEnvironment(DockerSandbox, ServiceFiles):
 
     def remove_now(self) -> None:
         """Blocking best-effort removal of everything (interpreter exit)."""
-        containers = list(self.sidecar_ids.values())
-        with contextlib.suppress(SandboxError):
-            containers.insert(0, self.container_id)
-        for container_id in containers:
-            with contextlib.suppress(SandboxError):
-                sidecars.remove_container(container_id)
-        with contextlib.suppress(SandboxError):
-            sidecars.sweep(self.env_id)
-
-
-async def _all_or_nothing(coroutines: list[Coroutine[Any, Any, None]]) -> None:
-    """Run concurrently; on the first failure cancel the rest and raise that failure."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+        self.surroundings.remove_now(self.main)

@@ -15,7 +15,7 @@ import docker.errors
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import LABEL_KIND, LABEL_MANAGED
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED
 from envfarm.sandbox.docker.reaper import reap_orphans
 
 GB = 1024**3

@@ -15,3 +15,9 @@ LABEL_TASK = "io.envfarm.task"
 
 def owner_label() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def image_labels(kind: str, **extra: str) -> dict[str, str]:
+    """The labels of an image envfarm builds: managed, its ``kind`` (``base``, ``alias``,
+    ``task``), and ``extra``."""
+    return {LABEL_MANAGED: "true", LABEL_KIND: kind, **extra}

@@ -23,7 +23,8 @@ from typing import Any
 import docker.errors
 
 from envfarm.errors import EnvfarmError, SandboxStartError
-from envfarm.sandbox.channel.client import Channel, ExecOutcome
+from envfarm.sandbox.channel.answers import ExecOutcome
+from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker.client import docker_client
 
 IDLE_COMMAND = ("sh", "-c", "sleep infinity")

@@ -49,8 +49,8 @@ from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.containers import remove_in_background
 from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build
 from envfarm.sandbox.docker.hostconfig import read_host_config
-from envfarm.sandbox.docker.images import ensure_base_image
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
+from envfarm.sandbox.docker.recipe_images import ensure_base_image
 
 HELPER_DIR = "/.envfarm"
 HELPER_PATH = f"{HELPER_DIR}/sandboxd"

@@ -31,7 +31,7 @@ from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER, owner_label
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.networks import network_options, remove_network
-from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
+from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.files import add_as_root
 from envfarm.sandbox.hardening import DEFAULT_CAPS, SIDECAR_CPUS, SIDECAR_MEMORY_MB, SIDECAR_PIDS
 from envfarm.sandbox.health import windowed

@@ -1,8 +1,9 @@
 """One environment as a pod: created, awaited on the backend's shared watch, driven through the
 in-sandbox helper over one long-lived attach stream, deleted.
 
-``start`` creates the pod (``podspec``), waits until it is Ready (every service healthy) within
-``start_timeout_s`` plus the Docker backend's healthcheck budget, then opens the stream
+``start`` claims a warm pod of the task's EnvPool or creates the pod (``podspec``), waits until
+it is Ready (every service healthy) within ``start_timeout_s`` plus the Docker backend's
+healthcheck budget (``sandbox/health.py``), then opens the stream
 (``pods/attach`` to the main container's helper, or with ``channel="exec"`` one long-lived
 exec of a second helper, which keeps the protocol out of the container's log) and pings the
 helper. Every tool call is one request on that stream: never an API-server exec per command,
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from envfarm.errors import (
     KubeError,
@@ -32,12 +33,12 @@ from envfarm.k8s.api import PODS, KubeObject
 from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
+from envfarm.sandbox.health import healthcheck_budget_s
+from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
+from envfarm.sandbox.kubernetes.podcontainers import HELPER_PATH, MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podfork import check_task, fork_pod
-from envfarm.sandbox.kubernetes.podspec import HELPER_PATH, LABEL_NETWORK, MAIN_CONTAINER
+from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
-
-if TYPE_CHECKING:
-    from envfarm.sandbox.kubernetes.backend import KubernetesBackend
 
 DELETE_WAIT_S = 120.0
 
@@ -45,20 +46,21 @@ DELETE_WAIT_S = 120.0
 class KubernetesSandbox(Sandbox, VerifierPhases):
     def __init__(
         self,
-        backend: KubernetesBackend,
+        pods: EnvironmentPods,
         spec: SandboxSpec,
         pod: KubeObject,
         run_id: str = "adhoc",
         *,
         cold: bool = False,
     ) -> None:
-        self.backend = backend
+        self.pods = pods
+        """Its backend's environment pods: the API, the namespace, the watch, the pools."""
         self.run_id = run_id
         self.launch = "cold"
         """``warm`` when the environment was claimed from an EnvPool."""
         self.spec = spec
         self.pod = pod
-        self.namespace = backend.config.namespace
+        self.namespace = pods.namespace
         self.name: str = pod["metadata"].get("name", "")
         self.cold = cold
         """Never claim a warm pod (the verifier's fork)."""
@@ -80,10 +82,10 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             raise
 
     async def _start(self) -> None:
-        api, config = self.backend.api, self.backend.config
+        api, config = self.pods.api, self.pods.config
         warm: KubeObject | None = None
         if not self.cold:
-            warm = await self.backend.claim(self.spec, self.run_id, claimer=self.name)
+            warm = await self.pods.claim(self.spec, self.run_id, claimer=self.name)
         if warm is not None:
             self._created, self.name, self.launch = True, warm["metadata"]["name"], "warm"
             await self.connect()
@@ -94,15 +96,15 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             raise SandboxStartError(f"could not create the environment pod: {exc}") from exc
         self._created = True
         self.name = created["metadata"]["name"]
-        budget = config.start_timeout_s + self.backend.health_budget_s(self.spec)
+        budget = config.start_timeout_s + healthcheck_budget_s(self.spec.environment)
         await self.wait_ready(budget)
         await self.connect()
 
     async def wait_ready(self, budget: float) -> None:
         try:
-            await self.backend.pods.wait(self.namespace, self.name, start_verdict, budget)
+            await self.pods.watch.wait(self.namespace, self.name, start_verdict, budget)
         except TimeoutError:
-            seen = self.backend.pods.current(self.namespace, self.name)
+            seen = self.pods.watch.current(self.namespace, self.name)
             where = describe(seen) if seen is not None else "never seen by the watch"
             raise SandboxStartError(
                 f"environment pod {self.name} was not ready within {budget:g} s: {where}"
@@ -110,7 +112,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
 
     async def connect(self) -> None:
         """Open the stream to the helper and ping it."""
-        api, config = self.backend.api, self.backend.config
+        api, config = self.pods.api, self.pods.config
         command = [HELPER_PATH] if config.channel == "exec" else None
         try:
             stream = await api.attach(self.namespace, self.name, MAIN_CONTAINER, command=command)
@@ -139,7 +141,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
                 env=env,
                 user=user,
                 timeout=timeout,
-                output_cap=self.backend.config.output_cap,
+                output_cap=self.pods.config.output_cap,
             )
         except SandboxGone as exc:
             await self._explain_gone(exc)
@@ -174,7 +176,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         label = "internet" if network else "none"
         patch = {"metadata": {"labels": {LABEL_NETWORK: label}}}
         try:
-            await self.backend.api.patch(PODS, self.namespace, self.name, patch)
+            await self.pods.api.patch(PODS, self.namespace, self.name, patch)
         except KubeError as exc:
             raise SandboxError(
                 f"could not switch {self.name} to the verifier's network: {exc}"
@@ -189,13 +191,13 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         self._retired = True
         self._channel.close()
         try:
-            await self.backend.api.delete(PODS, self.namespace, self.name)
+            await self.pods.api.delete(PODS, self.namespace, self.name)
         except KubeNotFound:
             pass
         except KubeError as exc:
             raise SandboxError(f"could not stop environment pod {self.name}: {exc}") from exc
         pod = fork_pod(self.pod, self.name, network=network)
-        fork = KubernetesSandbox(self.backend, self.spec, pod, self.run_id, cold=True)
+        fork = KubernetesSandbox(self.pods, self.spec, pod, self.run_id, cold=True)
         self._forks.append(fork)
         await fork.start()
         return fork
@@ -210,7 +212,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
     async def _explain_gone(self, exc: SandboxGone) -> NoReturn:
         """The stream ended: say what happened to the pod, as far as the API tells."""
         try:
-            pod: KubeObject | None = await self.backend.api.get(PODS, self.namespace, self.name)
+            pod: KubeObject | None = await self.pods.api.get(PODS, self.namespace, self.name)
         except KubeNotFound:
             pod = None
         except KubeError:
@@ -231,7 +233,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             self._channel.close()
         if not self._created or not self.name:
             return
-        api = self.backend.api
+        api = self.pods.api
         try:
             await api.delete(PODS, self.namespace, self.name)
         except KubeNotFound:
@@ -239,7 +241,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         except KubeError as exc:
             raise SandboxError(f"could not delete environment pod {self.name}: {exc}") from exc
         try:
-            await self.backend.pods.wait(
+            await self.pods.watch.wait(
                 self.namespace, self.name, lambda pod: True if pod is None else None, DELETE_WAIT_S
             )
         except TimeoutError:

@@ -1,0 +1,219 @@
+"""What surrounds the main container of a Docker environment: the episode's internal network and
+volumes, the compose sidecars, and the main container's place among them.
+
+``up`` creates a dedicated internal network (``networks.py``) and the compose file's volumes,
+then starts every sidecar in dependency order, each as soon as what it ``depends_on`` is
+started or healthy (``healthchecks.py``). The main container is started at once, concurrently
+(nothing runs in it before the agent does): its dependencies gate its healthcheck and the
+agent, which is what they mean for it. Sidecars join the internal network alone; the main
+container joins it as ``main`` and, only when the task asks for network access, the default
+bridge too. ``settle`` gives a main container (the first, and each clean room that takes its
+place) the task's bind files and, without network access, no default route, so it sees its
+sidecars and nothing else; ``drop_default_route`` takes the route away again when the
+network namespace is new (a restart) or the bridge was left (the verifier phase).
+
+Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
+killed run left behind); ``remove`` and ``sweep`` remove it, ``remove_now`` at interpreter exit.
+Docker calls run on the environments' pool (``engine_pool.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Coroutine
+from typing import Any
+
+from envfarm.errors import SandboxError
+from envfarm.plan.models import EnvironmentSpec
+from envfarm.sandbox.docker import services as sidecars
+from envfarm.sandbox.docker.containers import read_path_archive
+from envfarm.sandbox.docker.engine_pool import blocking, uncancelled
+from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
+from envfarm.sandbox.docker.labels import (
+    LABEL_KIND,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_TASK,
+    owner_label,
+)
+from envfarm.sandbox.docker.networks import create_network, drop_default_route
+from envfarm.sandbox.docker.recipe_images import ensure_base_image
+from envfarm.sandbox.docker.sandbox import DockerSandbox
+from envfarm.sandbox.docker.service_images import build_environment_images
+from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
+from envfarm.settings import ImageSource
+from envfarm.spec.compose import MAIN_SERVICE, ComposeService
+
+
+class Surroundings:
+    """The network, volumes and sidecars of one environment (``env_id``) of ``environment``."""
+
+    def __init__(
+        self,
+        environment: EnvironmentSpec,
+        env_id: str,
+        *,
+        run_id: str,
+        network_name: str | None,
+        service_images: dict[str, str] | None = None,
+        sources: list[ImageSource] | None = None,
+    ) -> None:
+        self.environment = environment
+        self.env_id = env_id
+        self.run_id = run_id
+        self.network_name = network_name
+        """The main container's environment network (None without a compose file)."""
+        self.service_images = service_images
+        self.sources = sources
+        self.network_id: str | None = None
+        self.sidecar_ids: dict[str, str] = {}
+        self.volumes: list[str] = []
+
+    def labels(self, kind: str, service: str | None = None) -> dict[str, str]:
+        labels = {
+            LABEL_MANAGED: "true",
+            LABEL_KIND: kind,
+            LABEL_RUN: self.run_id,
+            LABEL_OWNER: owner_label(),
+            LABEL_TASK: self.environment.task_id,
+            LABEL_ENVIRONMENT: self.env_id,
+        }
+        return labels | ({LABEL_SERVICE: service} if service else {})
+
+    async def up(self, main: DockerSandbox) -> None:
+        """Start ``main`` and everything around it; return once every healthcheck has passed
+        (SandboxStartError naming the service otherwise: the caller removes what exists)."""
+        compose = self.environment.compose
+        if compose is None:
+            await uncancelled(asyncio.ensure_future(main.start()))
+            await main_healthy(self.environment, main)
+            return
+        if self.service_images is None:
+            images = await build_environment_images(self.environment, self.sources)
+            self.service_images = images.service_image_ids()
+        name = self.network_name or f"envfarm-{self.env_id}"
+        self.network_id = await blocking(create_network, name, self.labels("network"))
+        wanted = {
+            volume
+            for service in compose.services.values()
+            for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
+        }
+        self.volumes = sorted(wanted)
+        await asyncio.gather(
+            *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
+        )
+        started = {name: asyncio.Event() for name in compose.services}
+        healthy = {name: asyncio.Event() for name in compose.services}
+
+        async def dependencies(service: ComposeService) -> None:
+            for dependency, condition in service.depends_on.items():
+                ready = healthy if condition == "service_healthy" else started
+                await ready[dependency].wait()
+
+        async def bring_up(service: ComposeService) -> None:
+            if service.name == MAIN_SERVICE:
+                # Nothing runs in main until the agent starts, so it is created at once; its
+                # dependencies gate its healthcheck and the agent, not its creation.
+                await uncancelled(asyncio.ensure_future(main.start()))
+                await self.settle(main)
+                await dependencies(service)
+                started[service.name].set()
+                await main_healthy(self.environment, main)
+            else:
+                await dependencies(service)
+                container_id = await self._start_sidecar(service)
+                started[service.name].set()
+                await sidecar_healthy(service, container_id)
+            healthy[service.name].set()
+
+        await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+
+    async def settle(self, main: DockerSandbox) -> None:
+        """The task's bind files, and no default route without network access: for the main
+        container, and for a fresh one that takes its place (``fork_clean``)."""
+        if self.environment.compose is None:
+            return
+        archive = sidecars.files_archive(
+            self.environment.environment_dir, self.environment.compose.main.volumes
+        )
+        if archive is not None:
+            await blocking(sidecars.put_files, main.container_id, archive)
+        if not main.config.network:
+            await self.drop_default_route(main)
+
+    async def drop_default_route(self, main: DockerSandbox) -> None:
+        """Remove the environment network's default route from ``main`` (it leads nowhere,
+        but ``no-network`` means no route); gVisor ignores the interfaces."""
+        if self.environment.compose is None or main.gvisor:
+            return
+        helper = (await ensure_base_image()).tag
+        labels = self.labels("helper", MAIN_SERVICE)
+        await blocking(drop_default_route, main.container_id, helper, labels)
+
+    async def _start_sidecar(self, service: ComposeService) -> str:
+        assert self.environment.compose is not None
+        assert self.service_images is not None
+        image = self.service_images.get(service.name)
+        if image is None:
+            raise SandboxError(f"service {service.name!r}: no image was prepared for it")
+        names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)
+        container = await blocking(
+            functools.partial(
+                sidecars.create_sidecar,
+                service,
+                image=image,
+                container_name=f"envfarm-{self.env_id}-{service.name}",
+                network=self.network_name or "",
+                volumes=names,
+                labels=self.labels("service", service.name),
+                env_dir=self.environment.environment_dir,
+            )
+        )
+        container_id = str(container.id)
+        self.sidecar_ids[service.name] = container_id
+        await blocking(sidecars.start_sidecar, container, service.name)
+        return container_id
+
+    async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
+        container_id = self.sidecar_ids.get(service)
+        if container_id is None:
+            known = ", ".join(sorted(self.sidecar_ids)) or "none"
+            raise SandboxError(f"no running service {service!r} (started: {known})")
+        return await blocking(read_path_archive, container_id, path, max_bytes)
+
+    def removals(self) -> list[Coroutine[Any, Any, None]]:
+        """The removal of each sidecar, to run beside the main container's."""
+        return [blocking(sidecars.remove_container, i) for i in self.sidecar_ids.values()]
+
+    async def sweep(self) -> None:
+        """Remove the network, the volumes, and anything a cancelled start created
+        unrecorded (after the containers)."""
+        self.sidecar_ids.clear()
+        await blocking(sidecars.sweep, self.env_id)
+        self.network_id, self.volumes = None, []
+
+    def remove_now(self, main: DockerSandbox) -> None:
+        """Blocking best-effort removal of everything, ``main`` first (interpreter exit)."""
+        containers = list(self.sidecar_ids.values())
+        with contextlib.suppress(SandboxError):
+            containers.insert(0, main.container_id)
+        for container_id in containers:
+            with contextlib.suppress(SandboxError):
+                sidecars.remove_container(container_id)
+        with contextlib.suppress(SandboxError):
+            sidecars.sweep(self.env_id)
+
+
+async def _all_or_nothing(coroutines: list[Coroutine[Any, Any, None]]) -> None:
+    """Run concurrently; on the first failure cancel the rest and raise that failure."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
