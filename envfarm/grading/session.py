@@ -8,10 +8,10 @@ changes), ``grade`` (the verifier and its verdict), ``finish`` (flags merged, fl
 applied: last, after any rubric scores were combined) and ``save`` (artifacts, before
 teardown). ``grade`` runs the verifier
 where ``[verifier].environment_mode`` says: in the agent's sandbox (``shared``), or in a fresh
-one from ``VerifierPhases.fork_clean`` that receives the agent's outcome (``clean``,
+one from ``VerifierPhases.fresh_verifier`` that receives the agent's outcome (``clean``,
 ``separate``: ``cleanroom/receive.py``). Grading alone decides the verifier's container, mode and
 network: in shared mode the agent's sandbox switches to the verifier phase's network before
-anything of the verifier runs (``after_agent``); a fork starts with it. Any ``Grader`` is
+anything of the verifier runs (``after_agent``); a fresh verifier starts with it. Any ``Grader`` is
 called the same way; its reward still gets the flags.
 """
 
@@ -158,7 +158,9 @@ class EpisodeGrading:
             await self._after_agent_in_place(turns, restartable)
             return
         if self.mode != "shared":
-            await verifier_phases(self.sandbox).prepare_fork(network=self.verifier_network)
+            await verifier_phases(self.sandbox).prepare_fresh_verifier(
+                network=self.verifier_network
+            )
         if self.mode == "shared" and self.verifier_network != self.plan.agent_network:
             await verifier_phases(self.sandbox).enter_verifier_phase(network=self.verifier_network)
         self.command_flags = scan_commands(turns, allow_solution=self.allow_solution)
@@ -226,7 +228,7 @@ class EpisodeGrading:
             return
         self.notes.append(f"graded in a fresh container: {settled}")
         phases = verifier_phases(self.sandbox)
-        await phases.prepare_fork(network=self.verifier_network)
+        await phases.prepare_fresh_verifier(network=self.verifier_network)
         if not self.keep_artifacts:  # the fresh container receives the declared artifacts
             self.copies = (await collect(self.sandbox, self.plan, keep=True))[1]
         changes = await self._read_changes()
@@ -276,8 +278,8 @@ class EpisodeGrading:
             raise GradingError("clean-room grading: the workdir was not captured")
         phases = verifier_phases(self.sandbox)
         with self.log.timed("fork"):
-            verifier = await phases.fork_clean(network=self.verifier_network)
-        # the fork is removed with the agent's sandbox, after the result is recorded
+            verifier = await phases.fresh_verifier(network=self.verifier_network)
+        # the fresh verifier is removed with the agent's sandbox, after the result is recorded
         with self.log.timed("apply"):
             if self.carry is not None:
                 await apply_workspace(verifier, self.carry)

@@ -6,8 +6,8 @@ helpers) is a free function over them in ``sandbox.files``, so every backend sta
 the environment down.
 
 What grading needs beyond the primitives is an optional capability, ``VerifierPhases``, that a
-backend's sandbox may also implement: switching to the verifier phase's network, and a clean
-fork for a verifier that must not run where the agent did. Grading decides when and with which
+backend's sandbox may also implement: switching to the verifier phase's network, and a fresh
+sandbox for a verifier that must not run where the agent did. Grading decides when and with which
 network (``grading/session.py``); the sandbox only carries it out.
 """
 
@@ -107,27 +107,27 @@ class VerifierPhases(ABC):
         else none; an environment network and its sidecars stay as they are). Called once,
         after the agent and before grading. SandboxError when it cannot be done."""
 
-    async def prepare_fork(self, *, network: bool) -> None:
-        """Start getting ``fork_clean``'s sandbox ready in the background (a hint, called as
+    async def prepare_fresh_verifier(self, *, network: bool) -> None:
+        """Start getting ``fresh_verifier``'s sandbox ready in the background (a hint, called as
         the agent stops; the default does nothing). Nothing runs in it, and nothing of it is
-        handed out, before ``fork_clean`` has stopped this sandbox's processes."""
+        handed out, before ``fresh_verifier`` has stopped this sandbox's processes."""
         return
 
     def shared_paths(self) -> list[str]:
-        """Mount points (absolute) that ``fork_clean``'s sandbox shares with this one, such as
+        """Mount points (absolute) that ``fresh_verifier``'s sandbox shares with this one, such as
         volumes: what lies there is the same in both and needs no carrying (default: none)."""
         return []
 
     @abstractmethod
-    async def fork_clean(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool) -> Sandbox:
         """A fresh, started sandbox of this one's environment, for a verifier that trusts
         nothing the agent touched (docs/grading.md, clean-room grading), with ``network``.
 
         It runs the same image with the same limits and hardening, and shares this sandbox's
         sidecars, network and volumes (a database keeps what the agent did to it), but none of
         its filesystem. This sandbox's own processes are stopped first and it takes no more
-        commands; its ``stop()`` still removes everything, the fork included. The caller
-        stops the fork when done. SandboxError when the backend cannot do it."""
+        commands; its ``stop()`` still removes everything, the fresh one included. The
+        caller stops the fresh one when done. SandboxError when the backend cannot do it."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class InPlaceGrading(ABC):
 
     @abstractmethod
     def grades_in_place(self) -> bool:
-        """Whether ``restart_clean`` may stand for ``VerifierPhases.fork_clean`` here (asked
+        """Whether ``restart_clean`` may stand for ``VerifierPhases.fresh_verifier`` here (asked
         once the sandbox has started)."""
 
     @abstractmethod

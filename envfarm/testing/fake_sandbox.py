@@ -47,8 +47,8 @@ class FakeSandbox(Sandbox, VerifierPhases):
         self.latency_s = latency_s
         self.running = False
         self.factory: Callable[[], Sandbox] | None = None
-        """Makes the sandbox ``fork_clean`` returns (the backend sets it)."""
-        self.forks: list[Sandbox] = []
+        """Makes the sandbox ``fresh_verifier`` returns (the backend sets it)."""
+        self.fresh_verifiers: list[Sandbox] = []
         self.network: bool | None = None
         """The network the verifier phase was given (None: no phase change yet)."""
 
@@ -99,25 +99,25 @@ class FakeSandbox(Sandbox, VerifierPhases):
         self._check()
         self.network = network
 
-    async def fork_clean(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool) -> Sandbox:
         """A new sandbox from ``factory`` (its own empty files), started; this one stops."""
         self._check()
         if self.factory is None:
-            raise SandboxError(f"fake sandbox {self.id} has no factory for a clean fork")
+            raise SandboxError(f"fake sandbox {self.id} has no factory for a fresh verifier")
         self.running = False
         clean = self.factory()
-        self.forks.append(clean)
+        self.fresh_verifiers.append(clean)
         await clean.start()
         return clean
 
     async def _teardown(self) -> None:
         self.running = False
-        for fork in self.forks:
-            await fork.stop()
+        for fresh in self.fresh_verifiers:
+            await fresh.stop()
 
 
 class FakeBackend(SandboxBackend):
-    """Hands out ``FakeSandbox``es; ``created`` keeps them (clean forks too) for inspection."""
+    """Hands out ``FakeSandbox``es; ``created`` keeps them (fresh verifiers too) for inspection."""
 
     name = "fake"
 

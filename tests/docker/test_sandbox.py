@@ -213,8 +213,8 @@ async def test_clean_room_created_ahead_is_fresh_and_removed(base_image: str) ->
                 break
             await asyncio.sleep(0.05)
         assert states == ["created", "running"]
-        await sandbox.prepare_fork(network=False)
-        clean = await sandbox.fork_clean(network=False)
+        await sandbox.prepare_fresh_verifier(network=False)
+        clean = await sandbox.fresh_verifier(network=False)
         assert isinstance(clean, DockerSandbox)
         assert clean.container_id != sandbox.container_id
         result = await clean.exec("cat /tmp/left-by-agent || echo fresh")
@@ -228,8 +228,10 @@ async def test_clean_room_created_ahead_but_never_started_is_removed(base_image:
     sandbox = _sandbox(base_image, run_id=run_id, **fresh)
     async with sandbox:
         await sandbox.exec("true")
-        await sandbox.prepare_fork(network=True)  # another network: the one ahead is unused
-        clean = await sandbox.fork_clean(network=True)
+        await sandbox.prepare_fresh_verifier(
+            network=True
+        )  # another network: the one ahead is unused
+        clean = await sandbox.fresh_verifier(network=True)
         assert (await clean.exec("echo ok")).stdout == "ok\n"
     assert _run_containers(run_id) == []
     other = _sandbox(base_image, run_id=f"{run_id}-b", **fresh)

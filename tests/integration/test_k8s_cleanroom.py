@@ -26,9 +26,9 @@ from envfarm.models.trajectory import Reward
 from envfarm.plan.models import VerifierPlan
 from envfarm.sandbox.base import ExecResult, Sandbox, verifier_phases
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
-from envfarm.sandbox.kubernetes.podfork import LABEL_VERIFIER_OF
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
+from envfarm.sandbox.kubernetes.verifier_pod import LABEL_VERIFIER_OF
 from envfarm.spec.network import VERIFIER_NETWORK_ENV
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
@@ -243,7 +243,7 @@ async def test_a_compose_task_in_clean_mode_is_refused_before_any_episode(
     assert isinstance(sandbox, KubernetesSandbox)
     sandbox.spec = sandbox_spec(in_mode(task, "clean"))  # as if made without prepare: still refused
     with pytest.raises(EnvironmentUnsupported):
-        await verifier_phases(sandbox).fork_clean(network=False)
+        await verifier_phases(sandbox).fresh_verifier(network=False)
     assert len(api.objects(PODS)) == 1
     await sandbox.stop()
     assert api.objects(PODS) == []

@@ -12,9 +12,9 @@ from envfarm.check.explain import network_cause
 from envfarm.check.verdicts import TaskCheck
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.plan.planner import environment_spec
-from envfarm.sandbox.kubernetes.podfork import fork_pod
 from envfarm.sandbox.kubernetes.podimages import cluster_images
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, PodOptions, environment_pod
+from envfarm.sandbox.kubernetes.verifier_pod import verifier_pod
 from envfarm.spec import load_task
 from tests.plans import sandbox_spec
 
@@ -66,9 +66,9 @@ def test_the_kubernetes_verifier_pod_of_an_unset_task_gets_the_network_and_dns()
     )
     assert pod["metadata"]["labels"][LABEL_NETWORK] == "none"  # the agent's
     assert pod["spec"]["dnsPolicy"] == "None"
-    fork = fork_pod(pod, "env1", network=task.config.verifier_network())
+    fork = verifier_pod(pod, "env1", network=task.config.verifier_network())
     assert fork["metadata"]["labels"][LABEL_NETWORK] == "internet"
     assert "dnsPolicy" not in fork["spec"]
     assert "dnsConfig" not in fork["spec"]
-    offline = fork_pod(pod, "env1", network=False)
+    offline = verifier_pod(pod, "env1", network=False)
     assert offline["spec"]["dnsPolicy"] == "None"

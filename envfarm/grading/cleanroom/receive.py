@@ -1,6 +1,6 @@
 """Clean-room and separate grading: furnish a fresh verifier container with the agent's outcome.
 
-``VerifierPhases.fork_clean`` stops the agent's container and starts a fresh one of the same
+``VerifierPhases.fresh_verifier`` stops the agent's container and starts a fresh one of the same
 environment (same image and hardening, same sidecars, network and volumes). Into it go only:
 
 - ``clean`` mode: every change the agent made to its container's file system (``carry.py``:

@@ -82,7 +82,7 @@ class DockerBackend(SandboxBackend, AgentImages):
         config = DockerSandboxConfig(
             image=image.image_id or image.tag,
             network=spec.agent_network,
-            # only a shared verifier changes this container's network; a fork gets its own
+            # only a shared verifier changes this container's network; a fresh one has its own
             verifier_network=spec.verifier_network if shared else None,
             cpus=cpus,
             memory_mb=memory_mb,

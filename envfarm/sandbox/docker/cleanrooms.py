@@ -1,4 +1,5 @@
-"""The fresh containers a Docker sandbox hands out as clean rooms (``VerifierPhases.fork_clean``).
+"""The fresh containers a Docker sandbox hands out as clean rooms
+(``VerifierPhases.fresh_verifier``).
 
 A clean room is a new container of the agent's configuration (image, limits, aliases, volumes)
 with the verifier's network, for a verifier that trusts nothing the agent touched. Starting one

@@ -11,7 +11,7 @@ compose healthchecks and the main container's ``[environment.healthcheck]``), or
 ``SandboxStartError`` naming the service, after removing everything it created. When the
 verifier phase's network access differs from the agent's, ``enter_verifier_phase`` joins or
 leaves the bridge (``networks.py``), and a main container without network loses its default
-route again, as it does after ``restart_clean`` (its network namespace is new). ``fork_clean``
+route again, as it does after ``restart_clean`` (its network namespace is new). ``fresh_verifier``
 (a clean-room verifier) kills the main container and starts a fresh one in its place, settled
 by the surroundings before it is handed out: same network alias, volumes and bind files, same
 sidecars. ``service_archive`` copies a path out of a sidecar through the engine's archive API
@@ -170,14 +170,14 @@ class DockerEnvironment(
     ) -> None:
         await self.main.write_file(path, data, mode, user=user)
 
-    async def prepare_fork(self, *, network: bool) -> None:
-        await self.main.prepare_fork(network=network)
+    async def prepare_fresh_verifier(self, *, network: bool) -> None:
+        await self.main.prepare_fresh_verifier(network=network)
 
     def shared_paths(self) -> list[str]:
         return self.main.shared_paths()
 
-    async def fork_clean(self, *, network: bool) -> Sandbox:
-        return await self.main.fork_clean(network=network)
+    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+        return await self.main.fresh_verifier(network=network)
 
     def grades_in_place(self) -> bool:
         return self.main.grades_in_place()

@@ -13,7 +13,7 @@ The image's ``ENTRYPOINT`` (with the compose ``command``) runs as Harbor runs it
 the helper whose output goes to a log file (``mainprocess.py``); ``process_logs`` reads it.
 For clean-room grading ``end_processes`` has the helper kill every other process, or
 ``restart_clean`` kills and restarts the container (grading/cleanroom/inplace.py);
-``fork_clean`` kills it, keeping it until teardown, and hands out a fresh one of the same
+``fresh_verifier`` kills it, keeping it until teardown, and hands out a fresh one of the same
 configuration (``cleanrooms.py``). Teardown removes the container and its clean rooms at once.
 
 In a compose environment this sandbox is the main container, held by ``DockerEnvironment``
@@ -219,7 +219,7 @@ class DockerSandbox(
 
     async def process_logs(self) -> dict[str, bytes]:
         """The output of the image's entrypoint: ``main.log`` for this container, then
-        ``clean-room-<n>-main.log`` for each fresh container ``fork_clean`` started."""
+        ``clean-room-<n>-main.log`` for each fresh container ``fresh_verifier`` started."""
         logs: dict[str, bytes] = {}
         data = self._main_log
         if self._main is not None and self._container.container is not None:
@@ -231,20 +231,21 @@ class DockerSandbox(
                 logs[f"clean-room-{number}-{name}"] = data
         return logs
 
-    async def prepare_fork(self, *, network: bool) -> None:
+    async def prepare_fresh_verifier(self, *, network: bool) -> None:
         """Create and start the fresh container now, while the agent's is still inspected:
-        it runs only the helper until ``fork_clean`` has killed this one."""
+        it runs only the helper until ``fresh_verifier`` has killed this one."""
         if self._container.container is not None:
             self._clean_rooms.prepare(self.config, network)
 
     def shared_paths(self) -> list[str]:
-        """The ``volume:/path[:mode]`` volumes: a fork mounts the same ones."""
+        """The ``volume:/path[:mode]`` volumes: a fresh verifier mounts the same ones."""
         return [spec.split(":")[1] for spec in self.config.volumes if spec.count(":") >= 1]
 
-    async def fork_clean(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool) -> Sandbox:
         """Kill this container (it stays until teardown), then hand out a fresh one of the same
         configuration (image, limits, aliases, volumes) with ``network``: the one
-        ``prepare_fork`` started (finishing its start during the kill), or one started now."""
+        ``prepare_fresh_verifier`` started (finishing its start during the kill), or one started
+        now."""
         if self._container.container is None:
             raise SandboxError("sandbox is not started")
         if self._container.channel is not None:

@@ -133,7 +133,7 @@ class Surroundings:
 
     async def settle(self, main: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
-        container, and for a fresh one that takes its place (``fork_clean``)."""
+        container, and for a fresh one that takes its place (``fresh_verifier``)."""
         if self.environment.compose is None:
             return
         archive = sidecars.files_archive(

@@ -2,7 +2,7 @@
 
 ``prepare`` names the task's images (``podimages``; building and pushing them is done ahead,
 no image is built on a cluster); it first refuses, with ``EnvironmentUnsupported``, a task
-graded in a fresh container whose environment has sidecars (``podfork``). ``create`` builds
+graded in a fresh container whose environment has sidecars (``verifier_pod``). ``create`` builds
 the pod (``podspec``) with this backend's namespace, runtime class (gVisor's for a task that
 asks for it), TTL and owner, and hands it to a ``KubernetesSandbox``, which claims a warm pod
 from an EnvPool or creates this one. What the backend and its sandboxes share (the API and
@@ -38,10 +38,10 @@ from envfarm.sandbox.kubernetes.environment_pods import (
     EnvironmentPods,
 )
 from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, departed_owners
-from envfarm.sandbox.kubernetes.podfork import check_task
 from envfarm.sandbox.kubernetes.podimages import PodImages, cluster_images
 from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
+from envfarm.sandbox.kubernetes.verifier_pod import check_task
 
 
 class KubernetesBackend(SandboxBackend):

@@ -119,7 +119,7 @@ def environment_pod(spec: SandboxSpec, images: PodImages, options: PodOptions) -
         "volumes": [{"name": HELPER_VOLUME, "emptyDir": {}}, *pod_volumes(spec.environment)],
     }
     # the agent's pod resolves names only when a phase it runs has a network (a fresh
-    # verifier's pod gets its own, podfork.py)
+    # verifier's pod gets its own, verifier_pod.py)
     shared_network = spec.verifier_mode == "shared" and spec.verifier_network
     if not (spec.agent_network or shared_network):
         pod["dnsPolicy"] = "None"

@@ -11,8 +11,8 @@ and one stream (one connection) per sandbox. When the stream ends, calls fail wi
 ``SandboxGone`` saying what happened to the pod (TTL expired, OOM-killed, deleted).
 ``stop`` closes the stream, deletes the pod and waits until it is gone.
 
-``fork_clean`` (clean-room grading, ``podfork``) deletes the pod and starts the verifier's in a
-fresh one, never from a pool; ``stop`` removes both.
+``fresh_verifier`` (clean-room grading, ``verifier_pod``) deletes the pod and starts the
+verifier's in a fresh one, never from a pool; ``stop`` removes both.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.health import healthcheck_budget_s
 from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
 from envfarm.sandbox.kubernetes.podcontainers import HELPER_PATH, MAIN_CONTAINER
-from envfarm.sandbox.kubernetes.podfork import check_task, fork_pod
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
+from envfarm.sandbox.kubernetes.verifier_pod import check_task, verifier_pod
 
 DELETE_WAIT_S = 120.0
 
@@ -63,10 +63,10 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         self.namespace = pods.namespace
         self.name: str = pod["metadata"].get("name", "")
         self.cold = cold
-        """Never claim a warm pod (the verifier's fork)."""
+        """Never claim a warm pod (the fresh verifier's)."""
         self._channel: Channel | None = None
         self._created = False
-        self._forks: list[KubernetesSandbox] = []
+        self._fresh: list[KubernetesSandbox] = []
         self._retired = False
 
     @property
@@ -182,7 +182,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
                 f"could not switch {self.name} to the verifier's network: {exc}"
             ) from exc
 
-    async def fork_clean(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
         spec with ``network``; EnvironmentUnsupported with sidecars."""
         check_task(self.spec)
@@ -196,11 +196,11 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             pass
         except KubeError as exc:
             raise SandboxError(f"could not stop environment pod {self.name}: {exc}") from exc
-        pod = fork_pod(self.pod, self.name, network=network)
-        fork = KubernetesSandbox(self.pods, self.spec, pod, self.run_id, cold=True)
-        self._forks.append(fork)
-        await fork.start()
-        return fork
+        pod = verifier_pod(self.pod, self.name, network=network)
+        fresh = KubernetesSandbox(self.pods, self.spec, pod, self.run_id, cold=True)
+        self._fresh.append(fresh)
+        await fresh.start()
+        return fresh
 
     def _ready_channel(self) -> Channel:
         if self._retired:
@@ -220,9 +220,9 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         raise SandboxGone(f"environment {self.name} is gone ({exc}): {describe(pod)}") from exc
 
     async def _teardown(self) -> None:
-        forks, self._forks = self._forks, []
+        fresh, self._fresh = self._fresh, []
         outcomes = await asyncio.gather(
-            self._remove_pod(), *(fork.stop() for fork in forks), return_exceptions=True
+            self._remove_pod(), *(box.stop() for box in fresh), return_exceptions=True
         )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):

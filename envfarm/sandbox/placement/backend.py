@@ -217,13 +217,13 @@ class PlacedSandbox(Sandbox, VerifierPhases, ProcessLogs):
         phases = verifier_phases(self._sandbox())
         await self._guard(phases.enter_verifier_phase(network=network))
 
-    async def prepare_fork(self, *, network: bool) -> None:
+    async def prepare_fresh_verifier(self, *, network: bool) -> None:
         inner = self._sandbox()
         if isinstance(inner, VerifierPhases):
-            await self._guard(inner.prepare_fork(network=network))
+            await self._guard(inner.prepare_fresh_verifier(network=network))
 
-    async def fork_clean(self, *, network: bool) -> Sandbox:
-        return await self._guard(verifier_phases(self._sandbox()).fork_clean(network=network))
+    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+        return await self._guard(verifier_phases(self._sandbox()).fresh_verifier(network=network))
 
     async def process_logs(self) -> dict[str, bytes]:
         inner = self._inner

@@ -1,9 +1,10 @@
-"""A clean-room verifier on Kubernetes (``KubernetesSandbox.fork_clean``): a second pod.
+"""A clean-room verifier on Kubernetes (``KubernetesSandbox.fresh_verifier``): a second pod.
 
-A single-container environment forks by deleting the agent's pod and creating a fresh one from
-the same pod spec: same image, limits, hardening, runtime class, TTL, labels and owners, under
-a new name (``<agent pod>-verifier``) and with the verifier phase's ``envfarm.dev/network``
-label, so the NetworkPolicy gives it the verifier's network from its first packet.
+A single-container environment gets its fresh verifier by deleting the agent's pod and creating
+another from the same pod spec: same image, limits, hardening, runtime class, TTL, labels and
+owners, under a new name (``<agent pod>-verifier``) and with the verifier phase's
+``envfarm.dev/network`` label, so the NetworkPolicy gives it the verifier's network from its
+first packet.
 
 An environment with sidecars is refused, before any episode runs (``check_task``, from the
 backend's ``prepare``): its services run in the agent's pod, a running pod's containers cannot
@@ -44,18 +45,18 @@ def check_task(spec: SandboxSpec) -> None:
     )
 
 
-def fork_pod(pod: KubeObject, name: str, *, network: bool) -> KubeObject:
+def verifier_pod(pod: KubeObject, name: str, *, network: bool) -> KubeObject:
     """The verifier's pod: ``pod`` (the agent's spec) renamed, with ``network``."""
-    fork = copy.deepcopy(pod)
-    metadata = fork["metadata"]
+    pod_copy = copy.deepcopy(pod)
+    metadata = pod_copy["metadata"]
     for key in ("generateName", "uid", "resourceVersion", "creationTimestamp"):
         metadata.pop(key, None)
     metadata["name"] = f"{name}{FORK_SUFFIX}"
     label = "internet" if network else "none"
     metadata["labels"] = {**metadata.get("labels", {}), LABEL_NETWORK: label}
     metadata["labels"][LABEL_VERIFIER_OF] = label_value(name)
-    fork.pop("status", None)
+    pod_copy.pop("status", None)
     if network:  # the agent's pod may resolve names nowhere (podspec); this one may
-        fork["spec"].pop("dnsPolicy", None)
-        fork["spec"].pop("dnsConfig", None)
-    return fork
+        pod_copy["spec"].pop("dnsPolicy", None)
+        pod_copy["spec"].pop("dnsConfig", None)
+    return pod_copy

@@ -67,7 +67,7 @@ async def test_a_separate_verifier_runs_in_a_fresh_sandbox_and_both_are_stopped(
     agent, verifier = backend.created
     assert isinstance(agent, FakeSandbox)
     assert isinstance(verifier, FakeSandbox)
-    assert agent.forks == [verifier]
+    assert agent.fresh_verifiers == [verifier]
     assert not any("/tests/test.sh" in c for c in agent.commands)
     assert any("/tests/test.sh" in c for c in verifier.commands)
     assert not agent.running
