@@ -133,14 +133,16 @@ def check(
         image_exists=_local_image_lookup() if no_run and tasks else None,
         settings=settings,
     )
-    backend = None if no_run or not tasks else open_backend(settings)
     if kept is not None:
         console.print(f"[dim]artifacts under {escape(str(kept.parent))}[/]")
+
+    async def checked(events: CheckEvents) -> CheckReport:
+        backend = None if no_run or not tasks else await open_backend(settings)
+        return await check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
+
     try:
         with _progress(config, tasks) as events:
-            report = asyncio.run(
-                check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
-            )
+            report = asyncio.run(checked(events))
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]: sandboxes were removed")
         sys.exit(130)

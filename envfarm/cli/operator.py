@@ -103,7 +103,7 @@ def operator(
         from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
         from envfarm.k8s.rest import RestKubeApi
 
-        config = in_cluster_config() if in_cluster else load_kubeconfig(kubeconfig, context)
+        config = in_cluster_config() if in_cluster else await load_kubeconfig(kubeconfig, context)
         kube = RestKubeApi(config)
         async with EnvfarmClient(api_url, token, retry_for_s=30.0) as client:
             reconcilers = Operator(kube, namespace, workers=workers)

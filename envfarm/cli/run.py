@@ -203,7 +203,7 @@ async def _run_job(
     warm_pool: int = 0,
 ) -> RunSummary:
     started = time.monotonic()
-    backend = open_backend(settings)
+    backend = await open_backend(settings)
     lines = (out / "trajectories.jsonl").open("a" if resuming() else "w", encoding="utf-8")
     pools = WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None
     episodes = len(tasks) * request.group_size

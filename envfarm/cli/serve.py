@@ -14,8 +14,8 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -168,27 +168,34 @@ def _settings(flags: dict[str, Any]) -> Settings:
     return command_settings(**flags)
 
 
-def _controller(
+@asynccontextmanager
+async def _controller(
     url: str,
     tasks: dict[str, Task],
     data_dir: Path,
     settings: Settings,
     work: tuple[int, int] | None,
-) -> AbstractAsyncContextManager[Controller]:
+) -> AsyncIterator[Controller]:
     """The controller both commands open; ``work`` (concurrency, warm pool) when this process
     also runs episodes."""
+    artifacts = data_dir / "artifacts"
     if work is None:
-        return open_controller(url, tasks, artifacts_root=data_dir / "artifacts", settings=settings)
+        async with open_controller(
+            url, tasks, artifacts_root=artifacts, settings=settings
+        ) as controller:
+            yield controller
+        return
     concurrency, warm_pool = work
-    return open_controller(
+    async with open_controller(
         url,
         tasks,
-        backend=open_backend(settings),
+        backend=await open_backend(settings),
         worker=WorkerConfig(concurrency=concurrency),
-        artifacts_root=data_dir / "artifacts",
+        artifacts_root=artifacts,
         warm_pool=warm_pool,
         settings=settings,
-    )
+    ) as controller:
+        yield controller
 
 
 def _run(main: Callable[[asyncio.Event], Any]) -> None:

@@ -37,16 +37,16 @@ from envfarm.sandbox.pool import WarmPools
 from envfarm.settings import KubernetesChoice, Settings
 
 
-def open_backend(settings: Settings) -> SandboxBackend:
+async def open_backend(settings: Settings) -> SandboxBackend:
     choice = settings.backend
     if isinstance(choice, KubernetesChoice):
-        return _kubernetes(settings, choice)
+        return await _kubernetes(settings, choice)
     from envfarm.sandbox.docker.backend import DockerBackend
 
     return DockerBackend(settings.sources())
 
 
-def _kubernetes(settings: Settings, choice: KubernetesChoice) -> SandboxBackend:
+async def _kubernetes(settings: Settings, choice: KubernetesChoice) -> SandboxBackend:
     from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
     from envfarm.k8s.rest import RestKubeApi
     from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
@@ -54,7 +54,7 @@ def _kubernetes(settings: Settings, choice: KubernetesChoice) -> SandboxBackend:
     from envfarm.sandbox.kubernetes.podimages import ImageNaming
 
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    config = in_cluster_config() if in_cluster else load_kubeconfig()
+    config = in_cluster_config() if in_cluster else await load_kubeconfig()
     owner = settings.owner_pod
     backend_config = KubernetesBackendConfig(
         namespace=choice.namespace,

@@ -1,30 +1,84 @@
-"""Where the API server is and how to authenticate: a kubeconfig file, or the pod's service
-account when running in a cluster.
+"""Where the API server is and how to authenticate, read by the maintained client library.
 
-Supported: a context's cluster ``server``, ``certificate-authority`` (file or ``-data``),
-``insecure-skip-tls-verify``, and a user's ``token``, ``tokenFile`` or client certificate and
-key (files or ``-data``). Exec and auth-provider plugins (cloud logins) are refused with a
-clear error: run ``kubectl`` once to get a token, or use a service account token. In a
-cluster, the service account token is read again before it expires (bound tokens rotate).
+``kubernetes_asyncio`` reads a kubeconfig as ``kubectl`` does: the files of ``$KUBECONFIG``
+merged (else ``~/.kube/config``), the current or a named context, its cluster's server and CA,
+and its user's credentials: a token or token file, a client certificate, basic auth, an OIDC or
+GCP auth provider, or an ``exec`` credential plugin (how EKS, GKE and AKS kubeconfigs log in).
+In a cluster it reads the pod's service account, its token read again as it rotates. envfarm
+takes the configuration and the credentials from it and keeps its own HTTP, watches and pod
+streams (``rest.py``; docs/kubernetes.md says why).
+
+``KubeConfig`` is what the API server is and how to trust it. Its ``credentials`` give the
+Authorization header of each request: an exec plugin runs when the header is first needed, again
+when its token has expired, and again when the server answers 401 (``renew``), as ``kubectl``
+does. A plugin or a file that fails is a ``KubeInvalid`` naming the kubeconfig.
 """
 
 from __future__ import annotations
 
-import base64
-import os
+import asyncio
+import datetime
 import ssl
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config import ConfigException, load_kube_config
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from envfarm.errors import KubeInvalid
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REFRESH_S = 60.0
+EXPIRY_MARGIN_S = 30.0
+
+
+class Credentials:
+    """A user's Authorization header as the library loads it, refreshed when it must be."""
+
+    def __init__(self, configuration: Configuration, loader: KubeConfigLoader | None) -> None:
+        self.configuration = configuration
+        self.loader = loader
+        self.plugin: bool = loader is not None and _uses_exec(loader)
+        self._stale = False  # loading ran the plugin once
+        self._lock = asyncio.Lock()
+
+    async def header(self) -> dict[str, str]:
+        if self._stale or self._expired():
+            async with self._lock:
+                if self._stale or self._expired():
+                    await self._run_plugin()
+        # runs the refresh hook: a service account's token is read again as it rotates
+        value = await self.configuration.get_api_key_with_prefix("BearerToken")
+        # a token file's final newline is not part of the token (kubectl trims it too)
+        return {"Authorization": str(value).strip()} if value else {}
+
+    def renew(self) -> bool:
+        """After a 401: run the plugin again before the next request (False: nothing to renew)."""
+        self._stale = self.plugin
+        return self.plugin
+
+    def _expired(self) -> bool:
+        expiry = getattr(self.loader, "exec_plugin_expiry", None) if self.plugin else None
+        if not isinstance(expiry, datetime.datetime):
+            return False
+        left = expiry - datetime.datetime.now(tz=expiry.tzinfo)
+        return left.total_seconds() < EXPIRY_MARGIN_S
+
+    async def _run_plugin(self) -> None:
+        assert self.loader is not None
+        if hasattr(self.loader, "exec_plugin_expiry"):
+            del self.loader.exec_plugin_expiry  # the library reuses a token until it expires
+        try:
+            await self.loader.load_from_exec_plugin()
+        except (ConfigException, OSError, ValueError) as exc:
+            raise KubeInvalid(f"the kubeconfig's exec credential plugin failed: {exc}") from exc
+        self.configuration.api_key["BearerToken"] = self.loader.token
+        self._stale = False
 
 
 class KubeConfig(BaseModel):
@@ -38,6 +92,12 @@ class KubeConfig(BaseModel):
     client_cert_pem: str | None = None
     client_key_pem: str | None = None
     namespace: str = "default"
+    _credentials: Credentials | None = PrivateAttr(default=None)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """The library's credentials, when the configuration was loaded through it."""
+        return self._credentials
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         if not self.server.startswith("https://"):
@@ -47,11 +107,7 @@ class KubeConfig(BaseModel):
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         else:
-            context = (
-                ssl.create_default_context(cadata=self.ca_pem)
-                if self.ca_pem
-                else (ssl.create_default_context())
-            )
+            context = ssl.create_default_context(cadata=self.ca_pem or None)
         if self.client_cert_pem and self.client_key_pem:
             with tempfile.TemporaryDirectory() as folder:
                 cert, key = Path(folder, "cert.pem"), Path(folder, "key.pem")
@@ -63,87 +119,89 @@ class KubeConfig(BaseModel):
 
 
 class TokenSource:
-    """The bearer token, re-read from its file at most every ``TOKEN_REFRESH_S`` seconds."""
+    """The Authorization header of each request: the library's credentials, else the
+    configuration's token, its file re-read at most every ``TOKEN_REFRESH_S`` seconds."""
 
     def __init__(self, config: KubeConfig) -> None:
         self.config = config
         self._token = config.token
         self._read_at = 0.0
 
-    def header(self) -> dict[str, str]:
+    async def header(self) -> dict[str, str]:
+        if self.config.credentials is not None:
+            return await self.config.credentials.header()
         path = self.config.token_file
         if path and time.monotonic() - self._read_at > TOKEN_REFRESH_S:
-            self._token = Path(path).read_text().strip()
+            self._token = (await asyncio.to_thread(Path(path).read_text)).strip()
             self._read_at = time.monotonic()
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
-
-def _named(entries: Any, name: str, what: str, where: str) -> dict[str, Any]:
-    for entry in entries or []:
-        if entry.get("name") == name:
-            return dict(entry.get(what) or {})
-    raise KubeInvalid(f"{where}: no {what} named {name!r}", status=400)
+    def renew(self) -> bool:
+        credentials = self.config.credentials
+        return credentials.renew() if credentials is not None else False
 
 
-def _data_or_file(section: dict[str, Any], key: str, base: Path) -> str | None:
-    if section.get(f"{key}-data"):
-        return base64.b64decode(str(section[f"{key}-data"])).decode()
-    if section.get(key):
-        return (base / str(section[key])).read_text()
-    return None
-
-
-def load_kubeconfig(path: Path | None = None, context: str | None = None) -> KubeConfig:
-    """The first file of ``$KUBECONFIG`` (else ``~/.kube/config``), its current context."""
-    if path is None:
-        first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-        path = Path(first) if first else Path.home() / ".kube" / "config"
-    where = str(path)
+async def load_kubeconfig(path: Path | None = None, context: str | None = None) -> KubeConfig:
+    """``path`` (else the files of ``$KUBECONFIG``, else ``~/.kube/config``), at ``context``
+    (else its current one)."""
+    where = str(path) if path is not None else "the kubeconfig"
+    configuration = Configuration()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise KubeInvalid(f"{where}: cannot read the kubeconfig: {exc}", status=400) from exc
-    name = context or data.get("current-context")
-    if not name:
-        raise KubeInvalid(f"{where}: current-context: none set and none given", status=400)
-    ctx = _named(data.get("contexts"), name, "context", where)
-    cluster = _named(data.get("clusters"), ctx.get("cluster", ""), "cluster", where)
-    user = _named(data.get("users"), ctx.get("user", ""), "user", where) if ctx.get("user") else {}
-    for plugin in ("exec", "auth-provider"):
-        if plugin in user:
-            raise KubeInvalid(
-                f"{where}: users.{ctx.get('user')}.{plugin}: credential plugins are not "
-                "supported; give a token (or tokenFile) or a client certificate",
-                status=400,
-            )
-    base = path.parent
-    return KubeConfig(
-        server=str(cluster.get("server", "")).rstrip("/"),
-        ca_pem=_data_or_file(cluster, "certificate-authority", base),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        token=user.get("token"),
-        token_file=str(base / user["tokenFile"]) if user.get("tokenFile") else None,
-        client_cert_pem=_data_or_file(user, "client-certificate", base),
-        client_key_pem=_data_or_file(user, "client-key", base),
-        namespace=ctx.get("namespace") or "default",
-    )
+        loader = await load_kube_config(
+            config_file=str(path) if path is not None else None,
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+        raise KubeInvalid(f"{where}: {exc or type(exc).__name__}", status=400) from exc
+    config = _config(configuration, _namespace(loader))
+    config._credentials = Credentials(configuration, loader)
+    return config
 
 
 def in_cluster_config(root: Path = SERVICE_ACCOUNT) -> KubeConfig:
-    host, port = (
-        os.environ.get("KUBERNETES_SERVICE_HOST"),
-        os.environ.get("KUBERNETES_SERVICE_PORT"),
-    )
-    if not host or not port or not (root / "token").is_file():
-        raise KubeInvalid(
-            "not running in a cluster: KUBERNETES_SERVICE_HOST/PORT or the service account "
-            f"token at {root}/token is missing",
-            status=400,
+    """The pod's service account (its token re-read as it rotates)."""
+    configuration = Configuration()
+    try:
+        loader = InClusterConfigLoader(
+            token_filename=str(root / "token"), cert_filename=str(root / "ca.crt")
         )
+        loader.load_and_set(configuration)
+    except ConfigException as exc:
+        raise KubeInvalid(
+            f"not running in a cluster: {exc} (KUBERNETES_SERVICE_HOST/PORT and the service "
+            f"account at {root} are needed)",
+            status=400,
+        ) from exc
     namespace = root / "namespace"
-    return KubeConfig(
-        server=f"https://{host}:{port}" if ":" not in host else f"https://[{host}]:{port}",
-        ca_pem=(root / "ca.crt").read_text(),
-        token_file=str(root / "token"),
-        namespace=namespace.read_text().strip() if namespace.is_file() else "default",
+    config = _config(
+        configuration, namespace.read_text().strip() if namespace.is_file() else "default"
     )
+    config._credentials = Credentials(configuration, None)
+    return config
+
+
+def _config(configuration: Configuration, namespace: str) -> KubeConfig:
+    return KubeConfig(
+        server=str(configuration.host).rstrip("/"),
+        ca_pem=_read(configuration.ssl_ca_cert),
+        insecure=not configuration.verify_ssl,
+        client_cert_pem=_read(configuration.cert_file),
+        client_key_pem=_read(configuration.key_file),
+        namespace=namespace,
+    )
+
+
+def _read(path: Any) -> str | None:
+    return Path(str(path)).read_text() if path else None
+
+
+def _namespace(loader: KubeConfigLoader) -> str:
+    context = loader.current_context or {}
+    return str((context.get("context") or {}).get("namespace") or "default")
+
+
+def _uses_exec(loader: KubeConfigLoader) -> bool:
+    user = loader._user  # the library exposes the active user only through the loader
+    return user is not None and "exec" in user

@@ -1,4 +1,4 @@
-"""``KubeApi`` over HTTP: aiohttp against a real API server (no ``kubernetes`` package).
+"""``KubeApi`` over HTTP: aiohttp against a real API server, credentials from ``kubeconfig``.
 
 Requests are the server's REST shapes (``api.Resource.path``): merge patches with
 ``application/merge-patch+json``, deletion with ``DeleteOptions`` (propagation policy, grace
@@ -81,25 +81,33 @@ class RestKubeApi:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        headers = {"Accept": "application/json", **self.tokens.header()}
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            data = json.dumps(body).encode()
+        data = None if body is None else json.dumps(body).encode()
         what = f"{method} {path}"
+        url = self._url(path, params)
+        status, parsed = await self._send(method, url, data, content_type, what)
+        # a credential plugin's token the server no longer takes: run the plugin again, once
+        if status == 401 and self.tokens.renew():
+            status, parsed = await self._send(method, url, data, content_type, what)
+        if status >= 400:
+            raise translate(status, parsed, what)
+        return parsed
+
+    async def _send(
+        self, method: str, url: str, data: bytes | None, content_type: str, what: str
+    ) -> tuple[int, Any]:
+        headers = {"Accept": "application/json", **await self.tokens.header()}
+        if data is not None:
+            headers["Content-Type"] = content_type
         try:
             async with self._client().request(
-                method, self._url(path, params), data=data, headers=headers, timeout=self._timeout
+                method, url, data=data, headers=headers, timeout=self._timeout
             ) as response:
                 text = await response.read()
-                parsed = json.loads(text) if text else None
+                return response.status, json.loads(text) if text else None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise KubeUnavailable(f"{what}: the API server did not answer: {exc!r}") from exc
         except ValueError as exc:
             raise KubeUnavailable(f"{what}: the answer is not JSON: {exc}") from exc
-        if response.status >= 400:
-            raise translate(response.status, parsed, what)
-        return parsed
 
     def _res(self, resource: ResourceLike) -> Resource:
         return resolve(resource, self._extra)
@@ -218,7 +226,7 @@ class RestKubeApi:
         try:
             async with self._client().get(
                 self._url(res.path(namespace), params),
-                headers=self.tokens.header(),
+                headers=await self.tokens.header(),
                 timeout=timeout,
             ) as response:
                 if response.status >= 400:
@@ -247,7 +255,7 @@ class RestKubeApi:
             ws = await self._client().ws_connect(
                 self._url(path, params),
                 protocols=CHANNEL_PROTOCOLS,
-                headers=self.tokens.header(),
+                headers=await self.tokens.header(),
                 max_msg_size=0,
                 heartbeat=30.0,
             )

@@ -162,28 +162,53 @@ async def test_the_sandbox_backend_over_http_and_websocket_attach() -> None:
         assert served.memory.all_keys() == []
 
 
-def test_kubeconfig_file_and_in_cluster_settings(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+PLUGIN = """#!/bin/sh
+# an ExecCredential as a cloud login prints it; run n prints line n of the tokens file
+n=$(cat "$0.count" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.count"
+token=$(sed -n "$((n + 1))p" "$0.tokens")
+printf '{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",'
+printf ' "status": {"token": "%s"}}' "$token"
+"""
+
+
+def kubeconfig(tmp_path: Path, server: str, ca: str | None = None) -> Path:
+    """A kubeconfig with a token-file user (context ``dev``) and an exec-plugin user (``cloud``)."""
     (tmp_path / "token").write_text("from-file\n")
+    plugin = tmp_path / "login"
+    plugin.write_text(PLUGIN)
+    plugin.chmod(0o755)
+    authority = ""
+    if ca is not None:
+        authority = f"    certificate-authority-data: {base64.b64encode(ca.encode()).decode()}\n"
     config = tmp_path / "config"
     config.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: dev\n"
         "contexts:\n- name: dev\n  context: {cluster: c, user: u, namespace: envs}\n"
         "- name: cloud\n  context: {cluster: c, user: plugin}\n"
-        "clusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1:6443/\n"
-        f"    certificate-authority-data: {base64.b64encode(ca.encode()).decode()}\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}/\n{authority}"
         "users:\n- name: u\n  user: {tokenFile: token}\n"
-        "- name: plugin\n  user: {exec: {command: gcloud}}\n"
+        "- name: plugin\n  user:\n    exec:\n"
+        "      apiVersion: client.authentication.k8s.io/v1\n"
+        f"      command: {plugin}\n      interactiveMode: Never\n"
     )
-    loaded = load_kubeconfig(config)
+    return config
+
+
+def plugin_runs(tmp_path: Path) -> int:
+    return int((tmp_path / "login.count").read_text())
+
+
+async def test_kubeconfig_file_and_in_cluster_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    config = kubeconfig(tmp_path, "https://10.0.0.1:6443", ca)
+    loaded = await load_kubeconfig(config)
     assert (loaded.server, loaded.ca_pem, loaded.namespace) == ("https://10.0.0.1:6443", ca, "envs")
-    assert loaded.token_file == str(tmp_path / "token")
-    with pytest.raises(KubeInvalid, match=r"users.plugin.exec: credential plugins"):
-        load_kubeconfig(config, context="cloud")
-    with pytest.raises(KubeInvalid, match="no context named 'nope'"):
-        load_kubeconfig(config, context="nope")
+    assert loaded.credentials is not None
+    assert await loaded.credentials.header() == {"Authorization": "Bearer from-file"}
+    with pytest.raises(KubeInvalid, match="nope"):
+        await load_kubeconfig(config, context="nope")
     account = tmp_path / "sa"
     account.mkdir()
     (account / "token").write_text("t")
@@ -193,6 +218,37 @@ def test_kubeconfig_file_and_in_cluster_settings(
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     cluster = in_cluster_config(account)
     assert (cluster.server, cluster.namespace) == ("https://10.96.0.1:443", "envfarm-sandboxes")
+    assert cluster.credentials is not None
+    assert await cluster.credentials.header() == {"Authorization": "Bearer t"}
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     with pytest.raises(KubeInvalid, match="not running in a cluster"):
         in_cluster_config(account)
+
+
+async def test_an_exec_plugin_logs_in_and_again_when_its_token_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A user that is an ``exec`` credential plugin, as EKS, GKE and AKS kubeconfigs have:
+    its token is used until the server refuses it (401), then the plugin runs again, once,
+    and the request is sent again with the new token."""
+    async with Served(token="secret") as served:
+        config = kubeconfig(tmp_path, served.url)
+        (tmp_path / "login.tokens").write_text("expired\nsecret\nexpired\nexpired\n")
+        api = RestKubeApi(await load_kubeconfig(config, context="cloud"))
+        assert plugin_runs(tmp_path) == 1  # loading logs in
+        await api.create(CONFIG_MAPS, NS, {"metadata": {"name": "a"}, "data": {"k": "v"}})
+        assert plugin_runs(tmp_path) == 2  # refused, logged in again, sent again
+        listed = await api.list(CONFIG_MAPS, NS)
+        assert [item["metadata"]["name"] for item in listed.items] == ["a"]
+        assert plugin_runs(tmp_path) == 2  # the token is reused while the server takes it
+        await api.close()
+    async with Served(token="secret") as refusing:
+        (tmp_path / "login.count").unlink()
+        (tmp_path / "login.tokens").write_text("expired\nexpired\nexpired\n")
+        config = kubeconfig(tmp_path, refusing.url)
+        api = RestKubeApi(await load_kubeconfig(config, context="cloud"))
+        with pytest.raises(KubeError) as refused:
+            await api.get(CONFIG_MAPS, NS, "a")
+        assert refused.value.status == 401
+        assert plugin_runs(tmp_path) == 2  # one login again, not a loop
+        await api.close()
