@@ -85,6 +85,9 @@ class Settings(_Frozen):
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()
     """``--allow-runtime`` on ``serve``: runtimes a job may ask for besides the default."""
+    request_ratio: float = Field(default=0.5, gt=0, le=1)
+    """``--request-ratio``: what an environment pod requests of its CPU, memory and disk
+    limits (Kubernetes schedules by requests; a pod may use up to its limits)."""
     offline: bool = False
     """``ENVFARM_OFFLINE``, ``--offline``: pull no base image."""
     image_sources: tuple[ImageSource, ...] = IMAGE_SOURCES

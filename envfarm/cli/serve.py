@@ -49,6 +49,9 @@ def controller_options(command: F) -> F:
     options = [
         verifier_network_option,
         offline_option,
+        click.option("--request-ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
+                     help="Kubernetes: what each environment pod requests of its CPU, memory "
+                     "and disk limits, for jobs that say nothing (default 0.5)."),
         click.option("--allow-runtime", "allowed_runtimes", multiple=True, metavar="NAME",
                      help="A runtime a job may ask for (JobRequest.runtime) besides --runtime; "
                      "repeat for more. A job asking for any other is refused (422)."),

@@ -25,6 +25,7 @@ def job_choices(request: JobRequest) -> JobChoices:
     return JobChoices(
         verifier_network=request.verifier_network,
         runtime=request.runtime,
+        request_ratio=request.request_ratio,
         max_turns=request.max_turns,
         context_budget=request.context_budget,
     )

@@ -127,6 +127,10 @@ class JobRequest(Wire):
     """The verifier's network when a task sets none (docs/task-format.md): ``task-default``
     gives a fresh verifier container Harbor's public network, ``none`` keeps it offline; None:
     the server's default. A task's own ``network_mode`` always wins."""
+    request_ratio: float | None = Field(default=None, gt=0, le=1)
+    """Kubernetes: what each environment pod requests of its limits (None: the server's,
+    0.5 by default). Requests equal to limits leave no headroom: a pod that meets its limit
+    is throttled or killed where one with headroom would have gone on."""
     runtime: str | None = Field(default=None, min_length=1, max_length=100)
     """The sandboxes' container runtime (Docker) or RuntimeClass (Kubernetes); None: the
     server's. A server refuses any other than its own unless it allows it (``--allow-runtime``);

@@ -80,6 +80,7 @@ class JobRequestBuilder:
             ("maxStaleness", "max_staleness"),
             ("verifierNetwork", "verifier_network"),
             ("runtime", "runtime"),
+            ("requestRatio", "request_ratio"),
         )
         for field, key in optional:
             if spec.get(field) is not None:

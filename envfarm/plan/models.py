@@ -69,6 +69,8 @@ class SandboxSpec(_Frozen):
     clean_room: CleanRoom = "restart"
     agent_timeout_s: float
     verifier_timeout_s: float
+    request_ratio: float = 0.5
+    """Kubernetes: the share of its limits a pod requests (CPU, memory, disk)."""
 
     @property
     def task_id(self) -> str:
@@ -153,6 +155,7 @@ class JobChoices(_Frozen):
 
     verifier_network: Literal["task-default", "none"] | None = None
     runtime: str | None = None
+    request_ratio: float | None = None
     max_turns: int = 50
     context_budget: int | None = None
     command_timeout_s: float = 120.0

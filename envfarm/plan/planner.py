@@ -71,6 +71,11 @@ def plan_episode(
     )
     network, decided["verifier.network"] = _verifier_network(task, job, settings)
     runtime, decided["sandbox.runtime"] = _runtime(task, job, settings, facts)
+    ratio = job.request_ratio or settings.request_ratio
+    decided["sandbox.request_ratio"] = Decision(
+        source="job" if job.request_ratio else "default",
+        reason=f"Kubernetes pods request {ratio:g} of their limits",
+    )
     gvisor = _is_gvisor(runtime, facts)
     if gvisor:
         _check_gvisor(task, runtime or "", facts, network_set=config.verifier_network_set())
@@ -85,6 +90,7 @@ def plan_episode(
         clean_room=settings.clean_room,
         agent_timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
         verifier_timeout_s=config.verifier.timeout_sec,
+        request_ratio=ratio,
     )
     budgets = (b for b in (job.context_budget, config.agent.context_budget_tokens) if b)
     agent = AgentPlan(

@@ -20,7 +20,7 @@ import pytest
 
 from envfarm.errors import TaskSpecError
 from envfarm.k8s.api import KubeObject
-from envfarm.plan.models import SandboxSpec
+from envfarm.plan.models import JobChoices, SandboxSpec
 from envfarm.plan.planner import environment_spec, plan_episode
 from envfarm.sandbox.docker import services as docker_services
 from envfarm.sandbox.docker.sandbox import DockerSandboxConfig
@@ -142,6 +142,35 @@ def test_hardening_and_limits_match(pg_task: Task) -> None:
     }
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_pods_request_half_their_limits_unless_the_job_or_the_pool_says_otherwise(
+    pg_task: Task,
+) -> None:
+    main = _containers(_pod(pg_task))["main"]
+    limits, requests = main["resources"]["limits"], main["resources"]["requests"]
+    docker = _docker_main(pg_task)
+    assert requests["memory"] == f"{docker.memory_mb // 2}Mi"
+    assert requests["cpu"] == f"{round(docker.cpus * 500)}m"
+    storage = pg_task.config.environment.storage_mb
+    assert (limits["ephemeral-storage"], requests["ephemeral-storage"]) == (
+        f"{storage}Mi",
+        f"{storage // 2}Mi",
+    )
+    db = _containers(_pod(pg_task))["db"]
+    assert db["resources"]["requests"]["memory"] == f"{SIDECAR_MEMORY_MB // 2}Mi"
+    whole = plan_episode(pg_task, JobChoices(request_ratio=1.0)).sandbox
+    assert whole.request_ratio == 1.0
+    pod = environment_pod(whole, cluster_images(whole.environment), PodOptions(environment_id="e"))
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]
+    pool = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"taskRef": {"name": pg_task.id}, "requestRatio": 0.25},
+    }
+    template = asyncio.run(TaskTemplates({pg_task.id: sandbox_spec(pg_task)})(pool))
+    pooled = template["spec"]["containers"][0]["resources"]
+    assert pooled["requests"]["memory"] == f"{docker.memory_mb // 4}Mi"
 
 
 def test_network_rules_match(pg_task: Task) -> None:

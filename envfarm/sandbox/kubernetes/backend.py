@@ -89,7 +89,6 @@ class KubernetesBackend(SandboxBackend):
             "ttl_seconds": self.ttl_seconds(spec),
             "owners": self.environment_pods.owners,
             "run_as_user": config.run_as_user,
-            "cpu_request_ratio": config.cpu_request_ratio,
             "labels": self.environment_pods.owner_labels,
             "annotations": self.environment_pods.owner_annotations,
         }

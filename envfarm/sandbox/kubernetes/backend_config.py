@@ -25,7 +25,6 @@ class KubernetesBackendConfig(BaseModel):
     ttl_slack_s: int = 1800
     start_timeout_s: float = 900.0
     """Scheduling and image pulls, on top of the services' healthcheck budget."""
-    cpu_request_ratio: float = Field(default=1.0, gt=0, le=1)
     run_as_user: int | None = None
     owner: dict[str, Any] | None = None
     """An ownerReference for every pod (a RolloutJob, say): deleting it removes them."""

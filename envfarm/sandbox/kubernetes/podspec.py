@@ -64,7 +64,8 @@ class PodOptions(BaseModel):
     owners: list[dict[str, Any]] = Field(default_factory=list)
     """More ownerReferences (the controller's pod): the pod goes when all of them are gone."""
     run_as_user: int | None = None
-    cpu_request_ratio: float = Field(default=1.0, gt=0, le=1)
+    request_ratio: float | None = Field(default=None, gt=0, le=1)
+    """The share of its limits the pod requests; None: the plan's (an EnvPool's own)."""
     service_account: str | None = SERVICE_ACCOUNT
     image_pull_policy: str = "IfNotPresent"
     labels: dict[str, str] = Field(default_factory=dict)
@@ -108,7 +109,7 @@ def environment_pod(spec: SandboxSpec, images: PodImages, options: PodOptions) -
                 spec,
                 images,
                 pull=options.image_pull_policy,
-                cpu_request_ratio=options.cpu_request_ratio,
+                request_ratio=options.request_ratio,
                 run_as_user=options.run_as_user,
             ),
             *(

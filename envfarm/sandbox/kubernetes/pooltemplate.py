@@ -43,6 +43,7 @@ class TaskTemplates:
             generate_name=f"{metadata['name']}-",
             runtime_class=spec.get("runtimeClassName") or task.runtime,
             ttl_seconds=int(spec.get("ttlSeconds") or DEFAULT_TTL_S),
+            request_ratio=spec.get("requestRatio"),
         )
         pod = environment_pod(task, cluster_images(task.environment, self.naming), options)
         labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
