@@ -230,7 +230,7 @@ def check(tokenizer: ServerTokenizer, mode: str, out: Path) -> dict[str, Any]:
     checks = Checks()
     for trajectory in trajectories:
         check_prompts(tokenizer, mode, trajectory, checks)
-        if mode == "tokens":
+        if mode == "tokens" and trajectory.get("samples") is not None:  # run with --samples
             check_samples(trajectory, checks)
     turns = [turn for t in trajectories for turn in t["turns"]]
     rewards = [t["reward"]["value"] for t in trajectories if t["reward"]["valid"]]
@@ -264,8 +264,8 @@ SETS = ("errors", "stop_reasons", "exit_codes", "profiles")
 
 def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of several runs of one mode as one: counts added, lists joined, each check's
-    passes added, means per turn (or per server request) weighted by their counts, the
-    highest load. Figures that do not add (medians) are left to the caller."""
+    passes added, means per turn (or per server request) weighted by their counts, the load
+    averaged and its highest sample. Figures that do not add (medians) are left to the caller."""
     total: dict[str, Any] = {"runs": len(runs)}
     turns = sum(r["turns"] for r in runs)
     for key, first in runs[0].items():
@@ -281,7 +281,9 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
             weighted = [(v, r[weight]) for v, r in zip(values, runs, strict=True) if v is not None]
             share = sum(n for _, n in weighted)
             total[key] = round(sum(v * n for v, n in weighted) / share, 4) if share else None
-        elif key.startswith("load_"):
+        elif key == "load_mean":
+            total[key] = round(sum(values) / len(values), 1)
+        elif key == "load_max":
             total[key] = max(values)
         elif key.startswith("logprob_diff"):
             continue
