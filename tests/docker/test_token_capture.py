@@ -69,7 +69,7 @@ async def policy_for(
     fake: FakeVLLM, board: PolicyVersionBoard | None = None, **spec: Any
 ) -> AsyncIterator[ResolvedPolicy]:
     async with PolicyServer(fake) as server:
-        fields = {"target": server.base_url, "model": "m", **spec}
+        fields = {"base_url": server.base_url, "model": "m", **spec}
         async with open_policy(PolicySpec.model_validate(fields), board) as policy:
             yield policy
 
