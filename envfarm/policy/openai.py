@@ -47,6 +47,7 @@ from envfarm.errors import (
 from envfarm.policy.attempts import (
     RETRYABLE_STATUSES,
     AttemptFailure,
+    SideRequestFailed,
     describe_error,
     parse_retry_after,
 )
@@ -212,12 +213,13 @@ class OpenAIPolicy(PolicyClient):
             return None
 
     async def post_json(self, url: str, payload: Any) -> tuple[int, Mapping[str, str], bytes]:
-        """``POST url`` with a JSON body (status, headers, body); aiohttp errors translated to
-        PolicyError."""
+        """``POST url`` with a JSON body (status, headers, body); no answer (a connection error,
+        a timeout) raises ``SideRequestFailed``, a ``PolicyError`` the pool retries."""
         try:
             return await self._post(json.dumps(payload).encode(), url)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise PolicyError(f"POST {url} failed: {self._scrub(describe_error(exc, 30))}") from exc
+            cause = f"POST {url} failed: {self._scrub(describe_error(exc, 30))}"
+            raise SideRequestFailed(AttemptFailure(cause, error=exc)) from exc
 
     def encode(
         self,

@@ -38,10 +38,10 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from envfarm.errors import PolicyConfigError, PolicyError, PolicyResponseError
-from envfarm.policy.attempts import AttemptFailure, timeout_cause
+from envfarm.policy.attempts import AttemptFailure, SideRequestFailed, timeout_cause
 from envfarm.policy.base import Completion, PolicyClient, RetryKind, SamplingParams
 from envfarm.policy.endpoints import (
     CallState,
@@ -54,10 +54,12 @@ from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.profiles import TOKEN_PROFILES, CaptureOptions
 from envfarm.policy.rejections import is_rejection, rejected_twice
 from envfarm.policy.server_api import Renderer
-from envfarm.policy.token_session import TokenSession, server_renderer
+from envfarm.policy.token_session import PoolRenderer, TokenSession, server_renderer
 from envfarm.policy.toolparse import ToolParser
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_SESSIONS = 65_536
 """Session bindings kept (least recently used dropped): sessions are never closed explicitly."""
@@ -132,7 +134,7 @@ class EndpointPool(PolicyClient):
                 return self.renderer
             client = self.helper_client(key)
             await client.prepare()
-            return server_renderer(client)
+            return PoolRenderer(self, key, server_renderer(client).name)
 
         return TokenSession(generate, renderer, tool_parser=self.tool_parser, key=key)
 
@@ -177,6 +179,38 @@ class EndpointPool(PolicyClient):
             return bound.client
         ready = [e for e in self._endpoints if e.state == "closed"] or self._endpoints
         return ready[0].client
+
+    async def side_request(
+        self, session: str | None, request: Callable[[OpenAIPolicy], Awaitable[T]]
+    ) -> T:
+        """``request`` on the endpoint ``session`` is bound to: a side request (rendering,
+        tokenizing) with the routing, breaker and outage handling of a completion. A failure
+        a retry may fix (``SideRequestFailed``: no answer, HTTP 408/429/5xx) is retried, and
+        while every endpoint is down the request waits for one to come back (up to
+        ``down_budget_s``): a token-mode turn rides out a server restart as its completion
+        does, instead of failing its episode at the first refused connection."""
+        call = CallState(session)
+        while True:
+            endpoint = await self._next_endpoint(call)
+            call.attempts += 1
+            endpoint.in_flight += 1
+            try:
+                answer = await request(endpoint.client)
+            except SideRequestFailed as exc:
+                failure = exc.failure
+            else:
+                self._answered = True
+                endpoint.succeeded()
+                return answer
+            finally:
+                endpoint.in_flight -= 1
+            if failure.status is not None:
+                self._answered = True
+            if failure.paused:
+                cause, elapsed = failure.cause, failure.elapsed_s
+                self._paused(call, endpoint, "pause", cause, failure.retry_after, elapsed)
+            else:
+                self._failed(call, endpoint, failure)
 
     async def preflight(self, *, token_mode: bool = False) -> None:
         """Probe every endpoint's server profile now; with ``token_mode``, PolicyConfigError

@@ -22,7 +22,14 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from envfarm.errors import PolicyConfigError, PolicyError
+from envfarm.policy.attempts import (
+    RETRYABLE_STATUSES,
+    AttemptFailure,
+    SideRequestFailed,
+    parse_retry_after,
+)
 from envfarm.policy.base import Completion
+from envfarm.policy.rejections import parser_error
 
 
 class ServerClient(Protocol):
@@ -36,10 +43,17 @@ class ServerClient(Protocol):
     async def post_json(self, url: str, payload: Any) -> tuple[int, Mapping[str, str], bytes]: ...
 
 
-def _json(status: int, body: bytes, what: str) -> Any:
+def _json(status: int, headers: Mapping[str, str], body: bytes, what: str) -> Any:
+    """The JSON of a 200 answer. A status a retry may fix (503 while a server swaps weights,
+    502 from a proxy in front of a restarting one; not a 500 from the server's request parser)
+    raises ``SideRequestFailed``, any other ``PolicyError``."""
     if status != 200:
         text = body.decode("utf-8", errors="replace")[:300]
-        raise PolicyError(f"{what} answered HTTP {status}: {text}")
+        cause = f"{what} answered HTTP {status}: {text}"
+        if status in RETRYABLE_STATUSES and not parser_error(status, body):
+            retry_after = parse_retry_after(headers.get("Retry-After"))
+            raise SideRequestFailed(AttemptFailure(cause, status=status, retry_after=retry_after))
+        raise PolicyError(cause)
     try:
         return json.loads(body)
     except ValueError:
@@ -50,8 +64,8 @@ async def llamacpp_tokenize(client: ServerClient, text: str, *, special: bool) -
     """llama.cpp's ids of ``text``; ``special``: add BOS as its prompts do."""
     url = f"{client.root_url}/tokenize"
     payload = {"content": text, "add_special": special, "parse_special": True}
-    status, _, body = await client.post_json(url, payload)
-    data = _json(status, body, f"POST {url}")
+    status, headers, body = await client.post_json(url, payload)
+    data = _json(status, headers, body, f"POST {url}")
     tokens = data.get("tokens") if isinstance(data, dict) else None
     if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
         raise PolicyError(f"POST {url} answered without a list of integer `tokens`")
@@ -60,8 +74,8 @@ async def llamacpp_tokenize(client: ServerClient, text: str, *, special: bool) -
 
 async def llamacpp_template(client: ServerClient, payload: dict[str, Any]) -> str:
     url = f"{client.root_url}/apply-template"
-    status, _, body = await client.post_json(url, payload)
-    data = _json(status, body, f"POST {url}")
+    status, headers, body = await client.post_json(url, payload)
+    data = _json(status, headers, body, f"POST {url}")
     prompt = data.get("prompt") if isinstance(data, dict) else None
     if not isinstance(prompt, str):
         raise PolicyError(f"POST {url} answered without a string `prompt`")
@@ -134,8 +148,9 @@ class VLLMRenderer(Renderer):
 
     async def _tokens(self, payload: dict[str, Any]) -> list[int]:
         url = f"{self.client.root_url}/tokenize"
-        status, _, body = await self.client.post_json(url, {"model": self.client.model, **payload})
-        data = _json(status, body, f"POST {url}")
+        payload = {"model": self.client.model, **payload}
+        status, headers, body = await self.client.post_json(url, payload)
+        data = _json(status, headers, body, f"POST {url}")
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
             raise PolicyError(f"POST {url} answered without a list of integer `tokens`")

@@ -16,21 +16,25 @@ that every prompt of a context extends the previous one by construction:
 
 The first prompt of a context (and any history that does not extend the last one, e.g. after a
 summary restarted the context) is rendered whole. Rendering goes through the server's template
-(llama.cpp ``/apply-template`` + ``/tokenize``, vLLM ``/tokenize``) or a tokenizer the user
-names (``server_api``). Tool calls are parsed from the sampled text (``toolparse``), since no
+(llama.cpp ``/apply-template`` + ``/tokenize``, vLLM ``/tokenize``; through the pool, so a
+restarting server is waited for as its completions are: ``PoolRenderer``) or a tokenizer the
+user names (``server_api``). Tool calls are parsed from the sampled text (``toolparse``), since no
 server parses text it did not render.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envfarm.errors import PolicyConfigError, PolicyError
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams, ToolCallRaw
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server_api import LlamaCppRenderer, Renderer, VLLMRenderer
 from envfarm.policy.toolparse import ToolParser, parse_tool_calls
+
+if TYPE_CHECKING:
+    from envfarm.policy.pool import EndpointPool
 
 SENTINEL = "envfarm-closing-probe"
 
@@ -46,6 +50,31 @@ def server_renderer(client: OpenAIPolicy) -> Renderer:
         f"token mode on {client.base_url} ({profile}) needs --tokenizer: the server has no "
         "endpoint that renders the chat template into ids"
     )
+
+
+class PoolRenderer(Renderer):
+    """The server's own template (``server_renderer``), reached through an ``EndpointPool``:
+    each request goes to the endpoint the session is bound to, with the pool's retries and
+    outage handling (``EndpointPool.side_request``)."""
+
+    def __init__(self, pool: EndpointPool, session: str, name: str) -> None:
+        self.pool, self.session, self.name = pool, session, name
+
+    async def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, generation: bool
+    ) -> list[int]:
+        async def on(client: OpenAIPolicy) -> list[int]:
+            await client.prepare()
+            return await server_renderer(client).render(messages, tools, generation=generation)
+
+        return await self.pool.side_request(self.session, on)
+
+    async def tokenize(self, text: str) -> list[int]:
+        async def on(client: OpenAIPolicy) -> list[int]:
+            await client.prepare()
+            return await server_renderer(client).tokenize(text)
+
+        return await self.pool.side_request(self.session, on)
 
 
 class TokenSession(PolicyClient):

@@ -24,7 +24,8 @@ waits for the event, so a test can start several first requests while detection 
 
 The model answers the n-th generation request with the n-th scripted step, sampled as the
 ``fake_chatml`` model samples (tool calls pretty-printed, ``<|im_end|>`` at the end, cut at
-``max_tokens`` with finish ``length``). ``faults`` (raw ``Reply``s) answer the first requests.
+``max_tokens`` with finish ``length``). ``faults`` (raw ``Reply``s) answer the first generation
+requests, ``path_faults`` the first POSTs of a path.
 """
 
 from __future__ import annotations
@@ -75,10 +76,16 @@ class FakeEngine:
         faults: Iterable[Reply] = (),
         weight_version: str = "v1",
         probe_gate: asyncio.Event | None = None,
+        port: int = 0,
     ) -> None:
+        """``port``: 0 for a free one; a given port serves a restarted engine where the last
+        one was (what a restarted server looks like to its clients)."""
+        self.port = port
         self.steps: list[ScriptedCompletion | Reply] = [_normalize(s) for s in steps]
         self.dialect, self.n_ctx, self.weight_version = dialect, n_ctx, weight_version
         self.faults = list(faults)
+        self.path_faults: dict[str, list[Reply]] = {}
+        """Raw replies to the first POSTs of a path (``/tokenize``: a side request failing)."""
         self.requests: list[tuple[str, dict[str, Any]]] = []
         """Every POST: (path, body)."""
         self.prompts: list[list[int]] = []
@@ -104,10 +111,10 @@ class FakeEngine:
         app.router.add_get("/{path:.*}", self._get)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.root = f"http://{host}:{port}"
+        host, self.port = self._runner.addresses[0][:2]
+        self.root = f"http://{host}:{self.port}"
         return self
 
     async def __aexit__(
@@ -154,6 +161,8 @@ class FakeEngine:
             return _reply(error_reply(500, f"[json.exception.parse_error.101] {exc}"))
         self.requests.append((path, body))
         self.timeline.append(f"POST {path}")
+        if self.path_faults.get(path):
+            return _reply(self.path_faults[path].pop(0))
         handler = {
             ("llamacpp", "/v1/chat/completions"): self._llamacpp_chat,
             ("vllm", "/v1/chat/completions"): self._chat,
