@@ -14,7 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.images.task_images import ensure_base_image
 from envfarm.sandbox.docker.networks import bridge_gateway
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.testing.containment import host_namespaces, parse, probe_command, verdicts

@@ -21,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Awaitable, Callable
 
-from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.images.task_images import ensure_base_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper
 

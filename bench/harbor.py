@@ -51,7 +51,7 @@ from typing import Any
 import yaml
 
 from envfarm.plan.planner import environment_spec
-from envfarm.sandbox.docker.service_images import build_environment_images
+from envfarm.sandbox.docker.images.environment_images import build_environment_images
 from envfarm.spec.task import Task, discover_tasks
 
 HARBOR_VERSION = "0.26.0"

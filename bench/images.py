@@ -19,9 +19,9 @@ import sys
 import time
 
 from envfarm.errors import EnvfarmError
-from envfarm.sandbox.aliases import load_alias_table
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import ensure_recipe_image
+from envfarm.sandbox.docker.images.task_images import ensure_recipe_image
+from envfarm.sandbox.images.aliases import load_alias_table
 
 PIP_UPGRADE = (
     "pip install -q --root-user-action=ignore --upgrade pip==24.0 packaging==24.1 setuptools "

@@ -32,7 +32,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from envfarm.sandbox.docker.images import ensure_recipe_image
+from envfarm.sandbox.docker.images.task_images import ensure_recipe_image
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "k8s-cluster"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
-from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.images.task_images import ensure_base_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper
 from envfarm.sandbox.pool import WarmPools

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import ensure_base_image
+from envfarm.sandbox.docker.images.task_images import ensure_base_image
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper

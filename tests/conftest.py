@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest_asyncio.fixture(loop_scope="session", scope="session")
 async def base_image() -> str:
     """The envfarm base image (debootstrap + docker import), built once and reused."""
-    from envfarm.sandbox.docker.images import ensure_base_image
+    from envfarm.sandbox.docker.images.task_images import ensure_base_image
 
     return (await ensure_base_image()).tag
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import TaskSpecError
-from envfarm.sandbox.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLayer
+from envfarm.sandbox.images.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLayer
 from envfarm.spec.mcp import McpServer, mcp_section
 
 McpSupport = Literal["instruction", "config", "none"]

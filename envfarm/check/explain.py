@@ -15,7 +15,7 @@ from pathlib import Path
 from envfarm.check.verdicts import EPSILON, TaskCheck
 from envfarm.grading.verifier.verdict import STDOUT_FILE
 from envfarm.models.trajectory import Trajectory
-from envfarm.sandbox.baseimages import BaseResolution
+from envfarm.sandbox.images.offline import BaseResolution
 from envfarm.spec.findings import Finding, error, warning
 from envfarm.spec.lint import grading_download
 from envfarm.spec.network import VERIFIER_NETWORK_ENV

@@ -43,7 +43,7 @@ from envfarm.models.jobs import JudgeRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.base import PreparedImage, SandboxBackend
-from envfarm.sandbox.baseimages import resolve_offline
+from envfarm.sandbox.images.offline import resolve_offline
 from envfarm.settings import Settings, current
 from envfarm.spec.config import EnvironmentMode
 from envfarm.spec.lint import lint_task, max_reward

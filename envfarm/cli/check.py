@@ -197,7 +197,7 @@ def _say_verdict(check: TaskCheck) -> None:
 
 
 def _local_image_lookup() -> Callable[[str], bool]:
-    from envfarm.sandbox.docker.local_images import local_image_exists
+    from envfarm.sandbox.docker.images.local import local_image_exists
 
     return local_image_exists
 

@@ -16,8 +16,8 @@ from envfarm.agent.specs import AgentSpec
 from envfarm.errors import AgentInstallError, ImageError
 from envfarm.models.trajectory import AgentInfo, Trajectory
 from envfarm.policy.base import PolicyClient, SamplingParams
-from envfarm.sandbox.agent_layer import agent_images
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
+from envfarm.sandbox.images.agent_layer import agent_images
 from envfarm.spec.task import Task
 
 INSTALL_ATTEMPTS = 2

@@ -13,8 +13,12 @@ import docker.errors
 import pytest
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import build_task_image, ensure_recipe_image, prebuilt_image
-from envfarm.sandbox.docker.recipe_images import recipe_image_tag
+from envfarm.sandbox.docker.images.recipes import recipe_image_tag
+from envfarm.sandbox.docker.images.task_images import (
+    build_task_image,
+    ensure_recipe_image,
+    prebuilt_image,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -13,8 +13,8 @@ import pytest
 
 from envfarm.errors import ImageError, UnknownBaseImage
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.hostconfig import read_host_config
-from envfarm.sandbox.docker.images import (
+from envfarm.sandbox.docker.images.hostconfig import read_host_config
+from envfarm.sandbox.docker.images.task_images import (
     BuiltImage,
     build_task_image,
     ensure_base_image,

@@ -13,7 +13,7 @@ from envfarm.check.pipeline import CheckConfig, check_tasks
 from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import ensure_recipe_image
+from envfarm.sandbox.docker.images.task_images import ensure_recipe_image
 from envfarm.spec import load_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

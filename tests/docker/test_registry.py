@@ -16,8 +16,12 @@ import pytest
 
 from envfarm.errors import UnknownBaseImage
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import build_task_image
-from envfarm.sandbox.docker.pull import forget_unreachable, pull_image, unreachable_registries
+from envfarm.sandbox.docker.images.pull import (
+    forget_unreachable,
+    pull_image,
+    unreachable_registries,
+)
+from envfarm.sandbox.docker.images.task_images import build_task_image
 from tests.docker.registry import docker_config, free_port, loopback_registry
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

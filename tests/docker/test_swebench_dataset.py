@@ -21,8 +21,8 @@ from envfarm.check.pipeline import CheckConfig, check_tasks
 from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.images import build_task_image
-from envfarm.sandbox.docker.pull import forget_unreachable
+from envfarm.sandbox.docker.images.pull import forget_unreachable
+from envfarm.sandbox.docker.images.task_images import build_task_image
 from envfarm.spec.task import discover_tasks
 from tests.docker.registry import loopback_registry
 

@@ -89,7 +89,7 @@ def _run(*command: str, stdin: bytes | None = None) -> str:
 def envfarm_image(cluster: Cluster) -> str:
     """The envfarm image (manifests/image/Dockerfile) of the working tree's tracked files, on
     envfarm's own Python image, pushed to the test registry under a tag of its content."""
-    from envfarm.sandbox.docker.images import ensure_recipe_image
+    from envfarm.sandbox.docker.images.task_images import ensure_recipe_image
 
     base = asyncio.run(ensure_recipe_image("python-slim")).tag
     files = _run("git", "-C", str(REPO), "ls-files", "-z")

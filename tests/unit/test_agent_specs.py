@@ -14,8 +14,8 @@ from envfarm.agent.specs import (
     resolve_agent,
 )
 from envfarm.errors import TaskSpecError
-from envfarm.sandbox.agent_layer import AGENT_DIR
 from envfarm.sandbox.base import PreparedImage
+from envfarm.sandbox.images.agent_layer import AGENT_DIR
 
 
 def test_the_shipped_agents_are_listed_after_the_builtin_loop() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import ImageError, UnknownBaseImage
-from envfarm.sandbox.aliases import (
+from envfarm.sandbox.images.aliases import (
     alias_table_markdown,
     images_dir,
     load_alias_table,
@@ -15,7 +15,7 @@ from envfarm.sandbox.aliases import (
     normalize_reference,
     unknown_base,
 )
-from envfarm.sandbox.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
+from envfarm.sandbox.images.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
 
 
 @pytest.mark.parametrize(

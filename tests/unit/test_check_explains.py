@@ -14,8 +14,8 @@ from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, summarize
 from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import ErrorInfo, Provenance, Reward, Trajectory
 from envfarm.plan.planner import environment_spec
-from envfarm.sandbox.baseimages import resolve_offline
 from envfarm.sandbox.docker.limits import clamp_limits
+from envfarm.sandbox.images.offline import resolve_offline
 from envfarm.spec import load_task
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import ImageError
-from envfarm.sandbox.docker.aptconfig import (
+from envfarm.sandbox.docker.images.aptconfig import (
     image_apt_sources,
     inheritable_apt_settings,
     parse_apt_conf,
@@ -16,7 +16,7 @@ from envfarm.sandbox.docker.aptconfig import (
     parse_sources_list,
     render_deb822,
 )
-from envfarm.sandbox.docker.hostconfig import (
+from envfarm.sandbox.docker.images.hostconfig import (
     host_pip_config_files,
     inheritable_pip_settings,
     parse_pip_config,

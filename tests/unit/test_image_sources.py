@@ -8,11 +8,20 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import ImageError
-from envfarm.sandbox.aliases import load_alias_table, match_alias, normalize_reference, registry_of
-from envfarm.sandbox.docker.aptconfig import parse_deb822_sources
-from envfarm.sandbox.docker.hostconfig import HostConfig, host_npm_settings, read_host_config
+from envfarm.sandbox.docker.images.aptconfig import parse_deb822_sources
+from envfarm.sandbox.docker.images.hostconfig import (
+    HostConfig,
+    host_npm_settings,
+    read_host_config,
+)
 from envfarm.sandbox.docker.mainprocess import IDLE_COMMAND, main_argv
-from envfarm.sandbox.imagesources import image_sources, offline
+from envfarm.sandbox.images.aliases import (
+    load_alias_table,
+    match_alias,
+    normalize_reference,
+    registry_of,
+)
+from envfarm.sandbox.images.sources import image_sources, offline
 
 
 def test_the_default_order_is_local_pull_aliases_and_offline_drops_the_pull() -> None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from envfarm.agent.tools import parse_arguments
 from envfarm.errors import EnvfarmError
 from envfarm.policy.base import ToolCallRaw, parse_completion
-from envfarm.sandbox.task_image import dockerfile_bases, rewrite_dockerfile
+from envfarm.sandbox.images.task_image import dockerfile_bases, rewrite_dockerfile
 from envfarm.spec.compose_load import read_compose
 from envfarm.spec.task import load_task
 

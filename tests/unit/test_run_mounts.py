@@ -1,8 +1,8 @@
-"""BuildKit's RUN flags rewritten for the classic builder (envfarm/sandbox/runmounts.py)."""
+"""BuildKit's RUN flags rewritten for the classic builder (envfarm/sandbox/images/runmounts.py)."""
 
 from __future__ import annotations
 
-from envfarm.sandbox.runmounts import STAGING, classic_dockerfile
+from envfarm.sandbox.images.runmounts import STAGING, classic_dockerfile
 
 
 def test_a_dockerfile_without_run_flags_is_unchanged() -> None:

@@ -20,17 +20,17 @@ import asyncio
 import time
 
 from envfarm.plan.models import EngineFacts, RuntimeInfo, SandboxSpec
-from envfarm.sandbox.agent_layer import AgentImages, AgentLayer
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
-from envfarm.sandbox.docker.agent_layer import build_agent_image
-from envfarm.sandbox.docker.buildlog import BuildLog
 from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.images.agent_layer import build_agent_image
+from envfarm.sandbox.docker.images.buildlog import BuildLog
+from envfarm.sandbox.docker.images.environment_images import build_environment_images
+from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.limits import clamp_limits, engine_capacity
 from envfarm.sandbox.docker.reaper import reap_orphans
-from envfarm.sandbox.docker.recipe_images import ensure_base_image
 from envfarm.sandbox.docker.runtimes import gvisor_runtime, registered_runtimes
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
-from envfarm.sandbox.docker.service_images import build_environment_images
+from envfarm.sandbox.images.agent_layer import AgentImages, AgentLayer
 from envfarm.settings import ImageSource, current
 
 

@@ -44,13 +44,13 @@ from docker.models.containers import Container
 from docker.types import Mount
 
 from envfarm.errors import ImageError, SandboxStartError
-from envfarm.sandbox.aliases import images_dir
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.containers import remove_in_background
-from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build
-from envfarm.sandbox.docker.hostconfig import read_host_config
+from envfarm.sandbox.docker.images.build import BuildSpec, LogFn, exclusive, run_build
+from envfarm.sandbox.docker.images.hostconfig import read_host_config
+from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
-from envfarm.sandbox.docker.recipe_images import ensure_base_image
+from envfarm.sandbox.images.aliases import images_dir
 
 HELPER_DIR = "/.envfarm"
 HELPER_PATH = f"{HELPER_DIR}/sandboxd"

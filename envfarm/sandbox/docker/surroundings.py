@@ -31,6 +31,8 @@ from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import read_path_archive
 from envfarm.sandbox.docker.engine_pool import blocking, uncancelled
 from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
+from envfarm.sandbox.docker.images.environment_images import build_environment_images
+from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -40,9 +42,7 @@ from envfarm.sandbox.docker.labels import (
     owner_label,
 )
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
-from envfarm.sandbox.docker.recipe_images import ensure_base_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox
-from envfarm.sandbox.docker.service_images import build_environment_images
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService

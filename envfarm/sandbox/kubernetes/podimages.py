@@ -18,8 +18,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.plan.models import EnvironmentSpec
-from envfarm.sandbox.aliases import match_alias
-from envfarm.sandbox.task_image import task_image_tag
+from envfarm.sandbox.images.aliases import match_alias
+from envfarm.sandbox.images.task_image import task_image_tag
 from envfarm.spec.compose import ComposeService
 
 

@@ -24,14 +24,14 @@ from pathlib import Path
 import docker.errors
 
 from envfarm.errors import AgentInstallError, ImageError
-from envfarm.sandbox.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLayer
 from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.dockerbuild import BuildSpec, exclusive, run_build
-from envfarm.sandbox.docker.hostconfig import read_host_config
-from envfarm.sandbox.docker.images import LABEL_BASES
+from envfarm.sandbox.docker.images.build import BuildSpec, exclusive, run_build
+from envfarm.sandbox.docker.images.hostconfig import read_host_config
+from envfarm.sandbox.docker.images.recipes import ensure_recipe_image
+from envfarm.sandbox.docker.images.task_images import LABEL_BASES
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED
-from envfarm.sandbox.docker.recipe_images import ensure_recipe_image
+from envfarm.sandbox.images.agent_layer import AGENT_DIR, MISSING_RUNTIME_EXIT, AgentLayer
 
 BUILD_TIMEOUT_S = 1200.0
 LABEL_AGENT = "io.envfarm.agent"

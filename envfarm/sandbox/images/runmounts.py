@@ -25,7 +25,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.sandbox.dockerlines import instructions
+from envfarm.sandbox.images.dockerlines import instructions
 
 STAGING = "/.envfarm-mounts"
 

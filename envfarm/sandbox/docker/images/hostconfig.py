@@ -38,7 +38,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import ImageError
-from envfarm.sandbox.docker.aptconfig import SUITE, AptSource, read_apt_config, render_deb822
+from envfarm.sandbox.docker.images.aptconfig import (
+    SUITE,
+    AptSource,
+    read_apt_config,
+    render_deb822,
+)
 
 IMAGE_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "ftp_proxy", "no_proxy")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from envfarm.errors import ImageError, UnknownBaseImage
-from envfarm.sandbox.dockerlines import Instruction, instructions
+from envfarm.sandbox.images.dockerlines import Instruction, instructions
 
 
 def task_image_tag(task_id: str, content_hash: str) -> str:

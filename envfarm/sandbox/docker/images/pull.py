@@ -23,7 +23,7 @@ import docker.errors
 import requests
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.sandbox.aliases import registry_of
+from envfarm.sandbox.images.aliases import registry_of
 
 STALL_S = 15.0
 PULL_TIMEOUT_S = 1800.0

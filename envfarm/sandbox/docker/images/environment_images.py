@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict
 
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.base import PreparedImage
-from envfarm.sandbox.docker.dockerbuild import BuiltImage, LogFn
-from envfarm.sandbox.docker.images import build_task_image, prebuilt_image
+from envfarm.sandbox.docker.images.build import BuiltImage, LogFn
+from envfarm.sandbox.docker.images.task_images import build_task_image, prebuilt_image
 from envfarm.settings import ImageSource, current
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import EnvfarmError
 from envfarm.plan.models import EnvironmentSpec
-from envfarm.sandbox.aliases import match_alias
-from envfarm.sandbox.task_image import dockerfile_bases
+from envfarm.sandbox.images.aliases import match_alias
+from envfarm.sandbox.images.task_image import dockerfile_bases
 from envfarm.spec.compose_interpolation import MAIN_IMAGE_PLACEHOLDER
 
 

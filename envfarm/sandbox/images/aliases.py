@@ -2,7 +2,7 @@
 ``task_image.py``.
 
 The table maps public base names to local recipes: the offline substitutes used when a base is
-neither a local image nor pullable (the order is ``imagesources.py``'s). Names are normalised
+neither a local image nor pullable (the order is ``sources.py``'s). Names are normalised
 first (a Docker Hub mirror prefix such as ``docker.io/library/`` or
 ``public.ecr.aws/docker/library/`` dropped, ``:latest`` added, a ``@sha256:`` digest stripped
 with a warning because no local image can honour it), then matched against exact names, then
@@ -14,7 +14,7 @@ packaged one; its recipes are added (a ``dockerfile`` relative to that file), it
 tried before the packaged ones (a name it maps is taken out of the packaged entries) and its
 ``mirror_prefixes`` are added. Everything here is pure: the docker side decides which
 references exist locally (``docker/images.py``) and builds the recipes
-(``docker/recipe_images.py``).
+(``docker/images/recipes.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The first step of the base image: ``debootstrap`` a Debian rootfs and ``docker import`` it.
 
-Blocking code, run in a worker thread by ``recipe_images.py``. The rootfs is built in a temporary
+Blocking code, run in a worker thread by ``recipes.py``. The rootfs is built in a temporary
 directory under /var/tmp (it needs a real filesystem with device nodes, so not a tmpfs),
 stripped of host leftovers (apt lists and .debs, the host's resolv.conf and hostname), streamed
 through ``tar`` straight into the engine, and removed afterwards. Before removing it, anything

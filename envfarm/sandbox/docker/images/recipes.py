@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 
 from envfarm.errors import ImageError
-from envfarm.sandbox.aliases import images_dir, load_alias_table
-from envfarm.sandbox.docker import rootfs
-from envfarm.sandbox.docker.dockerbuild import (
+from envfarm.sandbox.docker.images import rootfs
+from envfarm.sandbox.docker.images.build import (
     BuildSpec,
     BuiltImage,
     LogFn,
@@ -34,9 +33,10 @@ from envfarm.sandbox.docker.dockerbuild import (
     since,
     threadsafe_log,
 )
-from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
+from envfarm.sandbox.docker.images.hostconfig import HostConfig, read_host_config
+from envfarm.sandbox.docker.images.local import local_image
 from envfarm.sandbox.docker.labels import image_labels
-from envfarm.sandbox.docker.local_images import local_image
+from envfarm.sandbox.images.aliases import images_dir, load_alias_table
 
 LABEL_RECIPE = "io.envfarm.recipe"
 BASE_TIMEOUT_S = 1800.0

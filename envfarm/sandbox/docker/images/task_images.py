@@ -1,9 +1,9 @@
 """The images envfarm runs: the user's own or pulled ones, else envfarm's offline substitutes.
 
 A base a Dockerfile (or ``docker_image``) names is looked up in the order of
-``imagesources.py``: an image the engine already holds (another task's image, a user's own tag,
+``sandbox/images/sources.py``: an image the engine already holds (another task's image, a user's own tag,
 a ``docker load``-ed or earlier pulled public image), then a pull through the engine
-(``pull.py``), then the alias table's recipe, whose image ``recipe_images.py`` builds (it also
+(``pull.py``), then the alias table's recipe, whose image ``recipes.py`` builds (it also
 builds envfarm's ``base``; both are offered here too, as ``ensure_base_image`` and
 ``ensure_recipe_image``).
 
@@ -27,18 +27,26 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import TaskSpecError
-from envfarm.sandbox.aliases import match_alias, normalize_reference, unknown_base
-from envfarm.sandbox.docker.dockerbuild import BuildSpec, LogFn, exclusive, run_build, since
-from envfarm.sandbox.docker.dockerbuild import BuiltImage as BuiltImage
-from envfarm.sandbox.docker.hostconfig import HostConfig, read_host_config
+from envfarm.sandbox.docker.images.build import (
+    BuildSpec,
+    LogFn,
+    exclusive,
+    run_build,
+    since,
+)
+from envfarm.sandbox.docker.images.build import BuiltImage as BuiltImage
+from envfarm.sandbox.docker.images.hostconfig import HostConfig, read_host_config
+from envfarm.sandbox.docker.images.local import local_image
+from envfarm.sandbox.docker.images.pull import pull_image
+from envfarm.sandbox.docker.images.recipes import BASE_TIMEOUT_S, recipe_image_tag
+from envfarm.sandbox.docker.images.recipes import ensure_base_image as ensure_base_image
+from envfarm.sandbox.docker.images.recipes import (
+    ensure_recipe_image as ensure_recipe_image,
+)
 from envfarm.sandbox.docker.labels import LABEL_TASK, image_labels
-from envfarm.sandbox.docker.local_images import local_image
-from envfarm.sandbox.docker.pull import pull_image
-from envfarm.sandbox.docker.recipe_images import BASE_TIMEOUT_S, recipe_image_tag
-from envfarm.sandbox.docker.recipe_images import ensure_base_image as ensure_base_image
-from envfarm.sandbox.docker.recipe_images import ensure_recipe_image as ensure_recipe_image
-from envfarm.sandbox.runmounts import classic_dockerfile
-from envfarm.sandbox.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
+from envfarm.sandbox.images.aliases import match_alias, normalize_reference, unknown_base
+from envfarm.sandbox.images.runmounts import classic_dockerfile
+from envfarm.sandbox.images.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
 from envfarm.settings import ImageSource, current
 
 LABEL_BASES = "io.envfarm.bases"
