@@ -1,10 +1,11 @@
-"""The real-cluster suite. It runs against the cluster ``ENVFARM_TEST_KUBECONFIG`` names and
-pushes envfarm's images to ``ENVFARM_TEST_IMAGE_REGISTRY``, a registry that cluster's nodes pull
-from (plain HTTP allowed). Without ``ENVFARM_TEST_KUBECONFIG`` it brings up the project's own
-one-node cluster for the session (``scripts/k8s-cluster up``, from the binaries ``scripts/setup``
-built) and takes it down afterwards; a cluster that was already up, or ``ENVFARM_K8S_KEEP=1``,
-is left up. The user's ``KUBECONFIG`` is never read: test workloads go only where the test
-variables say. Like the Docker tests, these fail rather than skip when there is no cluster."""
+"""The real-cluster suite. It runs against the cluster ``ENVFARM_TEST_KUBECONFIG`` names and pushes
+envfarm's images to ``ENVFARM_TEST_IMAGE_REGISTRY``, a registry that cluster's nodes pull from
+(plain HTTP allowed). Without ``ENVFARM_TEST_KUBECONFIG`` it brings up the project's own
+one-node cluster for the session (``scripts/k8s-cluster up``, from the binaries that
+``scripts/setup --tests`` built) and takes it down afterwards; a cluster that was already up,
+or ``ENVFARM_K8S_KEEP=1``, is left up. The user's ``KUBECONFIG`` is never read: test workloads
+go only where the test variables say. Like the Docker tests, these fail rather than skip when
+there is no cluster."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def cluster() -> Iterator[Cluster]:
     kubectl = str(Path(found["ENVFARM_K8S_BIN"]) / "kubectl")
     if not Path(kubectl).exists():
         pytest.fail(
-            "the project's cluster is not built: run scripts/setup (it builds Kubernetes from "
-            "the Go module proxy, ~20 minutes once), or set ENVFARM_TEST_KUBECONFIG"
+            "the project's cluster is not built: run scripts/setup --tests (it builds Kubernetes "
+            "from the Go module proxy, ~20 minutes once), or set ENVFARM_TEST_KUBECONFIG"
         )
     was_up = _script("status").returncode == 0
     started = _script("up")

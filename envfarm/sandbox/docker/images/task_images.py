@@ -1,10 +1,10 @@
 """The images envfarm runs: the user's own or pulled ones, else envfarm's offline substitutes.
 
 A base a Dockerfile (or ``docker_image``) names is looked up in the order of
-``sandbox/images/sources.py``: an image the engine already holds (another task's image, a user's own tag,
-a ``docker load``-ed or earlier pulled public image), then a pull through the engine
-(``pull.py``), then the alias table's recipe, whose image ``recipes.py`` builds (it also
-builds envfarm's ``base``; both are offered here too, as ``ensure_base_image`` and
+``sandbox/images/sources.py``: an image the engine already holds (another task's image, a user's
+own tag, a ``docker load``-ed or earlier pulled public image), then a pull through the engine
+(``pull.py``), then the alias table's recipe, whose image ``recipes.py`` builds (it also builds
+envfarm's ``base``; both are offered here too, as ``ensure_base_image`` and
 ``ensure_recipe_image``).
 
 A ``task`` image is a task's Dockerfile with each external base rewritten to a local image,
