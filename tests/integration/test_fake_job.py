@@ -23,26 +23,11 @@ from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Trajectory
 from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import ExecResult, PreparedImage
-from envfarm.spec.task import Task, load_task
 from envfarm.store.store import Store
 from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ok
+from tests.fake_tasks import shared_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-def make_task(root: Path) -> Task:
-    (root / "environment").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "solution").mkdir()
-    # shared: a fake sandbox has no files to carry into a clean-room verifier
-    (root / "task.toml").write_text(
-        '[verifier]\nenvironment_mode = "shared"\n[environment]\nworkdir = "/app"\n'
-    )
-    (root / "instruction.md").write_text("do it\n")
-    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
-    (root / "tests" / "test.sh").write_text("true\n")
-    (root / "solution" / "solve.sh").write_text("true\n")
-    return load_task(root)
 
 
 def grading_handler(backend_box: list[FakeSandbox], reward: bytes) -> Callable[[str], ExecResult]:
@@ -56,7 +41,7 @@ def grading_handler(backend_box: list[FakeSandbox], reward: bytes) -> Callable[[
 
 
 async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = FakeBackend()
     backend.handler = grading_handler(backend.created, b"1\n")
     seen: list[list[str]] = []
@@ -83,7 +68,7 @@ async def test_group_of_fake_episodes_runs_grades_and_gets_advantages(tmp_path: 
 
 
 async def test_every_episode_leaves_its_plan_with_its_artifacts(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = FakeBackend()
     backend.handler = grading_handler(backend.created, b"1\n")
     request = JobRequest(
@@ -108,7 +93,7 @@ async def test_every_episode_leaves_its_plan_with_its_artifacts(tmp_path: Path) 
 
 
 async def test_missing_reward_is_invalid_and_not_retried(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = FakeBackend()
     async with open_policy(PolicySpec(base_url="nop")) as policy:
         runner = EpisodeRunner(
@@ -134,7 +119,7 @@ class BrokenBuilds(FakeBackend):
 
 
 async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = BrokenBuilds()
     async with open_policy(PolicySpec(base_url="nop")) as policy:
         runner = EpisodeRunner(
@@ -154,7 +139,7 @@ async def test_a_foreign_build_failure_is_an_invalid_build_error_not_a_hang(tmp_
 
 
 async def test_a_job_whose_policy_cannot_be_opened_ends_with_that_reason(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     store = await Store.open("sqlite://", finalize=finalize_group)
     request = JobRequest(
         tasks=[task.id], policy=JobPolicy(base_url="http://nowhere/v1"), group_size=2
@@ -188,7 +173,7 @@ async def test_open_runner_removes_sandboxes_after_results_and_drains_on_exit(
 ) -> None:
     from envfarm.controller.assembly import open_runner
 
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = FakeBackend()
     backend.handler = grading_handler(backend.created, b"1\n")
     request = JobRequest(tasks=[task.id], policy=JobPolicy(base_url="oracle"), group_size=3)

@@ -21,26 +21,13 @@ from envfarm.controller.worker import WorkerConfig
 from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.policy.base import Completion, PolicyClient, SamplingParams
 from envfarm.sandbox.base import ExecResult
-from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_engine import EngineDialect, FakeEngine
 from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.scripted import tool_call
 from tests.detection import assert_settled_before_any_request
+from tests.fake_tasks import shared_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-
-def make_task(root: Path) -> Task:
-    for sub in ("environment", "tests", "solution"):
-        (root / sub).mkdir(parents=True)
-    (root / "task.toml").write_text(
-        '[verifier]\nenvironment_mode = "shared"\n[environment]\nworkdir = "/app"\n'
-    )
-    (root / "instruction.md").write_text("do it\n")
-    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
-    (root / "tests" / "test.sh").write_text("true\n")
-    (root / "solution" / "solve.sh").write_text("true\n")
-    return load_task(root)
 
 
 def rewarding(backend: FakeBackend) -> None:
@@ -92,7 +79,7 @@ class _Session(PolicyClient):
 async def test_episodes_starting_together_all_use_the_probed_profile(
     tmp_path: Path, dialect: EngineDialect
 ) -> None:
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = FakeBackend()
     rewarding(backend)
     gate = asyncio.Event()

@@ -22,9 +22,9 @@ from envfarm.models.samples import merged_samples
 from envfarm.models.trajectory import Trajectory
 from envfarm.policy import PolicyServer
 from envfarm.sandbox.base import ExecResult
-from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeBackend, ok
 from envfarm.testing.fake_vllm import FakeVLLM, FaultKind
+from tests.fake_tasks import shared_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -32,22 +32,9 @@ COMMANDS = ["ls", "pwd"]
 """Three turns: two commands, then submit."""
 
 
-def make_task(root: Path) -> Task:
-    for sub in ("environment", "tests", "solution"):
-        (root / sub).mkdir(parents=True)
-    (root / "task.toml").write_text(
-        '[verifier]\nenvironment_mode = "shared"\n[environment]\nworkdir = "/app"\n'
-    )
-    (root / "instruction.md").write_text("do it\n")
-    (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
-    (root / "tests" / "test.sh").write_text("true\n")
-    (root / "solution" / "solve.sh").write_text("true\n")
-    return load_task(root)
-
-
 async def run_one(tmp_path: Path, faults: dict[int, FaultKind]) -> tuple[Trajectory, RunSummary]:
     """One graded episode (reward 1) against the fake server with ``faults``, and its summary."""
-    task = make_task(tmp_path / "t")
+    task = shared_task(tmp_path / "t")
     backend = FakeBackend()
 
     def handler(command: str) -> ExecResult:
