@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from envfarm.testing.k8s.kustomize import render_yaml
 from tests.k8s.cluster import Cluster
+from tests.manifest_checks.kustomize import render_yaml
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 NAMESPACE, SANDBOXES = "envfarm-system", "envfarm-sandboxes"

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from envfarm.testing.k8s.kustomize import render
-from envfarm.testing.k8s.structural import instance_schema
+from tests.manifest_checks.kustomize import render
+from tests.manifest_checks.structural import instance_schema
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 TARGETS = ("base", "overlays/dev", "overlays/prod")

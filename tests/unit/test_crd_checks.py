@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from envfarm.testing.k8s.podsecurity import pod_security_problems, pod_spec_of
-from envfarm.testing.k8s.structural import crd_problems, schema_problems
+from tests.manifest_checks.podsecurity import pod_security_problems, pod_spec_of
+from tests.manifest_checks.structural import crd_problems, schema_problems
 
 GOOD: dict[str, Any] = {
     "type": "object",

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from envfarm.cli.main import cli
 from envfarm.k8s.api import KubeObject
-from envfarm.testing.k8s.kustomize import load_documents, render
+from tests.manifest_checks.kustomize import load_documents, render
 from tests.unit.doc_commands import REPO, Command, documented_commands, documented_imports
 
 COMMANDS = documented_commands()

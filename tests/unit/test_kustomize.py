@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from envfarm.errors import ManifestError
-from envfarm.testing.k8s.kustomize import render
-from envfarm.testing.k8s.kustomize_patches import json6902, strategic_merge
+from tests.manifest_checks.kustomize import render
+from tests.manifest_checks.kustomize_patches import json6902, strategic_merge
 
 DEPLOYMENT = {
     "apiVersion": "apps/v1",

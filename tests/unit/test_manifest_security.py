@@ -12,7 +12,7 @@ from envfarm.plan.planner import environment_spec
 from envfarm.sandbox.kubernetes.podimages import cluster_images
 from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 from envfarm.spec.task import load_task
-from envfarm.testing.k8s.podsecurity import Level, pod_security_problems, pod_spec_of
+from tests.manifest_checks.podsecurity import Level, pod_security_problems, pod_spec_of
 from tests.plans import sandbox_spec
 from tests.unit.manifest_render import (
     CONTROL_PLANE,

@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from envfarm.testing.k8s.kustomize import render
-from envfarm.testing.k8s.podsecurity import pod_spec_of
-from envfarm.testing.k8s.structural import crd_problems
+from tests.manifest_checks.kustomize import render
+from tests.manifest_checks.podsecurity import pod_spec_of
+from tests.manifest_checks.structural import crd_problems
 from tests.unit.manifest_render import (
     CONTROL_PLANE,
     MANIFESTS,

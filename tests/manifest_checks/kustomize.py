@@ -22,8 +22,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfarm.errors import ManifestError
-from envfarm.testing.k8s.kustomize_patches import json6902, strategic_merge
-from envfarm.testing.k8s.kustomize_transforms import (
+from tests.manifest_checks.kustomize_patches import json6902, strategic_merge
+from tests.manifest_checks.kustomize_transforms import (
     apply_images,
     apply_labels,
     apply_namespace,
@@ -272,10 +272,10 @@ def _body(content: dict[str, Any], *, targeted: bool) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m envfarm.testing.k8s.kustomize DIR``: print it, as ``kubectl kustomize``."""
+    """``python -m tests.manifest_checks.kustomize DIR``: print it, as ``kubectl kustomize``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m envfarm.testing.k8s.kustomize DIRECTORY", file=sys.stderr)
+        print("usage: python -m tests.manifest_checks.kustomize DIRECTORY", file=sys.stderr)
         return 2
     try:
         sys.stdout.write(render_yaml(Path(args[0])))
