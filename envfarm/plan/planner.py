@@ -141,24 +141,23 @@ def _receives(mode: str) -> str:
 
 
 def _verifier_network(task: Task, job: JobChoices, settings: Settings) -> tuple[bool, Decision]:
+    """The value is ``TaskConfig.verifier_network``'s rule (``spec/config.py``, which lint
+    also reads); the plan adds who decided it and why."""
     config = task.config
-    own = config.verifier_network_set()
-    if own is not None:
-        said = "network: the task's network_mode public"
-        if not own:
-            said = "no network: the task's network_mode no-network"
-        return own, Decision(source="task", reason=said)
-    if config.verifier.environment_mode == "shared":
-        return False, Decision(
-            source="task", reason="no network: a shared verifier keeps the agent's (none)"
-        )
-    source: DecisionSource = "job" if job.verifier_network is not None else "default"
     choice = job.verifier_network or settings.verifier_network
-    if choice == "task-default":
-        reason = "network: Harbor's public default (verifier_network task-default)"
-    else:
-        reason = "no network: verifier_network none"
-    return choice == "task-default", Decision(source=source, reason=reason)
+    network = config.verifier_network(choice)
+    if config.verifier_network_set() is not None:
+        mode = "public" if network else "no-network"
+        return network, Decision(source="task", reason=f"{_net(network)}: network_mode {mode}")
+    if config.verifier.environment_mode == "shared":
+        reason = "no network: a shared verifier keeps the agent's (none)"
+        return network, Decision(source="task", reason=reason)
+    source: DecisionSource = "job" if job.verifier_network is not None else "default"
+    return network, Decision(source=source, reason=f"{_net(network)}: verifier_network {choice}")
+
+
+def _net(network: bool) -> str:
+    return "network" if network else "no network"
 
 
 def _runtime(
