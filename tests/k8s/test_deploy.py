@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from tests.k8s.cluster import Cluster
-from tests.manifest_checks.kustomize import render_yaml
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 NAMESPACE, SANDBOXES = "envfarm-system", "envfarm-sandboxes"
@@ -38,7 +37,7 @@ def with_image(manifests: str, image: str) -> str:
 
 @pytest.fixture(scope="module")
 def deployed(cluster: Cluster, envfarm_image: str) -> Iterator[str]:
-    manifests = with_image(render_yaml(MANIFESTS / "overlays/dev"), envfarm_image)
+    manifests = with_image(cluster.kustomize(str(MANIFESTS / "overlays/dev")), envfarm_image)
     cluster.kubectl(
         "apply", "--server-side", "--field-manager=envfarm-tests", "-f", "-", stdin=manifests
     )
