@@ -137,8 +137,10 @@ def check(
         console.print(f"[dim]artifacts under {escape(str(kept.parent))}[/]")
 
     async def checked(events: CheckEvents) -> CheckReport:
-        backend = None if no_run or not tasks else await open_backend(settings)
-        return await check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
+        if no_run or not tasks:
+            return await check_tasks(tasks, errors, None, TestScriptGrader(), config, events)
+        async with open_backend(settings) as backend:
+            return await check_tasks(tasks, errors, backend, TestScriptGrader(), config, events)
 
     try:
         with _progress(config, tasks) as events:

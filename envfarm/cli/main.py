@@ -21,6 +21,7 @@ COMMANDS = {
     "check": "envfarm.cli.check:check",
     "regrade": "envfarm.cli.regrade:regrade",
     "gc": "envfarm.cli.gc:gc",
+    "push": "envfarm.cli.push:push",
     "serve": "envfarm.cli.serve:serve",
     "worker": "envfarm.cli.serve:worker",
     "export": "envfarm.cli.export:export",

@@ -35,7 +35,7 @@ from envfarm.models.jobs import (
 )
 from envfarm.models.samples import samples_report
 from envfarm.models.trajectory import Trajectory
-from envfarm.sandbox.base import PreparedImage
+from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.sandbox.pool import WarmPools
 from envfarm.settings import Settings
 from envfarm.spec.errors_fmt import issue_text
@@ -202,8 +202,24 @@ async def _run_job(
     settings: Settings,
     warm_pool: int = 0,
 ) -> RunSummary:
+    async with open_backend(settings) as backend:
+        return await _run_on(
+            backend, tasks, request, worker, out, bad_inputs, output, settings, warm_pool
+        )
+
+
+async def _run_on(
+    backend: SandboxBackend,
+    tasks: list[Task],
+    request: JobRequest,
+    worker: WorkerConfig,
+    out: Path,
+    bad_inputs: dict[str, str],
+    output: dict[str, bool],
+    settings: Settings,
+    warm_pool: int,
+) -> RunSummary:
     started = time.monotonic()
-    backend = await open_backend(settings)
     lines = (out / "trajectories.jsonl").open("a" if resuming() else "w", encoding="utf-8")
     pools = WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None
     episodes = len(tasks) * request.group_size

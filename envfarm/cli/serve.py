@@ -189,15 +189,18 @@ async def _controller(
             yield controller
         return
     concurrency, warm_pool = work
-    async with open_controller(
-        url,
-        tasks,
-        backend=await open_backend(settings),
-        worker=WorkerConfig(concurrency=concurrency),
-        artifacts_root=artifacts,
-        warm_pool=warm_pool,
-        settings=settings,
-    ) as controller:
+    async with (
+        open_backend(settings) as backend,
+        open_controller(
+            url,
+            tasks,
+            backend=backend,
+            worker=WorkerConfig(concurrency=concurrency),
+            artifacts_root=artifacts,
+            warm_pool=warm_pool,
+            settings=settings,
+        ) as controller,
+    ):
         yield controller
 
 

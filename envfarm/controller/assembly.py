@@ -37,16 +37,27 @@ from envfarm.sandbox.pool import WarmPools
 from envfarm.settings import KubernetesChoice, Settings
 
 
-async def open_backend(settings: Settings) -> SandboxBackend:
+@asynccontextmanager
+async def open_backend(settings: Settings) -> AsyncIterator[SandboxBackend]:
+    """The backend ``settings`` choose, closed when the context exits."""
     choice = settings.backend
     if isinstance(choice, KubernetesChoice):
-        return await _kubernetes(settings, choice)
+        async with _kubernetes(settings, choice) as backend:
+            yield backend
+        return
     from envfarm.sandbox.docker.backend import DockerBackend
 
-    return DockerBackend(settings.sources())
+    backend = DockerBackend(settings.sources())
+    try:
+        yield backend
+    finally:
+        await backend.close()
 
 
-async def _kubernetes(settings: Settings, choice: KubernetesChoice) -> SandboxBackend:
+@asynccontextmanager
+async def _kubernetes(
+    settings: Settings, choice: KubernetesChoice
+) -> AsyncIterator[SandboxBackend]:
     from envfarm.k8s.kubeconfig import in_cluster_config, load_kubeconfig
     from envfarm.k8s.rest import RestKubeApi
     from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
@@ -61,7 +72,13 @@ async def _kubernetes(settings: Settings, choice: KubernetesChoice) -> SandboxBa
         owner_pod=OwnerPod(**owner.model_dump()) if owner is not None else None,
         images=ImageNaming(registry=settings.image_registry),
     )
-    return KubernetesBackend(RestKubeApi(config), backend_config)
+    api = RestKubeApi(config)
+    backend = KubernetesBackend(api, backend_config)
+    try:
+        yield backend
+    finally:
+        await backend.close()
+        await api.close()
 
 
 def policy_spec(policy: JobPolicy) -> PolicySpec:

@@ -263,3 +263,7 @@ class SandboxBackend(ABC):
     @abstractmethod
     async def reap(self) -> list[str]:
         """Remove sandboxes that dead runs left behind; return their ids."""
+
+    async def close(self) -> None:
+        """Release what the backend holds open (its connections to the engine or cluster)."""
+        return

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import io
 import os
 import platform
@@ -50,7 +49,7 @@ from envfarm.sandbox.docker.images.build import BuildSpec, LogFn, exclusive, run
 from envfarm.sandbox.docker.images.hostconfig import read_host_config
 from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
-from envfarm.sandbox.images.aliases import images_dir
+from envfarm.sandbox.images.helper import RECIPE_FILES, helper_key, recipe_dir
 
 HELPER_DIR = "/.envfarm"
 HELPER_PATH = f"{HELPER_DIR}/sandboxd"
@@ -60,25 +59,6 @@ BUILD_TIMEOUT_S = 900.0
 _BUILT_DIR = "/out"
 _HELPER_NAME = "sandboxd"
 _COMPAT_NAME = "gvisor-compat.so"
-_RECIPE_FILES = ("sandboxd.c", "relay.c", "sweep.c", "gvisor_compat.c", "Dockerfile")
-
-
-def recipe_dir() -> Path:
-    return images_dir() / "sandboxd"
-
-
-def helper_key() -> str:
-    """Hash of the helper's source and build recipe (what the cached binary depends on)."""
-    hasher = hashlib.sha256()
-    for name in _RECIPE_FILES:
-        try:
-            content = (recipe_dir() / name).read_bytes()
-        except OSError as exc:
-            raise ImageError(
-                f"{recipe_dir() / name}: cannot read the helper recipe: {exc}"
-            ) from exc
-        hasher.update(f"{name}:{len(content)}:".encode() + content)
-    return hasher.hexdigest()[:16]
 
 
 def cache_dir() -> Path:
@@ -121,7 +101,7 @@ async def ensure_helper(*, on_log: LogFn | None = None) -> Path:
         tag = f"envfarm/sandboxd-build:{helper_key()}"
         with tempfile.TemporaryDirectory(prefix="envfarm-sandboxd-") as tmp:
             context = Path(tmp)
-            for name in _RECIPE_FILES:
+            for name in RECIPE_FILES:
                 (context / name).write_bytes((recipe_dir() / name).read_bytes())
             spec = BuildSpec(
                 where="the sandbox helper (images/sandboxd)",

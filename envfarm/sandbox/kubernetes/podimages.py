@@ -9,8 +9,9 @@ under the name the Docker backend gives it locally, behind ``ImageNaming.registr
   recipe image, ``envfarm/<recipe>:<recipe_tag>``, with the table's warning when it applies;
 * any other name is used as written (a cluster may be able to pull it).
 
-The in-sandbox helper comes from ``ImageNaming.helper``: an image holding the static
-``/out/sandboxd`` (the helper recipe's build image qualifies) and ``cp``.
+The in-sandbox helper comes from ``ImageNaming.helper``, ``envfarm/sandboxd:<helper key>``
+behind the same prefix: an image holding the static ``/out/sandboxd`` and ``cp``
+(``envfarm push`` builds and pushes it with the rest).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.images.aliases import match_alias
+from envfarm.sandbox.images.helper import helper_key
 from envfarm.sandbox.images.task_image import task_image_tag
 from envfarm.spec.compose import ComposeService
 
@@ -29,7 +31,8 @@ class ImageNaming(BaseModel):
     registry: str = ""
     """Prefix such as ``registry.example.com/team``; empty for images loaded into the nodes."""
     recipe_tag: str = "bookworm"
-    helper: str = "envfarm/sandboxd:latest"
+    helper: str = Field(default_factory=lambda: f"envfarm/sandboxd:{helper_key()}")
+    """Named as ``registry`` says, like every envfarm image (``envfarm push`` pushes it)."""
     helper_binary: str = "/out/sandboxd"
 
 
@@ -65,6 +68,11 @@ def _service_image(
     return named_image(service.image, naming)
 
 
+def helper_name(naming: ImageNaming) -> str:
+    """The helper image's name as pods pull it."""
+    return _prefixed(naming, naming.helper)
+
+
 def cluster_images(environment: EnvironmentSpec, naming: ImageNaming | None = None) -> PodImages:
     naming = naming or ImageNaming()
     warnings: list[str] = []
@@ -84,7 +92,7 @@ def cluster_images(environment: EnvironmentSpec, naming: ImageNaming | None = No
     return PodImages(
         main=image,
         services=services,
-        helper=naming.helper,
+        helper=helper_name(naming),
         helper_binary=naming.helper_binary,
         warnings=warnings,
     )
