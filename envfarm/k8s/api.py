@@ -23,7 +23,7 @@ from envfarm.errors import KubeNotFound
 
 KubeObject = dict[str, Any]
 Propagation = Literal["Background", "Foreground", "Orphan"]
-Subresource = Literal["status", "scale"]
+Subresource = Literal["status", "scale", "ephemeralcontainers"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 STDIN, STDOUT, STDERR = 0, 1, 2
 

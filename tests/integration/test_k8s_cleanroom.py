@@ -18,16 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.errors import EnvironmentUnsupported, SandboxError
+from envfarm.errors import SandboxError
 from envfarm.grading.base import Graded, Grader
 from envfarm.grading.session import EpisodeGrading
 from envfarm.k8s.api import PODS, KubeObject
 from envfarm.models.trajectory import Reward
 from envfarm.plan.models import VerifierPlan
-from envfarm.sandbox.base import ExecResult, Sandbox, verifier_phases
+from envfarm.sandbox.base import ExecResult, Sandbox
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
-from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
 from envfarm.sandbox.kubernetes.verifier_pod import LABEL_VERIFIER_OF
 from envfarm.spec.network import VERIFIER_NETWORK_ENV
 from envfarm.spec.task import Task, load_task
@@ -219,33 +218,5 @@ async def test_a_clean_verifier_runs_in_a_fresh_pod_with_only_the_agents_changes
     await sandbox.stop()
     assert api.objects(PODS) == []
     assert runtime.sandboxes == {}
-    await backend.close()
-    await api.close()
-
-
-async def test_a_compose_task_in_clean_mode_is_refused_before_any_episode(
-    cluster: tuple[MemoryKubeApi, FakePodRuntime, SimulatedKubelet],
-) -> None:
-    api, _runtime, _ = cluster
-    backend = KubernetesBackend(api, KubernetesBackendConfig())
-    task = load_task(TASKS / "pg-schema-migration")
-    for mode in ("clean", "separate"):
-        with pytest.raises(EnvironmentUnsupported, match=r'environment_mode = "shared"') as caught:
-            await backend.prepare(sandbox_spec(in_mode(task, mode)))
-        assert not caught.value.infrastructure
-        assert not caught.value.retryable
-        assert "db" in str(caught.value)
-    shared = in_mode(task, "shared")
-    sandbox = backend.create(
-        sandbox_spec(shared), await backend.prepare(sandbox_spec(shared)), run_id="run-shared"
-    )
-    await sandbox.start()
-    assert isinstance(sandbox, KubernetesSandbox)
-    sandbox.spec = sandbox_spec(in_mode(task, "clean"))  # as if made without prepare: still refused
-    with pytest.raises(EnvironmentUnsupported):
-        await verifier_phases(sandbox).fresh_verifier(network=False)
-    assert len(api.objects(PODS)) == 1
-    await sandbox.stop()
-    assert api.objects(PODS) == []
     await backend.close()
     await api.close()

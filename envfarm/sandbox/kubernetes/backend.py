@@ -1,8 +1,7 @@
 """Kubernetes as a ``SandboxBackend``: one pod per environment, over any ``KubeApi``.
 
 ``prepare`` names the task's images (``podimages``; building and pushing them is done ahead,
-no image is built on a cluster); it first refuses, with ``EnvironmentUnsupported``, a task
-graded in a fresh container whose environment has sidecars (``verifier_pod``). ``create`` builds
+by ``envfarm push``: no image is built on a cluster). ``create`` builds
 the pod (``podspec``) with this backend's namespace, runtime class (gVisor's for a task that
 asks for it), TTL and owner, and hands it to a ``KubernetesSandbox``, which claims a warm pod
 from an EnvPool or creates this one. What the backend and its sandboxes share (the API and
@@ -41,7 +40,6 @@ from envfarm.sandbox.kubernetes.ownerpod import LABEL_OWNER_POD_UID, departed_ow
 from envfarm.sandbox.kubernetes.podimages import PodImages, cluster_images
 from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
-from envfarm.sandbox.kubernetes.verifier_pod import check_task
 
 
 class KubernetesBackend(SandboxBackend):
@@ -67,7 +65,6 @@ class KubernetesBackend(SandboxBackend):
         return self._images[key]
 
     async def prepare(self, spec: SandboxSpec) -> PreparedImage:
-        check_task(spec)
         images = self.images(spec)
         return PreparedImage(tag=images.main, cached=True, warnings=images.warnings)
 

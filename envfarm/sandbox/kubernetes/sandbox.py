@@ -12,7 +12,8 @@ and one stream (one connection) per sandbox. When the stream ends, calls fail wi
 ``stop`` closes the stream, deletes the pod and waits until it is gone.
 
 ``fresh_verifier`` (clean-room grading, ``verifier_pod``) deletes the pod and starts the
-verifier's in a fresh one, never from a pool; ``stop`` removes both.
+verifier's in a fresh one, never from a pool; ``stop`` removes both. With sidecars it adds the
+verifier as an ephemeral container to the running pod instead, next to the services.
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
 from envfarm.sandbox.kubernetes.podcontainers import HELPER_PATH, MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
-from envfarm.sandbox.kubernetes.verifier_pod import check_task, verifier_pod
+from envfarm.sandbox.kubernetes.verifier_pod import (
+    VERIFIER_CONTAINER,
+    verifier_container,
+    verifier_container_verdict,
+    verifier_pod,
+)
 
 DELETE_WAIT_S = 120.0
 
@@ -52,6 +58,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         run_id: str = "adhoc",
         *,
         cold: bool = False,
+        container: str = MAIN_CONTAINER,
     ) -> None:
         self.pods = pods
         """Its backend's environment pods: the API, the namespace, the watch, the pools."""
@@ -64,6 +71,8 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         self.name: str = pod["metadata"].get("name", "")
         self.cold = cold
         """Never claim a warm pod (the fresh verifier's)."""
+        self.container = container
+        """Where the helper runs: the main container, or an ephemeral verifier's."""
         self._channel: Channel | None = None
         self._created = False
         self._fresh: list[KubernetesSandbox] = []
@@ -115,7 +124,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         api, config = self.pods.api, self.pods.config
         command = [HELPER_PATH] if config.channel == "exec" else None
         try:
-            stream = await api.attach(self.namespace, self.name, MAIN_CONTAINER, command=command)
+            stream = await api.attach(self.namespace, self.name, self.container, command=command)
             self._channel = await Channel.over_stream(stream, name=self.name)
             await self._channel.ping()
         except (KubeError, SandboxError, OSError) as exc:
@@ -184,10 +193,11 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
 
     async def fresh_verifier(self, *, network: bool) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
-        spec with ``network``; EnvironmentUnsupported with sidecars."""
-        check_task(self.spec)
+        spec with ``network``; with sidecars, a verifier container in this pod."""
         if self._channel is None or self._retired:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
+        if self.spec.environment.compose is not None and self.spec.environment.compose.sidecars:
+            return await self._verifier_next_to_services(network)
         self._retired = True
         self._channel.close()
         try:
@@ -200,6 +210,45 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         fresh = KubernetesSandbox(self.pods, self.spec, pod, self.run_id, cold=True)
         self._fresh.append(fresh)
         await fresh.start()
+        return fresh
+
+    async def _verifier_next_to_services(self, network: bool) -> Sandbox:
+        """The agent's processes killed, the pod on the verifier's network, and a fresh main
+        container added to it as an ephemeral container (``verifier_pod``)."""
+        channel = self._ready_channel()
+        try:
+            await channel.sweep(time.time())
+        except SandboxGone as exc:
+            await self._explain_gone(exc)
+        self._retired = True
+        channel.close()
+        await self.enter_verifier_phase(network=network)
+        pod = self.pods.watch.current(self.namespace, self.name) or self.pod
+        patch = {"spec": {"ephemeralContainers": [verifier_container(pod)]}}
+        try:
+            await self.pods.api.patch(
+                PODS, self.namespace, self.name, patch, subresource="ephemeralcontainers"
+            )
+        except KubeError as exc:
+            raise SandboxStartError(f"could not add the verifier to {self.name}: {exc}") from exc
+        fresh = KubernetesSandbox(
+            self.pods, self.spec, self.pod, self.run_id, cold=True, container=VERIFIER_CONTAINER
+        )
+        fresh.name = self.name  # not created by it: its stop leaves the pod to this one
+        self._fresh.append(fresh)
+        try:
+            await self.pods.watch.wait(
+                self.namespace,
+                self.name,
+                verifier_container_verdict,
+                self.pods.config.start_timeout_s,
+            )
+        except TimeoutError:
+            raise SandboxStartError(
+                f"the verifier container of {self.name} was not running within "
+                f"{self.pods.config.start_timeout_s:g} s"
+            ) from None
+        await fresh.connect()
         return fresh
 
     def _ready_channel(self) -> Channel:

@@ -1,4 +1,4 @@
-"""A clean-room verifier on Kubernetes (``KubernetesSandbox.fresh_verifier``): a second pod.
+"""A clean-room verifier on Kubernetes (``KubernetesSandbox.fresh_verifier``).
 
 A single-container environment gets its fresh verifier by deleting the agent's pod and creating
 another from the same pod spec: same image, limits, hardening, runtime class, TTL, labels and
@@ -6,43 +6,35 @@ owners, under a new name (``<agent pod>-verifier``) and with the verifier phase'
 ``envfarm.dev/network`` label, so the NetworkPolicy gives it the verifier's network from its
 first packet.
 
-An environment with sidecars is refused, before any episode runs (``check_task``, from the
-backend's ``prepare``): its services run in the agent's pod, a running pod's containers cannot
-be replaced, and a fresh pod would start fresh services, losing the database the agent
-migrated. The alternative, a second idle copy of the main container reserved in every pod for
-the verifier, would double the main container's CPU, memory and storage requests (requests
-equal limits) for the whole episode of every compose task, to be used for a few minutes of
-grading, or run the tests under other limits than the agent's. Such tasks are graded with
-``[verifier] environment_mode = "shared"`` on Kubernetes.
+An environment with sidecars cannot lose its pod: its services run there, and a fresh pod would
+start fresh services, losing the database the agent migrated. Its verifier is an *ephemeral
+container* added to the running pod (``verifier_container``): the task image's fresh file
+system, the same helper, environment, working directory, volumes and hardening as the main
+container, on the pod's network, so the services answer at the same names. The agent's
+processes are killed first (the helper's sweep; the helper stays, taking no more commands)
+and the pod is switched to the verifier's network (its label) before the container is added.
+The container cannot be removed, and needs none: it ends with the pod. Kubernetes gives an
+ephemeral container no resources of its own; it runs inside the pod's cgroup, whose limits are
+the sum of the pod's containers' (the swept main container's share among them), so the
+verifier is bounded as the agent was. The one thing a cluster must allow is the
+``pods/ephemeralcontainers`` subresource (``patch``, granted in manifests/base/sandboxes).
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
-from envfarm.errors import EnvironmentUnsupported
+from envfarm.errors import SandboxStartError
 from envfarm.k8s.api import KubeObject
-from envfarm.plan.models import SandboxSpec
+from envfarm.sandbox.kubernetes.podcontainers import MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, label_value
 
 FORK_SUFFIX = "-verifier"
 LABEL_VERIFIER_OF = "envfarm.dev/verifier-of"
-
-
-def check_task(spec: SandboxSpec) -> None:
-    """Refuse a task whose verifier needs a fresh container next to running sidecars."""
-    mode = spec.verifier_mode
-    sidecars = (
-        sorted(spec.environment.compose.sidecars) if spec.environment.compose is not None else []
-    )
-    if mode == "shared" or not sidecars:
-        return
-    raise EnvironmentUnsupported(
-        f"task {spec.task_id}: [verifier] environment_mode = {mode!r} needs a fresh main container "
-        f"next to the running services ({', '.join(sidecars)}), and on Kubernetes the services "
-        "share the agent's pod, whose containers cannot be replaced; set [verifier] "
-        'environment_mode = "shared" in task.toml to grade this task on Kubernetes'
-    )
+VERIFIER_CONTAINER = "envfarm-verifier"
+_CANNOT_START = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError")
+_NOT_EPHEMERAL = ("resources", "readinessProbe", "livenessProbe", "startupProbe", "ports")
 
 
 def verifier_pod(pod: KubeObject, name: str, *, network: bool) -> KubeObject:
@@ -60,3 +52,39 @@ def verifier_pod(pod: KubeObject, name: str, *, network: bool) -> KubeObject:
         pod_copy["spec"].pop("dnsPolicy", None)
         pod_copy["spec"].pop("dnsConfig", None)
     return pod_copy
+
+
+def verifier_container(pod: KubeObject) -> dict[str, Any]:
+    """The ephemeral container that verifies next to ``pod``'s running services: its main
+    container's spec, less what an ephemeral container may not have."""
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == MAIN_CONTAINER)
+    container = {k: v for k, v in copy.deepcopy(main).items() if k not in _NOT_EPHEMERAL}
+    container["name"] = VERIFIER_CONTAINER
+    return container
+
+
+def verifier_container_verdict(pod: KubeObject | None) -> bool | None:
+    """True once the verifier container runs; SandboxStartError when it cannot."""
+    if pod is None or pod.get("metadata", {}).get("deletionTimestamp"):
+        raise SandboxStartError("the environment pod went away before its verifier started")
+    for entry in (pod.get("status") or {}).get("ephemeralContainerStatuses") or []:
+        if entry.get("name") != VERIFIER_CONTAINER:
+            continue
+        state = entry.get("state") or {}
+        if "running" in state:
+            return True
+        if "terminated" in state:
+            ended = state["terminated"]
+            raise SandboxStartError(
+                f"the verifier container ended at its start ({ended.get('reason', 'exited')}, "
+                f"exit code {ended.get('exitCode')}): {ended.get('message', '')}".rstrip(": ")
+            )
+        reason = (state.get("waiting") or {}).get("reason")
+        if reason in (
+            "ErrImagePull",
+            "ImagePullBackOff",
+            "InvalidImageName",
+            "CreateContainerError",
+        ):
+            raise SandboxStartError(f"the verifier container cannot start: {reason}")
+    return None
