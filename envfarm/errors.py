@@ -21,7 +21,6 @@
         KubeGone           410: a watch's resourceVersion is older than the server keeps
         KubeInvalid        422 (or 400): the object or request is malformed (permanent)
         KubeUnavailable    the server could not be reached or answered 429/5xx (transient)
-      ManifestError        a kustomization or manifest is malformed or unsupported (permanent)
       StoreError           the job store failed (database unreachable, bad URL, lost lease)
       JobError             a request about a job cannot be honoured (permanent)
         JobNotFound        no job has that id
@@ -140,10 +139,6 @@ class GradingError(EnvfarmError):
     """The verifier crashed, timed out or wrote no reward: invalid, and not retried."""
 
     infrastructure = True
-
-
-class ManifestError(EnvfarmError):
-    """A kustomization or manifest is malformed or asks for an unsupported feature."""
 
 
 class StoreError(EnvfarmError):

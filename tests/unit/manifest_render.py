@@ -1,26 +1,21 @@
-"""Rendering envfarm's manifests once per test module, and finding objects in a rendering."""
+"""Rendering envfarm's manifests once per test session with ``kubectl kustomize``, and finding
+objects in a rendering."""
 
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
-from typing import Any
 
 import yaml
 
-from tests.manifest_checks.kustomize import render
-from tests.manifest_checks.structural import instance_schema
+from tests.manifests import MANIFESTS, Resource, kustomize
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 TARGETS = ("base", "overlays/dev", "overlays/prod")
 CONTROL_PLANE, SANDBOXES = "envfarm-system", "envfarm-sandboxes"
-
-Resource = dict[str, Any]
 
 
 @cache
 def _render(target: str) -> tuple[Resource, ...]:
-    return tuple(render(MANIFESTS / target))
+    return tuple(kustomize(MANIFESTS / target))
 
 
 def rendered(target: str) -> list[Resource]:
@@ -41,16 +36,6 @@ def named(resources: list[Resource], kind: str, name: str, namespace: str = "") 
     ]
     assert len(found) == 1, f"{kind} {namespace}/{name}: {len(found)} found"
     return found[0]
-
-
-def crd_instance_schemas() -> dict[str, dict[str, Any]]:
-    """kind -> JSON Schema of a custom resource, unknown fields rejected."""
-    return {
-        crd["spec"]["names"]["kind"]: instance_schema(
-            crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-        )
-        for crd in of_kind(rendered("base"), "CustomResourceDefinition")
-    }
 
 
 def examples() -> list[Resource]:

@@ -3,8 +3,8 @@ as far as can be known without running it: each ``envfarm`` subcommand exists an
 flag shown (its ``--help`` works), each ``python -m``/example script answers ``--help`` and
 knows its flags, each script and file named exists, each ``from envfarm... import`` imports.
 The ``kubectl`` lines of docs/kubernetes.md, which need a cluster, are checked against the
-manifests as rendered by the pure-Python kustomize: what ``apply -k`` applies renders, and
-every resource a line names is one those manifests define.
+manifests as ``kubectl kustomize`` renders them: what ``apply -k`` applies renders, and every
+resource a line names is one those manifests define.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import Any
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from envfarm.cli.main import cli
 from envfarm.k8s.api import KubeObject
-from tests.manifest_checks.kustomize import load_documents, render
+from tests.manifests import kustomize
 from tests.unit.doc_commands import REPO, Command, documented_commands, documented_imports
 
 COMMANDS = documented_commands()
@@ -147,13 +148,17 @@ def test_documented_imports_import(where: str, module: str, names: list[str]) ->
 
 @cache
 def _rendered(directory: str) -> tuple[KubeObject, ...]:
-    return tuple(render(REPO / directory))
+    return tuple(kustomize(REPO / directory))
+
+
+def _documents(path: Path) -> list[KubeObject]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
 
 
 def _cluster() -> list[KubeObject]:
     """What the documented development cluster holds: the dev overlay and the examples."""
     examples = sorted((REPO / "manifests" / "examples").glob("*.yaml"))
-    return [*_rendered("manifests/overlays/dev"), *(o for e in examples for o in load_documents(e))]
+    return [*_rendered("manifests/overlays/dev"), *(o for e in examples for o in _documents(e))]
 
 
 def _kinds(objects: list[KubeObject]) -> dict[str, dict[str, Any]]:
@@ -189,7 +194,7 @@ def test_kubectl_lines_match_the_rendered_manifests(command: Command) -> None:
     if "-k" in words:
         assert _rendered(words[words.index("-k") + 1]), f"{command.where}: renders nothing"
     if "-f" in words:
-        assert load_documents(REPO / words[words.index("-f") + 1])
+        assert _documents(REPO / words[words.index("-f") + 1])
     objects = _cluster()
     kinds = _kinds(objects)
     namespace, refs = _kubectl_refs(words)
