@@ -84,12 +84,23 @@ def test_the_envpool_scale_subresource_answers(cluster: Cluster, deployed: str) 
     pool["metadata"]["name"] = "envfarm-tests-scale"
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pool))
     try:
-        cluster.kubectl("-n", SANDBOXES, "scale", "envpool/envfarm-tests-scale", "--replicas=0")
+        cluster.kubectl(
+            "-n", SANDBOXES, "scale", "envpools.envfarm.dev/envfarm-tests-scale", "--replicas=0"
+        )
         replicas = cluster.kubectl(
-            "-n", SANDBOXES, "get", "envpool/envfarm-tests-scale", "-o", "jsonpath={.spec.replicas}"
+            "-n",
+            SANDBOXES,
+            "get",
+            "envpools.envfarm.dev/envfarm-tests-scale",
+            "-o",
+            "jsonpath={.spec.replicas}",
         )
         assert replicas.strip() == "0"
     finally:
         cluster.kubectl(
-            "-n", SANDBOXES, "delete", "envpool/envfarm-tests-scale", "--ignore-not-found"
+            "-n",
+            SANDBOXES,
+            "delete",
+            "envpools.envfarm.dev/envfarm-tests-scale",
+            "--ignore-not-found",
         )
