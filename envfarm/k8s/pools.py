@@ -11,6 +11,7 @@ one API request.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from envfarm.errors import KubeConflict, KubeNotFound
@@ -101,11 +102,16 @@ class PoolClaimer:
         self.informer.start()
         await self.informer.synced.wait()
 
-    def _candidates(self, skipped: set[str]) -> list[KubeObject]:
+    def _candidates(
+        self, skipped: set[str], accept: Callable[[KubeObject], bool]
+    ) -> list[KubeObject]:
         return [
             pod
             for pod in self.informer.cache.values()
-            if pod_ready(pod) and name_of(pod) not in self._taken and name_of(pod) not in skipped
+            if pod_ready(pod)
+            and name_of(pod) not in self._taken
+            and name_of(pod) not in skipped
+            and accept(pod)
         ]
 
     async def claim(
@@ -115,9 +121,11 @@ class PoolClaimer:
         owners: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
+        accept: Callable[[KubeObject], bool] = lambda pod: True,
     ) -> KubeObject:
+        """A ready pod of the pool that ``accept`` takes, claimed; NoWarmEnvironment if none."""
         skipped: set[str] = set()
-        while ready := self._candidates(skipped):
+        while ready := self._candidates(skipped, accept):
             pod = random.choice(ready)
             name = name_of(pod)
             self._taken.add(name)

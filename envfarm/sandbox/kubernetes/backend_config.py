@@ -34,3 +34,5 @@ class KubernetesBackendConfig(BaseModel):
     output_cap: int = 4 * 1024 * 1024
     pools: dict[str, str] = Field(default_factory=dict)
     """Task id -> EnvPool to claim a warm environment from (a cold start when none is ready)."""
+    discover_pools: bool = True
+    """Also claim from the namespace's EnvPools, found by their task (``pool_directory``)."""

@@ -8,7 +8,8 @@ this host left behind. In a cluster the controller's own pod (``owner_pod``, fro
 API) owns every environment pod it starts or claims (``ownerpod``): through an ownerReference
 when both share a namespace, else through a label that ``reap`` checks.
 
-A task mapped to an EnvPool (``config.pools``) starts by claiming one of the pool's ready pods
+A task mapped to an EnvPool (``config.pools``, else the namespace's EnvPools by their task:
+``pool_directory``) starts by claiming one of the pool's ready pods that runs its environment
 (one merge patch, from a watch-fed cache of the pool: ``envfarm.k8s.pools``), and cold-starts
 only when none is ready.
 """
@@ -26,6 +27,7 @@ from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.kubernetes.backend_config import KubernetesBackendConfig
 from envfarm.sandbox.kubernetes.podspec import LABEL_RUN, MANAGED_BY, label_value
 from envfarm.sandbox.kubernetes.podwatch import PodWatch
+from envfarm.sandbox.kubernetes.pool_directory import PoolDirectory, same_environment
 
 LABEL_OWNER_HOST = "envfarm.dev/owner-host"
 LABEL_OWNER_PROCESS = "envfarm.dev/owner-process"
@@ -54,10 +56,16 @@ class EnvironmentPods:
             self.owner_labels |= owner_pod.labels()
             self.owner_annotations = owner_pod.annotations()
         self._claimers: dict[str, PoolClaimer] = {}
+        self.directory = PoolDirectory(api, config.namespace) if config.discover_pools else None
 
-    async def claim(self, spec: SandboxSpec, run_id: str, claimer: str) -> KubeObject | None:
-        """A warm pod of the task's pool, claimed for this run; None without one."""
+    async def claim(
+        self, spec: SandboxSpec, pod: KubeObject, run_id: str, claimer: str
+    ) -> KubeObject | None:
+        """A warm pod of the task's pool running what ``pod`` would, claimed for this run;
+        None without one."""
         pool = self.config.pools.get(spec.task_id)
+        if pool is None and self.directory is not None:
+            pool = await self.directory.pool_for(spec.task_id)
         if pool is None:
             return None
         claimer_of_pool = self._claimers.get(pool)
@@ -71,11 +79,14 @@ class EnvironmentPods:
                 owners=self.owners,
                 labels=labels,
                 annotations=self.owner_annotations,
+                accept=lambda warm: same_environment(warm, pod),
             )
         except NoWarmEnvironment:
             return None
 
     async def close(self) -> None:
         await self.watch.close()
+        if self.directory is not None:
+            await self.directory.close()
         for claimer in self._claimers.values():
             await claimer.close()

@@ -94,7 +94,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         api, config = self.pods.api, self.pods.config
         warm: KubeObject | None = None
         if not self.cold:
-            warm = await self.pods.claim(self.spec, self.run_id, claimer=self.name)
+            warm = await self.pods.claim(self.spec, self.pod, self.run_id, claimer=self.name)
         if warm is not None:
             self._created, self.name, self.launch = True, warm["metadata"]["name"], "warm"
             await self.connect()

@@ -1,0 +1,173 @@
+"""A RolloutJob and an EnvPool on a real cluster, through ``envfarm operator`` and ``envfarm
+serve`` with the Kubernetes backend (both as processes of this machine, as a developer runs
+them against a cluster): the pool keeps warm pods, the job's episodes claim them, every
+episode runs as pods (``tasks/pg-schema-migration`` in the default clean mode), and the
+trainer's client receives each graded group exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import shutil
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envfarm.client import EnvfarmClient
+from tests.integration.serve_process import ProductProcess, ServeProcess
+from tests.k8s.cluster import Cluster
+from tests.k8s.pods import POD_TASKS, TASKS, namespace, pods_in, pushed
+
+__all__ = ["namespace", "pushed"]  # fixtures
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+TOKEN = "k8s-test-token"
+CRDS = Path(__file__).resolve().parents[2] / "manifests" / "base" / "crds"
+POOL_TASK = "envfarm/word-count-cli"
+
+
+@pytest.fixture(scope="module")
+def crds(cluster: Cluster) -> None:
+    """envfarm's CRDs, established (left installed: another module may be using them)."""
+    for crd in ("rolloutjobs.envfarm.dev", "envpools.envfarm.dev"):  # one being deleted
+        cluster.kubectl("wait", "--for=delete", f"crd/{crd}", "--timeout=120s", check=False)
+    cluster.kubectl("apply", "--server-side", "--field-manager=envfarm-tests", "-k", str(CRDS))
+    for crd in ("rolloutjobs.envfarm.dev", "envpools.envfarm.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=120s")
+
+
+@pytest.fixture(scope="module")
+def farm(
+    cluster: Cluster,
+    namespace: str,
+    crds: None,
+    pushed: object,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """``envfarm serve`` (API and worker, pods in ``namespace``) and ``envfarm operator`` on
+    the same task library; the API's URL."""
+    work = tmp_path_factory.mktemp("farm")
+    library = work / "tasks"
+    for name in POD_TASKS:
+        shutil.copytree(TASKS / name, library / name)
+    env = {
+        "KUBECONFIG": cluster.kubeconfig,
+        "ENVFARM_SANDBOX_BACKEND": "kubernetes",
+        "ENVFARM_SANDBOX_NAMESPACE": namespace,
+        "ENVFARM_IMAGE_REGISTRY": cluster.registry,
+    }
+    serve = ServeProcess(
+        work, "--tasks", str(library), "--data-dir", str(work / "data"), "--concurrency", "2",
+        token=TOKEN, env=env,
+    ).start()  # fmt: skip
+    operator = ProductProcess(
+        work,
+        [sys.executable, "-m", "envfarm", "operator", "--namespace", namespace,
+         "--kubeconfig", cluster.kubeconfig, "--api", serve.url, "--token", TOKEN,
+         "--tasks", str(library), "--poll", "1"],
+        r"envfarm: operator on",
+        log_name="operator.log",
+        env={"ENVFARM_IMAGE_REGISTRY": cluster.registry},
+    ).start()  # fmt: skip
+    try:
+        yield serve.url
+    finally:
+        operator.stop()
+        serve.stop()
+
+
+def _archive(*roots: Path) -> str:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for root in roots:
+            tar.add(root, arcname=root.name)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _claimed_pods(cluster: Cluster, namespace: str, seen: set[str], stop: float) -> None:
+    while time.monotonic() < stop:
+        out = cluster.kubectl(
+            *("-n", namespace, "get", "pods", "-l", "envfarm.dev/claimed-by", "-o", "name"),
+            check=False,
+        )
+        seen.update(line for line in out.splitlines() if line.startswith("pod/"))
+        time.sleep(0.5)
+
+
+async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
+    cluster: Cluster, namespace: str, farm: str
+) -> None:
+    pool = {
+        "apiVersion": "envfarm.dev/v1alpha1",
+        "kind": "EnvPool",
+        "metadata": {"name": "wc-pool", "namespace": namespace},
+        "spec": {"taskRef": {"name": POOL_TASK}, "replicas": 2},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pool))
+    cluster.kubectl(
+        *("-n", namespace, "wait", "envpools.envfarm.dev/wc-pool"),
+        *("--for=jsonpath={.status.readyReplicas}=2", "--timeout=300s"),
+    )
+    archive = _archive(*(TASKS / name for name in POD_TASKS))
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "tasks", "namespace": namespace},
+        "binaryData": {"tasks.tar.gz": archive},
+    }
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(config_map))
+    job = {
+        "apiVersion": "envfarm.dev/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": "smoke", "namespace": namespace},
+        "spec": {
+            "tasks": {"configMap": {"name": "tasks"}},
+            "policy": {"baseUrl": "oracle"},
+            "groupSize": 2,
+            "concurrency": 2,
+        },
+    }
+    claimed: set[str] = set()
+    watching = asyncio.create_task(
+        asyncio.to_thread(_claimed_pods, cluster, namespace, claimed, time.monotonic() + 600)
+    )
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job))
+    cluster.kubectl(
+        *("-n", namespace, "wait", "rolloutjobs.envfarm.dev/smoke"),
+        *("--for=jsonpath={.status.jobId}", "--timeout=120s"),
+    )
+    job_id = cluster.kubectl(
+        *("-n", namespace, "get", "rolloutjobs.envfarm.dev/smoke"),
+        *("-o", "jsonpath={.status.jobId}"),
+    ).strip()
+    async with EnvfarmClient(farm, TOKEN) as client:
+        groups = [group async for group in client.groups(job_id, wait_s=5.0)]
+        again = [group async for group in client.groups(job_id, wait_s=1.0)]
+    watching.cancel()
+    assert sorted(group.task_id for group in groups) == sorted(
+        ["envfarm/word-count-cli", "envfarm/pg-schema-migration"]
+    )
+    episodes = [t["episode_id"] for group in groups for t in group.trajectories]
+    assert len(episodes) == len(set(episodes)) == 4
+    assert [t["reward"]["value"] for g in groups for t in g.trajectories] == [1.0] * 4
+    assert again == []  # acknowledged groups are not delivered twice
+    assert any(name.startswith("pod/wc-pool-") for name in claimed), claimed
+
+    cluster.kubectl(
+        *("-n", namespace, "wait", "rolloutjobs.envfarm.dev/smoke"),
+        *("--for=jsonpath={.status.phase}=Completed", "--timeout=120s"),
+    )
+    cluster.kubectl("-n", namespace, "delete", "rolloutjobs.envfarm.dev/smoke", "--timeout=120s")
+    cluster.kubectl("-n", namespace, "delete", "envpools.envfarm.dev/wc-pool", "--timeout=120s")
+    cluster.kubectl(
+        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
+        check=False,
+    )
+    assert pods_in(cluster, namespace) == []
