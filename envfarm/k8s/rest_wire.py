@@ -38,6 +38,11 @@ def translate(status: int, body: Any, what: str) -> KubeError:
         message, reason = str(body.get("message") or ""), str(body.get("reason") or "")
     else:
         message, reason = str(body)[:500] if body else "", ""
+    if status == 401:  # the server says only "Unauthorized"
+        message = (
+            "the API server refused the credentials (a token that expired or was revoked, or "
+            "the one a kubeconfig's credential plugin printed)"
+        )
     kind = _BY_STATUS.get(status) or (KubeUnavailable if status >= 500 else KubeError)
     text = f"{what}: {status} {reason or kind.__name__}: {message}".rstrip(": ")
     return kind(text, status=status, reason=reason)

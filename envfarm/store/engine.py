@@ -30,6 +30,8 @@ _NOT_YET = (
     "the database system is shutting down",
     "the database system is in recovery mode",
     "no such file or directory",  # a Unix socket not created yet
+    # a Kubernetes Service without a ready pod behind it (a headless one has no address yet)
+    "temporary failure in name resolution",
 )
 """What a server not taking connections yet answers (connection errors carry no SQLSTATE)."""
 

@@ -61,6 +61,9 @@ if [ "$(id -u)" = 0 ]; then
     exec setpriv --reuid=postgres --regid=postgres --init-groups "${BASH_SOURCE[0]}" "$@"
 fi
 
+# Not root (a pod's runAsUser): PGDATA may be a directory to make inside a mounted volume.
+mkdir -p "$PGDATA" 2>/dev/null || true
+if [ -O "$PGDATA" ]; then chmod 700 "$PGDATA"; fi
 if [ ! -w "$PGDATA" ]; then
     log "$PGDATA is not writable by user $(id -un); run as root or give it to that user"
     exit 1
