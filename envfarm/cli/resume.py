@@ -18,6 +18,7 @@ import click
 
 from envfarm.settings import VERIFIER_NETWORK_CHOICES, Settings
 from envfarm.store.engine import STORE_FILE, default_url
+from envfarm.store.store import Store
 
 MANIFEST = "run.json"
 SECRETS = ("api_key", "judge_api_key")
@@ -67,3 +68,15 @@ def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
 
 def resuming() -> bool:
     return bool(click.get_current_context().meta.get(RESUMING))
+
+
+async def job_to_resume(out: Path) -> tuple[str, int]:
+    """The id of the one job in ``out``'s store, and how many of its episodes have ended."""
+    store = await Store.open(store_url(out))
+    try:
+        jobs = await store.jobs()
+    finally:
+        await store.close()
+    if len(jobs) != 1:
+        raise click.BadParameter(f"{out}: expected one job in its store, found {len(jobs)}")
+    return jobs[0].id, jobs[0].counts.completed

@@ -13,11 +13,9 @@ import click
 from rich.markup import escape
 
 from envfarm.agent.specs import resolve_agent
-from envfarm.cli.options import (
-    command_settings,
-)
+from envfarm.cli.options import command_settings
 from envfarm.cli.render import JobProgress, console, summary_table
-from envfarm.cli.resume import load_manifest, resuming, save_manifest, store_url
+from envfarm.cli.resume import job_to_resume, load_manifest, resuming, save_manifest, store_url
 from envfarm.cli.run_flags import run_flags
 from envfarm.cli.triage import triage_mcp_tasks, triage_rubric_tasks
 from envfarm.controller.assembly import open_backend, open_runner, policy_spec
@@ -35,12 +33,11 @@ from envfarm.models.jobs import (
 )
 from envfarm.models.samples import samples_report
 from envfarm.models.trajectory import Trajectory
-from envfarm.sandbox.base import PreparedImage, SandboxBackend
+from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.pool import WarmPools
 from envfarm.settings import Settings
 from envfarm.spec.errors_fmt import issue_text
 from envfarm.spec.task import Task, discover_tasks
-from envfarm.store.store import Store
 
 RUN_HELP = """Run agent sessions on tasks and grade them.
 
@@ -202,35 +199,20 @@ async def _run_job(
     settings: Settings,
     warm_pool: int = 0,
 ) -> RunSummary:
-    async with open_backend(settings) as backend:
-        return await _run_on(
-            backend, tasks, request, worker, out, bad_inputs, output, settings, warm_pool
-        )
-
-
-async def _run_on(
-    backend: SandboxBackend,
-    tasks: list[Task],
-    request: JobRequest,
-    worker: WorkerConfig,
-    out: Path,
-    bad_inputs: dict[str, str],
-    output: dict[str, bool],
-    settings: Settings,
-    warm_pool: int,
-) -> RunSummary:
     started = time.monotonic()
     lines = (out / "trajectories.jsonl").open("a" if resuming() else "w", encoding="utf-8")
-    pools = WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None
     episodes = len(tasks) * request.group_size
-    async with open_runner(
-        request,
-        backend,
-        run_id=out.name,
-        artifacts_dir=out / "artifacts",
-        pools=pools,
-        settings=settings,
-    ) as runner:
+    async with (
+        open_backend(settings) as backend,
+        open_runner(
+            request,
+            backend,
+            run_id=out.name,
+            artifacts_dir=out / "artifacts",
+            pools=WarmPools(backend, size=warm_pool, run_id=out.name) if warm_pool else None,
+            settings=settings,
+        ) as runner,
+    ):
         with lines, JobProgress(console, len(tasks), episodes) as progress:
 
             def write_group(group: list[Trajectory]) -> None:
@@ -260,7 +242,7 @@ async def _run_on(
                 worker=worker,
                 admission=True,
                 store_url=store_url(out),
-                resume=await _job_to_resume(out, progress) if resuming() else None,
+                resume=await _resumed(out, progress) if resuming() else None,
             )
             try:
                 result = await job.run()
@@ -285,24 +267,18 @@ async def _run_on(
     return summary
 
 
+async def _resumed(out: Path, progress: JobProgress) -> str:
+    job_id, completed = await job_to_resume(out)
+    progress.progress.advance(progress.episodes, completed)
+    return job_id
+
+
 def _samples_note(trajectories: list[Trajectory]) -> dict[str, object]:
     """How many samples ``--samples`` built and, when none, why (also on the terminal)."""
     built, why = samples_report(trajectories)
     if why:
         console.print(f"[yellow]--samples:[/] {escape(why)}")
     return {"built": built, "why_none": why}
-
-
-async def _job_to_resume(out: Path, progress: JobProgress) -> str:
-    store = await Store.open(store_url(out))
-    try:
-        jobs = await store.jobs()
-    finally:
-        await store.close()
-    if len(jobs) != 1:
-        raise click.BadParameter(f"{out}: expected one job in its store, found {len(jobs)}")
-    progress.progress.advance(progress.episodes, jobs[0].counts.completed)
-    return jobs[0].id
 
 
 def _rewrite_trajectories(

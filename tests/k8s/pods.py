@@ -47,6 +47,11 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=baseline")
     cluster.kubectl("-n", name, "create", "serviceaccount", "envfarm-sandbox")
     yield name
+    # a RolloutJob whose operator has gone keeps its finalizer, and the namespace with it
+    jobs = cluster.kubectl("-n", name, "get", "rolloutjobs.envfarm.dev", "-o", "name", check=False)
+    for job in (line for line in jobs.splitlines() if "/" in line and " " not in line):
+        finalizers = '{"metadata":{"finalizers":null}}'
+        cluster.kubectl("-n", name, "patch", job, "--type=merge", "-p", finalizers, check=False)
     cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 

@@ -66,7 +66,10 @@ def deployed(cluster: Cluster, envfarm_image: str, postgres_image: str) -> Itera
     replace_stuck_database(cluster)
     yield manifests
     if os.environ.get("ENVFARM_K8S_KEEP") != "1":
-        cluster.kubectl("delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=manifests)
+        # waited for: the next modules need the node's CPU back and the CRDs established anew
+        cluster.kubectl(
+            "delete", "--ignore-not-found", "--timeout=300s", "-f", "-", stdin=manifests
+        )
 
 
 def replace_stuck_database(cluster: Cluster) -> None:

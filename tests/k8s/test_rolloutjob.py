@@ -108,12 +108,12 @@ async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
         "apiVersion": "envfarm.dev/v1alpha1",
         "kind": "EnvPool",
         "metadata": {"name": "wc-pool", "namespace": namespace},
-        "spec": {"taskRef": {"name": POOL_TASK}, "replicas": 2},
+        "spec": {"taskRef": {"name": POOL_TASK}, "replicas": 1},
     }
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pool))
     cluster.kubectl(
         *("-n", namespace, "wait", "envpools.envfarm.dev/wc-pool"),
-        *("--for=jsonpath={.status.readyReplicas}=2", "--timeout=300s"),
+        *("--for=jsonpath={.status.readyReplicas}=1", "--timeout=300s"),
     )
     archive = _archive(*(TASKS / name for name in POD_TASKS))
     config_map = {

@@ -77,6 +77,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         self._created = False
         self._fresh: list[KubernetesSandbox] = []
         self._retired = False
+        self._deleted = False  # its pod's deletion was asked for (for the fresh verifier)
 
     @property
     def channel(self) -> Channel | None:
@@ -206,6 +207,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             pass
         except KubeError as exc:
             raise SandboxError(f"could not stop environment pod {self.name}: {exc}") from exc
+        self._deleted = True
         pod = verifier_pod(self.pod, self.name, network=network)
         fresh = KubernetesSandbox(self.pods, self.spec, pod, self.run_id, cold=True)
         self._fresh.append(fresh)
@@ -236,17 +238,14 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         )
         fresh.name = self.name  # not created by it: its stop leaves the pod to this one
         self._fresh.append(fresh)
+        budget = self.pods.config.start_timeout_s
         try:
             await self.pods.watch.wait(
-                self.namespace,
-                self.name,
-                verifier_container_verdict,
-                self.pods.config.start_timeout_s,
+                self.namespace, self.name, verifier_container_verdict, budget
             )
         except TimeoutError:
             raise SandboxStartError(
-                f"the verifier container of {self.name} was not running within "
-                f"{self.pods.config.start_timeout_s:g} s"
+                f"the verifier container of {self.name} was not running within {budget:g} s"
             ) from None
         await fresh.connect()
         return fresh
@@ -284,7 +283,8 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
             return
         api = self.pods.api
         try:
-            await api.delete(PODS, self.namespace, self.name)
+            if not self._deleted:  # else only waited for: one request fewer an episode
+                await api.delete(PODS, self.namespace, self.name)
         except KubeNotFound:
             return
         except KubeError as exc:
