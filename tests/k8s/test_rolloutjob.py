@@ -12,7 +12,7 @@ import io
 import shutil
 import sys
 import tarfile
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +36,13 @@ POOL_TASK = "envfarm/word-count-cli"
 @pytest.fixture(scope="module")
 def crds(cluster: Cluster) -> None:
     """envfarm's CRDs, established (left installed: another module may be using them)."""
-    for crd in ("rolloutjobs.envfarm.dev", "envpools.envfarm.dev"):  # one being deleted
-        cluster.kubectl("wait", "--for=delete", f"crd/{crd}", "--timeout=120s", check=False)
+    for crd in ("rolloutjobs.envfarm.dev", "envpools.envfarm.dev"):
+        deleting = cluster.kubectl(
+            *("get", f"crd/{crd}", "--ignore-not-found"),
+            *("-o", "jsonpath={.metadata.deletionTimestamp}"),
+        )
+        if deleting.strip():  # an earlier module's teardown: it must be gone before the apply
+            cluster.kubectl("wait", "--for=delete", f"crd/{crd}", "--timeout=120s")
     cluster.kubectl("apply", "--server-side", "--field-manager=envfarm-tests", "-k", str(CRDS))
     for crd in ("rolloutjobs.envfarm.dev", "envpools.envfarm.dev"):
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=120s")
@@ -91,14 +96,14 @@ def _archive(*roots: Path) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def _claimed_pods(cluster: Cluster, namespace: str, seen: set[str], stop: float) -> None:
-    while time.monotonic() < stop:
+def _claimed_pods(cluster: Cluster, namespace: str, seen: set[str], done: threading.Event) -> None:
+    while not done.is_set():
         out = cluster.kubectl(
             *("-n", namespace, "get", "pods", "-l", "envfarm.dev/claimed-by", "-o", "name"),
             check=False,
         )
         seen.update(line for line in out.splitlines() if line.startswith("pod/"))
-        time.sleep(0.5)
+        done.wait(0.5)
 
 
 async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
@@ -135,8 +140,9 @@ async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
         },
     }
     claimed: set[str] = set()
+    done = threading.Event()
     watching = asyncio.create_task(
-        asyncio.to_thread(_claimed_pods, cluster, namespace, claimed, time.monotonic() + 600)
+        asyncio.to_thread(_claimed_pods, cluster, namespace, claimed, done)
     )
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job))
     cluster.kubectl(
@@ -150,7 +156,8 @@ async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
     async with EnvfarmClient(farm, TOKEN) as client:
         groups = [group async for group in client.groups(job_id, wait_s=5.0)]
         again = [group async for group in client.groups(job_id, wait_s=1.0)]
-    watching.cancel()
+    done.set()
+    await watching
     assert sorted(group.task_id for group in groups) == sorted(
         ["envfarm/word-count-cli", "envfarm/pg-schema-migration"]
     )
