@@ -16,14 +16,10 @@ from pathlib import Path
 
 import bcrypt
 
+from tests.integration.serve_process import free_port
+
 REGISTRY = Path("/usr/bin/docker-registry")
 CERTS_D = Path("/etc/docker/certs.d")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:

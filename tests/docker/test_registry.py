@@ -22,7 +22,8 @@ from envfarm.sandbox.docker.images.pull import (
     unreachable_registries,
 )
 from envfarm.sandbox.docker.images.task_images import build_task_image
-from tests.docker.registry import docker_config, free_port, loopback_registry
+from tests.docker.registry import docker_config, loopback_registry
+from tests.integration.serve_process import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -11,12 +11,20 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 READY_S = 180.0
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a process restarted at the same address)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class ProductProcess:

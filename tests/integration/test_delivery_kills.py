@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from envfarm.controller.groups import finalize_group
 from envfarm.models.jobs import JobPolicy, JobRequest
 from envfarm.models.trajectory import Provenance, Reward, Trajectory, Turn
 from envfarm.store.store import Store
-from tests.integration.serve_process import ServeProcess
+from tests.integration.serve_process import ServeProcess, free_port
 from tests.store_fixtures import db_url, pg_url  # noqa: F401
 
 GROUPS, KILLS = 40, 3
@@ -48,12 +47,6 @@ async def fill(url: str) -> str:
         return job_id
     finally:
         await store.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_three_sigkills_mid_stream_deliver_every_group_once(

@@ -14,15 +14,17 @@ import sys
 import tarfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from envfarm.client import EnvfarmClient
-from tests.integration.serve_process import ProductProcess, ServeProcess
+from tests.integration.serve_process import ProductProcess, ServeProcess, free_port
 from tests.k8s.cluster import Cluster
 from tests.k8s.pods import POD_TASKS, TASKS, namespace, pods_in, pushed
+from tests.waiting import until
 
 __all__ = ["namespace", "pushed"]  # fixtures
 
@@ -48,6 +50,13 @@ def crds(cluster: Cluster) -> None:
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=120s")
 
 
+@dataclass
+class Farm:
+    url: str
+    serve: ServeProcess
+    operator: ProductProcess
+
+
 @pytest.fixture(scope="module")
 def farm(
     cluster: Cluster,
@@ -55,9 +64,10 @@ def farm(
     crds: None,
     pushed: object,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[str]:
-    """``envfarm serve`` (API and worker, pods in ``namespace``) and ``envfarm operator`` on
-    the same task library; the API's URL."""
+) -> Iterator[Farm]:
+    """``envfarm serve`` (API and worker, pods in ``namespace``, on a port of its own so that
+    it can be restarted at the same address) and ``envfarm operator`` on the same task
+    library."""
     work = tmp_path_factory.mktemp("farm")
     library = work / "tasks"
     for name in POD_TASKS:
@@ -70,7 +80,7 @@ def farm(
     }
     serve = ServeProcess(
         work, "--tasks", str(library), "--data-dir", str(work / "data"), "--concurrency", "2",
-        token=TOKEN, env=env,
+        "--port", str(free_port()), token=TOKEN, env=env,
     ).start()  # fmt: skip
     operator = ProductProcess(
         work,
@@ -82,7 +92,7 @@ def farm(
         env={"ENVFARM_IMAGE_REGISTRY": cluster.registry},
     ).start()  # fmt: skip
     try:
-        yield serve.url
+        yield Farm(serve.url, serve, operator)
     finally:
         operator.stop()
         serve.stop()
@@ -106,8 +116,62 @@ def _claimed_pods(cluster: Cluster, namespace: str, seen: set[str], done: thread
         done.wait(0.5)
 
 
+def _submit(cluster: Cluster, namespace: str, name: str) -> str:
+    """A RolloutJob of the oracle on the example tasks (a ConfigMap of them), groups of two;
+    the id of its job in the API."""
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "tasks", "namespace": namespace},
+        "binaryData": {"tasks.tar.gz": _archive(*(TASKS / task for task in POD_TASKS))},
+    }
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(config_map))
+    job = {
+        "apiVersion": "envfarm.dev/v1alpha1",
+        "kind": "RolloutJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "tasks": {"configMap": {"name": "tasks"}},
+            "policy": {"baseUrl": "oracle"},
+            "groupSize": 2,
+            "concurrency": 2,
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job))
+    resource = f"rolloutjobs.envfarm.dev/{name}"
+    cluster.kubectl(
+        "-n", namespace, "wait", resource, "--for=jsonpath={.status.jobId}", "--timeout=120s"
+    )
+    return cluster.kubectl(
+        "-n", namespace, "get", resource, "-o", "jsonpath={.status.jobId}"
+    ).strip()
+
+
+async def _delivered_once(farm: Farm, job_id: str) -> None:
+    """Every group of the job comes to the trainer's client once, all graded 1.0."""
+    async with EnvfarmClient(farm.url, TOKEN) as client:
+        groups = [group async for group in client.groups(job_id, wait_s=5.0)]
+        again = [group async for group in client.groups(job_id, wait_s=1.0)]
+    assert sorted(group.task_id for group in groups) == sorted(
+        ["envfarm/word-count-cli", "envfarm/pg-schema-migration"]
+    )
+    episodes = [t["episode_id"] for group in groups for t in group.trajectories]
+    assert len(episodes) == len(set(episodes)) == 4
+    assert [t["reward"]["value"] for g in groups for t in g.trajectories] == [1.0] * 4
+    assert again == []  # acknowledged groups are not delivered twice
+
+
+def _completed_and_deleted(cluster: Cluster, namespace: str, name: str) -> None:
+    resource = f"rolloutjobs.envfarm.dev/{name}"
+    cluster.kubectl(
+        *("-n", namespace, "wait", resource),
+        *("--for=jsonpath={.status.phase}=Completed", "--timeout=120s"),
+    )
+    cluster.kubectl("-n", namespace, "delete", resource, "--timeout=120s")
+
+
 async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
-    cluster: Cluster, namespace: str, farm: str
+    cluster: Cluster, namespace: str, farm: Farm
 ) -> None:
     pool = {
         "apiVersion": "envfarm.dev/v1alpha1",
@@ -120,59 +184,40 @@ async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
         *("-n", namespace, "wait", "envpools.envfarm.dev/wc-pool"),
         *("--for=jsonpath={.status.readyReplicas}=1", "--timeout=300s"),
     )
-    archive = _archive(*(TASKS / name for name in POD_TASKS))
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "tasks", "namespace": namespace},
-        "binaryData": {"tasks.tar.gz": archive},
-    }
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(config_map))
-    job = {
-        "apiVersion": "envfarm.dev/v1alpha1",
-        "kind": "RolloutJob",
-        "metadata": {"name": "smoke", "namespace": namespace},
-        "spec": {
-            "tasks": {"configMap": {"name": "tasks"}},
-            "policy": {"baseUrl": "oracle"},
-            "groupSize": 2,
-            "concurrency": 2,
-        },
-    }
     claimed: set[str] = set()
     done = threading.Event()
     watching = asyncio.create_task(
         asyncio.to_thread(_claimed_pods, cluster, namespace, claimed, done)
     )
-    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job))
-    cluster.kubectl(
-        *("-n", namespace, "wait", "rolloutjobs.envfarm.dev/smoke"),
-        *("--for=jsonpath={.status.jobId}", "--timeout=120s"),
-    )
-    job_id = cluster.kubectl(
-        *("-n", namespace, "get", "rolloutjobs.envfarm.dev/smoke"),
-        *("-o", "jsonpath={.status.jobId}"),
-    ).strip()
-    async with EnvfarmClient(farm, TOKEN) as client:
-        groups = [group async for group in client.groups(job_id, wait_s=5.0)]
-        again = [group async for group in client.groups(job_id, wait_s=1.0)]
+    job_id = _submit(cluster, namespace, "smoke")
+    await _delivered_once(farm, job_id)
     done.set()
     await watching
-    assert sorted(group.task_id for group in groups) == sorted(
-        ["envfarm/word-count-cli", "envfarm/pg-schema-migration"]
-    )
-    episodes = [t["episode_id"] for group in groups for t in group.trajectories]
-    assert len(episodes) == len(set(episodes)) == 4
-    assert [t["reward"]["value"] for g in groups for t in g.trajectories] == [1.0] * 4
-    assert again == []  # acknowledged groups are not delivered twice
     assert any(name.startswith("pod/wc-pool-") for name in claimed), claimed
-
-    cluster.kubectl(
-        *("-n", namespace, "wait", "rolloutjobs.envfarm.dev/smoke"),
-        *("--for=jsonpath={.status.phase}=Completed", "--timeout=120s"),
-    )
-    cluster.kubectl("-n", namespace, "delete", "rolloutjobs.envfarm.dev/smoke", "--timeout=120s")
+    _completed_and_deleted(cluster, namespace, "smoke")
     cluster.kubectl("-n", namespace, "delete", "envpools.envfarm.dev/wc-pool", "--timeout=120s")
+    cluster.kubectl(
+        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
+        check=False,
+    )
+    assert pods_in(cluster, namespace) == []
+
+
+async def test_the_operator_and_the_worker_killed_mid_job_lose_nothing(
+    cluster: Cluster, namespace: str, farm: Farm
+) -> None:
+    """SIGKILL both while episodes run as pods, start them again: the new worker takes the
+    dead one's episodes back and deletes its pods, the operator adopts the job it recorded,
+    and the trainer still gets every group once."""
+    job_id = _submit(cluster, namespace, "faults")
+    running = ("-n", namespace, "get", "pods", "--field-selector=status.phase=Running")
+    await until(lambda: cluster.kubectl(*running, "-o", "name").strip(), timeout_s=300)
+    farm.operator.kill()
+    farm.serve.kill()
+    farm.serve.start()
+    farm.operator.start()
+    await _delivered_once(farm, job_id)
+    _completed_and_deleted(cluster, namespace, "faults")
     cluster.kubectl(
         *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
         check=False,
