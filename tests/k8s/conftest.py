@@ -18,19 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.cluster import Cluster
+from tests.k8s.cluster import CLUSTER_SCRIPT, Cluster, as_root
 
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER_SCRIPT = REPO / "scripts" / "k8s-cluster"
-
-
-def _as_root(*command: str) -> list[str]:
-    return list(command) if os.geteuid() == 0 else ["sudo", "-n", *command]
 
 
 def _script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _as_root(str(CLUSTER_SCRIPT), *args), capture_output=True, text=True, timeout=1800
+        as_root(str(CLUSTER_SCRIPT), *args), capture_output=True, text=True, timeout=1800
     )
 
 
@@ -71,7 +66,10 @@ def cluster() -> Iterator[Cluster]:
     os.environ["ENVFARM_TEST_IMAGE_REGISTRY"] = found["ENVFARM_TEST_IMAGE_REGISTRY"]
     try:
         yield Cluster(
-            found["ENVFARM_TEST_KUBECONFIG"], found["ENVFARM_TEST_IMAGE_REGISTRY"], kubectl
+            found["ENVFARM_TEST_KUBECONFIG"],
+            found["ENVFARM_TEST_IMAGE_REGISTRY"],
+            kubectl,
+            managed=True,
         )
     finally:
         if not was_up and os.environ.get("ENVFARM_K8S_KEEP") != "1":

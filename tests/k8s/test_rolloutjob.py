@@ -223,3 +223,24 @@ async def test_the_operator_and_the_worker_killed_mid_job_lose_nothing(
         check=False,
     )
     assert pods_in(cluster, namespace) == []
+
+
+async def test_an_api_server_restarted_mid_job_loses_nothing(
+    cluster: Cluster, namespace: str, farm: Farm
+) -> None:
+    """Every watch and every helper stream goes through the API server. A restart (SIGTERM,
+    the API server's graceful shutdown) ends the watches, which list again; a stream it ends
+    makes its episode an infrastructure fault, run again; the trainer gets every group once."""
+    if not cluster.managed:
+        pytest.skip("restarts the API server of the project's own cluster only")
+    job_id = _submit(cluster, namespace, "restart")
+    running = ("-n", namespace, "get", "pods", "--field-selector=status.phase=Running")
+    await until(lambda: cluster.kubectl(*running, "-o", "name").strip(), timeout_s=300)
+    await asyncio.to_thread(cluster.restart, "kube-apiserver")
+    await _delivered_once(farm, job_id)
+    _completed_and_deleted(cluster, namespace, "restart")
+    cluster.kubectl(
+        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
+        check=False,
+    )
+    assert pods_in(cluster, namespace) == []
