@@ -46,6 +46,11 @@ async def test_exec_through_the_kubelet_is_exact(
             slow = await sandbox.exec("echo started; sleep 60", timeout=2)
             assert (slow.timed_out, slow.exit_code, slow.stdout) == (True, None, "started\n")
             assert (await sandbox.exec("echo alive")).stdout == "alive\n"
+            # over the pod's memory limit: the kernel takes the command, never the helper (the
+            # model's excess is the model's outcome, as on Docker)
+            hog = await sandbox.exec("dd if=/dev/zero of=/dev/null bs=2047M count=1")
+            assert hog.exit_code not in (0, None)
+            assert (await sandbox.exec("echo alive")).stdout == "alive\n"
     assert pods_in(cluster, namespace) == []
 
 
