@@ -55,6 +55,7 @@ def push(paths: tuple[Path, ...], registry: str | None) -> None:
     except EnvfarmError as exc:
         raise click.ClickException(str(exc)) from exc
     pushed = sum(image.pushed for image in images)
-    console.print(f"{len(tasks)} tasks, {pushed} images pushed to {prefix}")
+    plural = "" if len(tasks) == 1 else "s"
+    console.print(f"{len(tasks)} task{plural}, {pushed} images pushed to {prefix}")
     if errors:
         raise SystemExit(1)
