@@ -26,6 +26,7 @@ from envfarm.cli.serve import _load_tasks, _run
 from envfarm.client import EnvfarmClient
 from envfarm.errors import EnvfarmError
 from envfarm.operator.envpool import EnvPoolReconciler
+from envfarm.operator.poolcache import PoolPods
 from envfarm.operator.rolloutjob import InvalidRolloutJob, RolloutJobReconciler
 from envfarm.operator.workqueue import Operator, envpool_controller, rolloutjob_controller
 from envfarm.plan.models import EngineFacts, SandboxSpec
@@ -109,7 +110,8 @@ def operator(
             reconcilers = Operator(kube, namespace, workers=workers)
             naming = ImageNaming(registry=command_settings().image_registry)
             templates = TaskTemplates(_pool_specs(tasks), naming)
-            reconcilers.add(envpool_controller(EnvPoolReconciler(kube, templates)))
+            pool_pods = PoolPods(kube, namespace)  # the pods' watch, not a list per pass
+            reconcilers.add(envpool_controller(EnvPoolReconciler(kube, templates, pool_pods)))
             jobs = RolloutJobReconciler(
                 kube, client, api_url, archive_tasks=tasks_in_archive, poll_s=poll_s
             )

@@ -301,3 +301,18 @@ def test_a_task_asking_for_gvisor_gets_the_gvisor_runtime_class(
     pool = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"taskRef": {"name": task.id}}}
     template = asyncio.run(TaskTemplates({task.id: planned(task)})(pool))
     assert template["spec"]["runtimeClassName"] == "gvisor"
+
+
+def test_a_pools_node_selector_and_tolerations_place_its_pods(pg_task: Task) -> None:
+    templates = TaskTemplates({pg_task.id: sandbox_spec(pg_task)})
+    spec: dict[str, Any] = {"taskRef": {"name": pg_task.id}}
+    pool = {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+    plain = asyncio.run(templates(pool))["spec"]
+    assert "nodeSelector" not in plain
+    assert "tolerations" not in plain
+    toleration = {"key": "pool", "operator": "Equal", "value": "envs", "effect": "NoSchedule"}
+    spec.update(nodeSelector={"pool": "envs"}, tolerations=[toleration])
+    placed = asyncio.run(templates(pool))["spec"]
+    assert placed["nodeSelector"] == {"pool": "envs"}
+    assert placed["tolerations"] == [toleration]
+    assert {k: v for k, v in placed.items() if k not in ("nodeSelector", "tolerations")} == plain

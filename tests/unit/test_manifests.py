@@ -85,6 +85,32 @@ def test_envpool_scales_through_the_scale_subresource() -> None:
     }
 
 
+def test_envpool_places_its_pods_with_kubernetes_own_shapes() -> None:
+    """``nodeSelector`` and ``tolerations`` are declared (pruning would drop them otherwise)
+    with the shapes of a pod's own fields."""
+    crd = named(rendered("base"), "CustomResourceDefinition", "envpools.envfarm.dev")
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    selector = spec["properties"]["nodeSelector"]
+    assert selector["type"] == "object"
+    assert selector["additionalProperties"] == {"type": "string"}
+    tolerations = spec["properties"]["tolerations"]
+    assert tolerations["type"] == "array"
+    toleration = tolerations["items"]
+    assert set(toleration["properties"]) == {
+        "key",
+        "operator",
+        "value",
+        "effect",
+        "tolerationSeconds",
+    }
+    assert toleration["properties"]["tolerationSeconds"]["type"] == "integer"
+    assert set(toleration["properties"]["effect"]["enum"]) == {
+        "NoSchedule",
+        "PreferNoSchedule",
+        "NoExecute",
+    }
+
+
 def test_the_examples_of_builtin_kinds_are_valid() -> None:
     """The RolloutJob and EnvPool examples are for the API server itself (``tests/k8s``)."""
     documents = examples()

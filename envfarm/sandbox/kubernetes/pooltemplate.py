@@ -4,6 +4,8 @@
 the pool's ``spec.taskRef.name`` up in the operator's planned task library (a sandbox spec per
 task) and renders the environment pod with the pool's ``runtimeClassName`` (else the plan's
 runtime: gVisor's for a task whose ``[environment] runtime`` asks for it) and ``ttlSeconds``.
+``nodeSelector`` and ``tolerations`` are copied into the pod spec as written (the CRD's schema
+checks their shape): they say which nodes, such as a dedicated node pool, take the pool's pods.
 An unknown task is a permanent error (the pool's Ready condition says so) until the pool or the
 library changes.
 """
@@ -19,6 +21,8 @@ from envfarm.sandbox.kubernetes.podimages import ImageNaming, cluster_images
 from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 
 DEFAULT_TTL_S = 7200
+PLACEMENT = ("nodeSelector", "tolerations")
+"""EnvPool spec fields that go into the pod spec unchanged."""
 
 
 class TaskTemplates:
@@ -46,5 +50,7 @@ class TaskTemplates:
             request_ratio=spec.get("requestRatio"),
         )
         pod = environment_pod(task, cluster_images(task.environment, self.naming), options)
+        placement = {key: spec[key] for key in PLACEMENT if spec.get(key)}
+        pod["spec"].update(placement)
         labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
         return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod["spec"]}
