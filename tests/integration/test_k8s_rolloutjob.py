@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
-import tarfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from envfarm.testing.fake_sandbox import FakeSandbox, ok
 from envfarm.testing.k8s.fakeruntime import FakePodRuntime
 from envfarm.testing.k8s.kubelet import SimulatedKubelet
 from envfarm.testing.k8s.memory import MemoryKubeApi
+from tests.fake_tasks import task_archive
 from tests.waiting import until
 
 NS = "envfarm-sandboxes"
@@ -70,14 +69,6 @@ def make_task(root: Path, name: str) -> Path:
     (root / "tests" / "test.sh").write_text("true\n")
     (root / "solution" / "solve.sh").write_text("true\n")
     return root
-
-
-def archive(*roots: Path) -> str:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for root in roots:
-            tar.add(root, arcname=root.name)
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 @dataclass
@@ -172,7 +163,7 @@ async def setup_cluster(farm: Farm, tmp_path: Path, names: list[str]) -> None:
     await farm.api.create(
         CONFIG_MAPS,
         NS,
-        {"metadata": {"name": "tasks"}, "binaryData": {"tasks.tar.gz": archive(*roots)}},
+        {"metadata": {"name": "tasks"}, "binaryData": {"tasks.tar.gz": task_archive(*roots)}},
     )
     secret = {"metadata": {"name": "keys"}, "data": {"k": base64.b64encode(b"sk-1").decode()}}
     await farm.api.create(SECRETS, NS, secret)

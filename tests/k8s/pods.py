@@ -3,6 +3,7 @@ the cluster pulls, and a Kubernetes backend on the test cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from envfarm.controller.cluster_images import push_cluster_images
 from envfarm.k8s.kubeconfig import load_kubeconfig
 from envfarm.k8s.rest import RestKubeApi
 from envfarm.sandbox.kubernetes.backend import KubernetesBackend, KubernetesBackendConfig
@@ -29,10 +31,6 @@ def pod_task(name: str) -> Task:
 def pushed(cluster: Cluster) -> list[Task]:
     """The tasks of ``POD_TASKS``, their images and the helper's pushed, as ``envfarm push``
     pushes them."""
-    import asyncio
-
-    from envfarm.controller.cluster_images import push_cluster_images
-
     tasks = [pod_task(name) for name in POD_TASKS]
     asyncio.run(push_cluster_images(tasks, ImageNaming(registry=cluster.registry)))
     return tasks

@@ -7,11 +7,8 @@ trainer's client receives each graded group exactly once."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import shutil
 import sys
-import tarfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +18,7 @@ import pytest
 import yaml
 
 from envfarm.client import EnvfarmClient
+from tests.fake_tasks import task_archive
 from tests.integration.serve_process import ProductProcess, ServeProcess, free_port
 from tests.k8s.cluster import Cluster
 from tests.k8s.pods import POD_TASKS, TASKS, namespace, pods_in, pushed
@@ -98,14 +96,6 @@ def farm(
         serve.stop()
 
 
-def _archive(*roots: Path) -> str:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for root in roots:
-            tar.add(root, arcname=root.name)
-    return base64.b64encode(buffer.getvalue()).decode()
-
-
 def _claimed_pods(cluster: Cluster, namespace: str, seen: set[str], done: threading.Event) -> None:
     while not done.is_set():
         out = cluster.kubectl(
@@ -123,7 +113,7 @@ def _submit(cluster: Cluster, namespace: str, name: str) -> str:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "tasks", "namespace": namespace},
-        "binaryData": {"tasks.tar.gz": _archive(*(TASKS / task for task in POD_TASKS))},
+        "binaryData": {"tasks.tar.gz": task_archive(*(TASKS / task for task in POD_TASKS))},
     }
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(config_map))
     job = {
@@ -170,6 +160,15 @@ def _completed_and_deleted(cluster: Cluster, namespace: str, name: str) -> None:
     cluster.kubectl("-n", namespace, "delete", resource, "--timeout=120s")
 
 
+def _no_pods_left(cluster: Cluster, namespace: str) -> None:
+    """The pods still terminating are waited for; then none may be left."""
+    cluster.kubectl(
+        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
+        check=False,
+    )
+    assert pods_in(cluster, namespace) == []
+
+
 async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
     cluster: Cluster, namespace: str, farm: Farm
 ) -> None:
@@ -196,11 +195,7 @@ async def test_a_rolloutjob_claims_warm_pods_and_delivers_each_group_once(
     assert any(name.startswith("pod/wc-pool-") for name in claimed), claimed
     _completed_and_deleted(cluster, namespace, "smoke")
     cluster.kubectl("-n", namespace, "delete", "envpools.envfarm.dev/wc-pool", "--timeout=120s")
-    cluster.kubectl(
-        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
-        check=False,
-    )
-    assert pods_in(cluster, namespace) == []
+    _no_pods_left(cluster, namespace)
 
 
 async def test_the_operator_and_the_worker_killed_mid_job_lose_nothing(
@@ -218,11 +213,7 @@ async def test_the_operator_and_the_worker_killed_mid_job_lose_nothing(
     farm.operator.start()
     await _delivered_once(farm, job_id)
     _completed_and_deleted(cluster, namespace, "faults")
-    cluster.kubectl(
-        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
-        check=False,
-    )
-    assert pods_in(cluster, namespace) == []
+    _no_pods_left(cluster, namespace)
 
 
 async def test_an_api_server_restarted_mid_job_loses_nothing(
@@ -239,8 +230,4 @@ async def test_an_api_server_restarted_mid_job_loses_nothing(
     await asyncio.to_thread(cluster.restart, "kube-apiserver")
     await _delivered_once(farm, job_id)
     _completed_and_deleted(cluster, namespace, "restart")
-    cluster.kubectl(
-        *("-n", namespace, "wait", "--for=delete", "pods", "--all", "--timeout=120s"),
-        check=False,
-    )
-    assert pods_in(cluster, namespace) == []
+    _no_pods_left(cluster, namespace)

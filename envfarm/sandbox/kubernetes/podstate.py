@@ -10,6 +10,7 @@ is, for a start that timed out and for a sandbox that died mid-episode.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from envfarm.errors import SandboxStartError
@@ -84,18 +85,43 @@ def start_verdict(pod: KubeObject | None) -> bool | None:
     if status.get("phase") in ("Failed", "Succeeded"):
         raise SandboxStartError(f"the environment pod ended before it was ready: {describe(pod)}")
     for entry in _statuses(pod):
-        state = entry.get("state") or {}
-        waiting = (state.get("waiting") or {}).get("reason")
-        if waiting in FATAL_WAITING:
-            image = entry.get("image", "")
-            raise SandboxStartError(
-                f"container {entry['name']!r} cannot start: {FATAL_WAITING[waiting]} "
-                f"({waiting}, image {image!r}): {state['waiting'].get('message', '')}".rstrip(": ")
-            )
+        _refuse_waiting(entry)
         init = entry["name"] in ("envfarm-helper", "envfarm-files")
-        ended = state.get("terminated")
+        ended = (entry.get("state") or {}).get("terminated")
         if ended is not None and not (init and ended.get("exitCode") == 0):
             raise SandboxStartError(f"the environment could not start: {_terminated(entry)}")
     if status.get("phase") == "Running" and _condition(pod, "Ready").get("status") == "True":
         return True
     return None
+
+
+def ephemeral_verdict(name: str) -> Callable[[KubeObject | None], bool | None]:
+    """``start_verdict`` for the ephemeral container ``name`` added to a running pod: True once
+    it runs; SandboxStartError when it cannot start, ended, or its pod went away."""
+
+    def verdict(pod: KubeObject | None) -> bool | None:
+        if pod is None or pod.get("metadata", {}).get("deletionTimestamp"):
+            raise SandboxStartError(f"the pod went away before {name!r} started: {describe(pod)}")
+        for entry in (pod.get("status") or {}).get("ephemeralContainerStatuses") or []:
+            if entry.get("name") != name:
+                continue
+            _refuse_waiting(entry)
+            state = entry.get("state") or {}
+            if "terminated" in state:
+                raise SandboxStartError(f"{_terminated(entry)} at its start")
+            return "running" in state or None
+        return None
+
+    return verdict
+
+
+def _refuse_waiting(entry: dict[str, Any]) -> None:
+    """SandboxStartError when the container waits for what will not come (its image...)."""
+    waiting = (entry.get("state") or {}).get("waiting") or {}
+    reason = waiting.get("reason")
+    if reason in FATAL_WAITING:
+        image = entry.get("image", "")
+        raise SandboxStartError(
+            f"container {entry['name']!r} cannot start: {FATAL_WAITING[reason]} "
+            f"({reason}, image {image!r}): {waiting.get('message', '')}".rstrip(": ")
+        )

@@ -38,11 +38,10 @@ from envfarm.sandbox.health import healthcheck_budget_s
 from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
 from envfarm.sandbox.kubernetes.podcontainers import HELPER_PATH, MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
-from envfarm.sandbox.kubernetes.podstate import describe, start_verdict
+from envfarm.sandbox.kubernetes.podstate import describe, ephemeral_verdict, start_verdict
 from envfarm.sandbox.kubernetes.verifier_pod import (
     VERIFIER_CONTAINER,
     verifier_container,
-    verifier_container_verdict,
     verifier_pod,
 )
 
@@ -241,7 +240,7 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
         budget = self.pods.config.start_timeout_s
         try:
             await self.pods.watch.wait(
-                self.namespace, self.name, verifier_container_verdict, budget
+                self.namespace, self.name, ephemeral_verdict(VERIFIER_CONTAINER), budget
             )
         except TimeoutError:
             raise SandboxStartError(

@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from envfarm.errors import SandboxStartError
 from envfarm.k8s.api import KubeObject
 from envfarm.sandbox.kubernetes.podcontainers import MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, label_value
@@ -33,7 +32,6 @@ from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, label_value
 FORK_SUFFIX = "-verifier"
 LABEL_VERIFIER_OF = "envfarm.dev/verifier-of"
 VERIFIER_CONTAINER = "envfarm-verifier"
-_CANNOT_START = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError")
 _NOT_EPHEMERAL = ("resources", "readinessProbe", "livenessProbe", "startupProbe", "ports")
 
 
@@ -61,30 +59,3 @@ def verifier_container(pod: KubeObject) -> dict[str, Any]:
     container = {k: v for k, v in copy.deepcopy(main).items() if k not in _NOT_EPHEMERAL}
     container["name"] = VERIFIER_CONTAINER
     return container
-
-
-def verifier_container_verdict(pod: KubeObject | None) -> bool | None:
-    """True once the verifier container runs; SandboxStartError when it cannot."""
-    if pod is None or pod.get("metadata", {}).get("deletionTimestamp"):
-        raise SandboxStartError("the environment pod went away before its verifier started")
-    for entry in (pod.get("status") or {}).get("ephemeralContainerStatuses") or []:
-        if entry.get("name") != VERIFIER_CONTAINER:
-            continue
-        state = entry.get("state") or {}
-        if "running" in state:
-            return True
-        if "terminated" in state:
-            ended = state["terminated"]
-            raise SandboxStartError(
-                f"the verifier container ended at its start ({ended.get('reason', 'exited')}, "
-                f"exit code {ended.get('exitCode')}): {ended.get('message', '')}".rstrip(": ")
-            )
-        reason = (state.get("waiting") or {}).get("reason")
-        if reason in (
-            "ErrImagePull",
-            "ImagePullBackOff",
-            "InvalidImageName",
-            "CreateContainerError",
-        ):
-            raise SandboxStartError(f"the verifier container cannot start: {reason}")
-    return None

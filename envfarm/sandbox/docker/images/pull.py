@@ -68,7 +68,7 @@ def pull_image(reference: str, *, stall_s: float = STALL_S) -> PullOutcome:
         known = _unreachable.get(registry)
     if known is not None:
         return PullOutcome(pulled=False, message=f"registry {registry} did not answer ({known})")
-    repository, tag = _split(reference)
+    repository, tag = split_reference(reference)
     try:
         client = docker.DockerClient.from_env(timeout=int(stall_s))
     except docker.errors.DockerException as exc:
@@ -97,7 +97,7 @@ def _failed(registry: str, message: str) -> PullOutcome:
     return PullOutcome(pulled=False, message=message)
 
 
-def _split(reference: str) -> tuple[str, str]:
+def split_reference(reference: str) -> tuple[str, str]:
     """``host:5000/a/b:1@sha256:..`` -> (``host:5000/a/b``, ``1@sha256:..`` or digest)."""
     if "@" in reference:
         name, digest = reference.split("@", 1)

@@ -20,6 +20,8 @@ import docker.errors
 from envfarm.errors import ImageError
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.images.build import BuildSpec, LogFn, run_build
+from envfarm.sandbox.docker.images.local import local_image
+from envfarm.sandbox.docker.images.pull import split_reference
 from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.sandboxd import BUILD_TIMEOUT_S, ensure_helper
 from envfarm.sandbox.images.helper import helper_key
@@ -28,7 +30,7 @@ from envfarm.sandbox.images.helper import helper_key
 async def helper_image(on_log: LogFn | None = None) -> str:
     """The local tag of an image holding the helper at ``/out/sandboxd``, built when missing."""
     tag = f"envfarm/sandboxd:{helper_key()}"
-    if await asyncio.to_thread(_exists, tag):
+    if await local_image(tag) is not None:
         return tag
     binary = await ensure_helper(on_log=on_log)
     base = await ensure_base_image(on_log=on_log)
@@ -55,18 +57,8 @@ async def push_as(local: str, remote: str) -> None:
     await asyncio.to_thread(_push_blocking, local, remote)
 
 
-def _exists(tag: str) -> bool:
-    try:
-        docker_client().images.get(tag)
-    except docker.errors.ImageNotFound:
-        return False
-    return True
-
-
 def _push_blocking(local: str, remote: str) -> None:
-    repository, _, tag = remote.rpartition(":")
-    if not repository or "/" in tag:
-        repository, tag = remote, "latest"
+    repository, tag = split_reference(remote)
     client = docker_client()
     try:
         client.images.get(local).tag(repository, tag)
