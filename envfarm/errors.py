@@ -26,6 +26,9 @@
         JobNotFound        no job has that id
         UnknownTask        a job names a task the server does not know
         InvalidJobState    the job's state does not allow it (e.g. resuming a cancelled job)
+        SessionCapacity    every episode slot is taken: a step-API session must wait
+      SessionAbandoned     a step-API session's trainer left before submitting (never graded)
+      SessionEnded         an action arrived after a step-API session had ended
 
 Foreign errors (docker, aiohttp, OS) are translated into this tree once, at the module that
 wraps the foreign library, with ``raise ... from exc``. Above that boundary only these types
@@ -164,6 +167,19 @@ class UnknownTask(JobError):
 
 class InvalidJobState(JobError):
     pass
+
+
+class SessionCapacity(JobError):
+    """Every episode slot of the server is taken: a new driven session must wait."""
+
+
+class SessionAbandoned(EnvfarmError):
+    """A step-API session's trainer left before submitting (its connection closed, or it was
+    idle too long). Neither envfarm's fault nor the model's: recorded, never graded."""
+
+
+class SessionEnded(EnvfarmError):
+    """An action arrived after the session's agent phase had ended."""
 
 
 class KubeError(EnvfarmError):

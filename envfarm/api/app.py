@@ -17,9 +17,12 @@ import envfarm
 from envfarm.api.browser import install_browser_routes
 from envfarm.api.guards import OPEN_PATHS, Guard
 from envfarm.api.metrics import Metrics
+from envfarm.api.openenv import DEFAULT_IDLE_S
+from envfarm.api.openenv import router as openenv_router
 from envfarm.api.problems import PROBLEM_CONTENT, Problem, install_problem_handlers
 from envfarm.api.routes import router
 from envfarm.api.service import JobService
+from envfarm.controller.sessions import Sessions
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_KEEPALIVE_S = 15.0
@@ -39,8 +42,12 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    sessions: Sessions | None = None,
+    session_idle_s: float = DEFAULT_IDLE_S,
 ) -> FastAPI:
-    """The API app. ``keepalive_s``: seconds between SSE keepalive comments."""
+    """The API app. ``keepalive_s``: seconds between SSE keepalive comments; ``sessions``:
+    the step API's (``api/openenv.py``; None: it answers that this server runs no episodes),
+    whose sessions are abandoned after ``session_idle_s`` without a message."""
     app = FastAPI(
         title="envfarm",
         version=envfarm.__version__,
@@ -50,9 +57,11 @@ def create_app(
     )
     app.state.service = controller
     app.state.keepalive_s = keepalive_s
+    app.state.sessions, app.state.session_idle_s = sessions, session_idle_s
     registry = Metrics()
     install_problem_handlers(app)
     app.include_router(router)
+    app.include_router(openenv_router)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

@@ -45,12 +45,27 @@ class Guard:
         self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        in_path = _path_token(scope)
+        if in_path is not None and (
+            self.token is None or not secrets.compare_digest(in_path, self.token)
+        ):
+            await _refuse(scope, receive, send, "the token in the path is wrong")
+            return
         path = scope["path"]
-        if self.token is not None and not self._open(path) and not self._cookie_ok(scope, headers):
+        if scope["type"] == "websocket":
+            if in_path is None and self.token is not None:
+                authorization = headers.get(b"authorization")
+                if self._refusal(authorization) is not None:
+                    await _refuse(scope, receive, send, "this endpoint needs a token")
+                    return
+            await self.app(scope, receive, send)
+            return
+        authorized = in_path is not None or self._open(path) or self._cookie_ok(scope, headers)
+        if self.token is not None and not authorized:
             authorization = headers.get(b"authorization")
             refusal = self._refusal(authorization)
             if refusal is not None:
@@ -109,6 +124,37 @@ class Guard:
             return message
 
         return counted
+
+
+PATH_TOKEN_PREFIX = "/v1/openenv/"
+"""Under this prefix the token may be a path segment (``/v1/openenv/TOKEN/ws``): OpenEnv's
+client appends ``/ws`` to its base URL and sends no headers (docs/trainers.md)."""
+
+
+def _path_token(scope: Scope) -> bytes | None:
+    """The token segment of a step-API path, cut out of the scope in place (its path and the
+    raw path the server logs), so the token reaches neither the routes nor any log line."""
+    path: str = scope["path"]
+    if not path.startswith(PATH_TOKEN_PREFIX):
+        return None
+    segment, slash, rest = path[len(PATH_TOKEN_PREFIX) :].partition("/")
+    if not slash or not segment:
+        return None
+    scope["path"] = PATH_TOKEN_PREFIX + rest
+    scope["raw_path"] = scope["path"].encode()
+    return unquote(segment).encode()
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, detail: str) -> None:
+    """401 for HTTP; a WebSocket handshake is closed before it is accepted (HTTP 403)."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008, "reason": detail})
+        return
+    challenge = 'Bearer realm="envfarm", error="invalid_token"'
+    response = problem_response(
+        problem(401, "unauthorized", detail), {"WWW-Authenticate": challenge}
+    )
+    await response(scope, receive, send)
 
 
 def _cookie_page(scope: Scope) -> bool:

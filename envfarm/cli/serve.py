@@ -29,6 +29,7 @@ from envfarm.cli.options import command_settings, offline_option, verifier_netwo
 from envfarm.cli.render import console
 from envfarm.controller.assembly import open_backend
 from envfarm.controller.service import Controller, open_controller
+from envfarm.controller.sessions import Sessions
 from envfarm.controller.summary import EXIT_BAD_INPUT
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
@@ -93,6 +94,16 @@ def controller_options(command: F) -> F:
 @click.option("--max-body-bytes", type=click.IntRange(min=1024), default=DEFAULT_MAX_BODY_BYTES,
               show_default=True, help="Larger request bodies get 413.")  # fmt: skip
 @click.option("--access-log", is_flag=True, help="Log every HTTP request.")
+@click.option(
+    "--session-idle",
+    "session_idle_s",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A step-API session (/v1/openenv, docs/trainers.md) with no message for this "
+    "long is abandoned: its sandbox is removed, its episode recorded ungraded.",
+)
 @controller_options
 def serve(
     host: str,
@@ -101,6 +112,7 @@ def serve(
     worker: bool,
     max_body_bytes: int,
     access_log: bool,
+    session_idle_s: float,
     db: str | None,
     data_dir: Path | None,
     tasks_dir: Path,
@@ -120,7 +132,14 @@ def serve(
     async def main(stopping: asyncio.Event) -> None:
         work = (concurrency, warm_pool) if worker else None
         async with _controller(url, tasks, data_dir, settings, work) as controller:
-            app = create_app(controller, token=token, max_body_bytes=max_body_bytes)
+            sessions = Sessions(controller.worker, tasks) if controller.worker else None
+            app = create_app(
+                controller,
+                token=token,
+                max_body_bytes=max_body_bytes,
+                sessions=sessions,
+                session_idle_s=session_idle_s,
+            )
             server = ApiServer(app, host, port, access_log=access_log)
             await server.start()
             mode = f"worker: {concurrency} at once" if worker else "no worker"

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Protocol
 
 import envfarm
+from envfarm.agent.driven import Driver
 from envfarm.agent.extra_tools import ExtraTools
-from envfarm.agent.loop import Agent, AgentLimits
+from envfarm.agent.loop import Agent, AgentLimits, AgentRun
 from envfarm.agent.mcp_tools import McpTools
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.installed_agents import AgentLayers, run_agent
@@ -27,11 +28,11 @@ from envfarm.controller.phases import error_info, phase
 from envfarm.controller.planning import Planner, write_plan
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.training_data import settle_training_data
-from envfarm.errors import EnvfarmError, RequestRejected
+from envfarm.errors import EnvfarmError, RequestRejected, SessionAbandoned
 from envfarm.grading.base import Grader
 from envfarm.grading.rubric.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
-from envfarm.models.trajectory import AgentOutcome, Provenance, Reward, Trajectory
+from envfarm.models.trajectory import AgentInfo, AgentOutcome, Provenance, Reward, Trajectory
 from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
@@ -55,6 +56,8 @@ class EpisodeRequest:
     attempt: int = 0
     seed: int | None = None
     build_error: EnvfarmError | None = None
+    driver: Driver | None = None
+    """A trainer's loop sends the agent's actions (``agent/driven.py``), not a policy."""
 
 
 class EpisodeWatcher(Protocol):
@@ -214,13 +217,19 @@ class EpisodeRunner:
                 await self._installed(request, plan, sandbox, traj)
             else:
                 servers = plan.agent.mcp_servers
+                instruction = task.instruction + mcp_section(servers)
                 async with McpTools(servers, sandbox) as mcp:
-                    agent = self._agent(task, plan, sandbox, request, mcp)
-                    try:
-                        run = await agent.run(task.instruction + mcp_section(servers))
-                    except RequestRejected:
-                        keep_partial_session(traj, agent)
-                        raise
+                    if request.driver is not None:
+                        run = await self._driven(
+                            request.driver, instruction, task, plan, sandbox, traj, mcp
+                        )
+                    else:
+                        agent = self._agent(task, plan, sandbox, request, mcp)
+                        try:
+                            run = await agent.run(instruction)
+                        except RequestRejected:
+                            keep_partial_session(traj, agent)
+                            raise
                 traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
                 traj.segments = run.segments
         if traj.error:
@@ -253,22 +262,44 @@ class EpisodeRunner:
         request: EpisodeRequest,
         extra_tools: ExtraTools | None = None,
     ) -> Agent:
-        agent = plan.agent
-        env = dict(task.config.solution.env) if self.policy.needs_solution else {}
         return Agent(
             # one endpoint per episode: prefix-cache hits
             self.policy.client.session(request.episode_id),
             sandbox,
-            limits=AgentLimits(
-                max_turns=agent.max_turns,
-                timeout_s=agent.timeout_s,
-                command_timeout_s=agent.command_timeout_s,
-                context_budget=agent.context_budget,
-            ),
-            tools=ToolContext(workdir=agent.workdir, user=agent.user, env=env),
+            limits=_limits(plan),
+            tools=self._tool_context(task, plan),
             sampling=self._sampling(request.seed),
             extra_tools=extra_tools,
         )
+
+    async def _driven(
+        self,
+        driver: Driver,
+        instruction: str,
+        task: Task,
+        plan: EpisodePlan,
+        sandbox: Sandbox,
+        traj: Trajectory,
+        extra_tools: ExtraTools,
+    ) -> AgentRun:
+        traj.agent = AgentInfo(name=DRIVEN_AGENT)
+        try:
+            return await driver.drive(
+                sandbox,
+                instruction,
+                limits=_limits(plan),
+                tools=self._tool_context(task, plan),
+                extra_tools=extra_tools,
+            )
+        except SessionAbandoned:
+            if driver.partial is not None:
+                traj.messages, traj.turns = driver.partial.messages, driver.partial.turns
+                traj.outcome = driver.partial.outcome
+            raise
+
+    def _tool_context(self, task: Task, plan: EpisodePlan) -> ToolContext:
+        env = dict(task.config.solution.env) if self.policy.needs_solution else {}
+        return ToolContext(workdir=plan.agent.workdir, user=plan.agent.user, env=env)
 
     def _sampling(self, seed: int | None) -> SamplingParams:
         return self.sampling if seed is None else self.sampling.model_copy(update={"seed": seed})
@@ -305,6 +336,19 @@ class EpisodeRunner:
             ),
         )
 
+
+def _limits(plan: EpisodePlan) -> AgentLimits:
+    agent = plan.agent
+    return AgentLimits(
+        max_turns=agent.max_turns,
+        timeout_s=agent.timeout_s,
+        command_timeout_s=agent.command_timeout_s,
+        context_budget=agent.context_budget,
+    )
+
+
+DRIVEN_AGENT = "driven"
+"""``trajectory.agent.name`` of an episode whose actions a trainer's loop sent."""
 
 PROCESSES_RECLAIMED = "excess:processes_reclaimed"
 """The agent left the sandbox out of processes; what it left running was killed before

@@ -68,6 +68,18 @@ class ImageBuilds:
         """Content hashes whose episodes may run."""
         return list(self._settled)
 
+    async def wait(self, task: Task) -> tuple[PreparedImage | None, EnvfarmError | None]:
+        """``task``'s image once it is settled, building it first if need be."""
+        key = task.content_hash
+        while key not in self._settled:
+            self.want(task)
+            build = self._builds.get(key)
+            if build is not None:
+                await asyncio.shield(build)
+            else:  # a failed build waits out its retry delay
+                await asyncio.sleep(min(self.retry_s, 1.0))
+        return self._settled[key]
+
     def get(self, task_hash: str) -> tuple[PreparedImage | None, EnvfarmError | None]:
         return self._settled[task_hash]
 

@@ -17,9 +17,10 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from envfarm.controller.versions import PolicyVersionBoard
+from envfarm.errors import PolicyConfigError
 from envfarm.grading.rubric.judges import RubricJudge
 from envfarm.models.jobs import JobPolicy, JudgeRequest
-from envfarm.policy.base import PolicyClient
+from envfarm.policy.base import Completion, PolicyClient, SamplingParams
 from envfarm.policy.builtin import BUILTIN_POLICIES, builtin_responder
 from envfarm.policy.endpoints import EndpointSpec, PoolSettings
 from envfarm.policy.openai import OpenAIPolicy
@@ -71,7 +72,8 @@ class PolicySpec(JobPolicy):
 
     @property
     def model_name(self) -> str:
-        return self.model or (self.base_url if self.builtin else "default")
+        named = self.builtin or self.base_url == DRIVEN_POLICY
+        return self.model or (self.base_url if named else "default")
 
 
 def policy_fields(values: Sequence[str]) -> dict[str, Any]:
@@ -114,10 +116,27 @@ class ResolvedPolicy:
     """The versions the trainer published (None in CLI runs): orders ``policy_versions``."""
 
 
+DRIVEN_POLICY = "driven"
+"""The policy of a driven session's job: its trainer sends the actions (``agent/driven.py``).
+Only the step API opens such jobs; ``POST /v1/jobs`` refuses it."""
+
+
+class DrivenPolicy(PolicyClient):
+    """Nothing to ask: a driven episode never calls its policy."""
+
+    async def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], sampling: SamplingParams
+    ) -> Completion:
+        raise PolicyConfigError("a driven session's actions come from its trainer, not a policy")
+
+
 @asynccontextmanager
 async def open_policy(
     spec: PolicySpec, versions: PolicyVersionBoard | None = None
 ) -> AsyncIterator[ResolvedPolicy]:
+    if spec.base_url == DRIVEN_POLICY:
+        yield ResolvedPolicy(DrivenPolicy(), DRIVEN_POLICY, spec.model_name, False, versions)
+        return
     if spec.builtin:
         name = spec.base_url
         async with PolicyServer(builtin_responder(name), model_names=[name]) as srv:

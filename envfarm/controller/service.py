@@ -21,6 +21,7 @@ from envfarm.controller.episode import EpisodeRunner
 from envfarm.controller.groups import finalize_group
 from envfarm.controller.metrics import MetricsSnapshot
 from envfarm.controller.planning import Planner
+from envfarm.controller.policies import DRIVEN_POLICY
 from envfarm.controller.versions import PolicyVersionBoard
 from envfarm.controller.worker import RunnerFactory, Worker, WorkerConfig, WorkerEvents
 from envfarm.errors import EnvfarmError, JobError, UnknownTask
@@ -51,6 +52,12 @@ class Controller:
 
     async def submit(self, request: JobRequest) -> str:
         self._check_runtime(request.runtime)
+        if request.policy.base_url == DRIVEN_POLICY:
+            raise JobError(
+                f"policy {DRIVEN_POLICY!r} belongs to the step API's sessions (docs/trainers.md); "
+                "a job needs a policy that samples: oracle, nop or an endpoint URL",
+                field="policy.base_url",
+            )
         for index, task_id in enumerate(request.tasks):
             if task_id not in self._tasks:
                 raise UnknownTask(

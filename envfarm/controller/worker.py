@@ -28,15 +28,22 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 import envfarm
+from envfarm.agent.driven import Driver
 from envfarm.controller.admission import Admission
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.images import BUILD_RETRY_S, ImageBuilds
 from envfarm.controller.metrics import WorkerMetrics
-from envfarm.controller.phases import error_info
+from envfarm.controller.phases import Phase, error_info
 from envfarm.controller.planning import Planner
 from envfarm.controller.record_batch import RecordBatcher
 from envfarm.controller.versions import PolicyVersionBoard
-from envfarm.errors import EnvfarmError, StoreError
+from envfarm.errors import (
+    EnvfarmError,
+    SessionAbandoned,
+    SessionCapacity,
+    SessionEnded,
+    StoreError,
+)
 from envfarm.models.jobs import JobRequest, TaskKey
 from envfarm.models.trajectory import Provenance, Reward, Trajectory
 from envfarm.processes import host_name, pid_alive
@@ -128,6 +135,8 @@ class Worker:
         self._open_jobs: dict[str, _OpenJob] = {}
         self._open_job_locks: dict[str, asyncio.Lock] = {}
         self._renewed = 0.0
+        self._reserved = 0
+        """Slots held by driven sessions whose episode is about to start."""
 
     def wake(self) -> None:
         """Look for work now rather than at the next poll (a job was submitted or resumed)."""
@@ -174,7 +183,7 @@ class Worker:
         stand."""
         if time.monotonic() - self._renewed > self.config.lease_s / 3:
             await self._heartbeat()
-        free = self.config.concurrency - len(self._running)
+        free = self.config.concurrency - len(self._running) - self._reserved
         if free <= 0:
             return
         work = await self.store.open_work()
@@ -222,29 +231,58 @@ class Worker:
             if version is not None and version != self.board.current:
                 self.board.publish(version)
 
-    async def _episode(self, lease: Lease) -> None:
+    async def drive(self, task: Task, request: JobRequest, driver: Driver) -> Lease:
+        """Start a driven session's episode (``controller/sessions.py``) as one of this
+        worker's own: it holds a slot of ``concurrency``, its lease is renewed with the others,
+        and its trajectory is recorded like any other (``driver.finished`` gets it).
+        ``SessionCapacity`` when every slot is taken; the task's build error if it has one."""
+        if len(self._running) + self._reserved >= self.config.concurrency:
+            raise SessionCapacity(
+                f"all {self.config.concurrency} episode slots of this server are in use"
+            )
+        self._reserved += 1
+        try:
+            _, error = await self._images.wait(task)
+            if error is not None:
+                raise error
+            lease = await self.store.create_leased_job(
+                request, {task.id: task.content_hash}, self.id, self.config.lease_s
+            )
+            running = asyncio.create_task(self._episode(lease, driver))
+            self._running[lease.episode_id] = (lease, running)
+        finally:
+            self._reserved -= 1
+        return lease
+
+    async def _episode(self, lease: Lease, driver: Driver | None = None) -> None:
         try:
             job = await self._open_job(lease.job_id)
             job.running += 1
             try:
-                await self._run_attempt(lease, job)
+                await self._run_attempt(lease, job, driver)
             finally:
                 job.running -= 1
         except asyncio.CancelledError:
             with contextlib.suppress(EnvfarmError):
-                await asyncio.shield(self.store.release(self.id, [lease.episode_id]))
+                if driver is None:
+                    await asyncio.shield(self.store.release(self.id, [lease.episode_id]))
+                else:  # a session is never run again without its trainer
+                    stopped = SessionAbandoned("the server stopped the session")
+                    await asyncio.shield(self._failed(lease, stopped, driver, "agent"))
             raise
         except Exception as exc:
             try:
-                await self._failed(lease, exc)
+                await self._failed(lease, exc, driver)
             except EnvfarmError as unrecorded:
                 log.warning("episode %s: %s (%s); its lease will expire and it will be retried",
                             lease.episode_id, exc, unrecorded)  # fmt: skip
         finally:
             self._running.pop(lease.episode_id, None)
+            if driver is not None and not driver.finished.done():
+                driver.finished.set_exception(SessionEnded("the session's episode was lost"))
             self.wake()
 
-    async def _run_attempt(self, lease: Lease, job: _OpenJob) -> None:
+    async def _run_attempt(self, lease: Lease, job: _OpenJob, driver: Driver | None) -> None:
         task = self.tasks[lease.task_id]
         image, error = self._images.get(lease.task_hash)
         request = EpisodeRequest(
@@ -256,6 +294,7 @@ class Worker:
             attempt=lease.attempt,
             seed=lease.seed,
             build_error=error,
+            driver=driver,
         )
         environment = task.config.environment
         admitted = (
@@ -265,13 +304,17 @@ class Worker:
         )
         async with self.slots or contextlib.nullcontext(), admitted:
             trajectory = await job.runner.run(request)
-        await self._finish(lease, trajectory, job.request.max_retries)
+        await self._finish(lease, trajectory, job.request.max_retries, driver)
 
-    async def _finish(self, lease: Lease, trajectory: Trajectory, max_retries: int) -> None:
+    async def _finish(
+        self, lease: Lease, trajectory: Trajectory, max_retries: int, driver: Driver | None
+    ) -> None:
         """Record the attempt (final unless a retryable fault has retries left), then tell."""
         error = trajectory.error
         final = error is None or not error.retryable or lease.attempt >= max_retries
         recorded = await self._record(trajectory, final)
+        if driver is not None and not driver.finished.done():
+            driver.finished.set_result(trajectory)
         self.metrics.attempt(trajectory, final)
         if recorded.status == "lost":
             log.warning(
@@ -290,11 +333,17 @@ class Worker:
         except Exception:  # a shell's callback failing must not undo a recorded result
             log.exception("episode %s: a progress callback failed", lease.episode_id)
 
-    async def _failed(self, lease: Lease, exc: Exception) -> None:
+    async def _failed(
+        self,
+        lease: Lease,
+        exc: Exception,
+        driver: Driver | None = None,
+        at: Phase = "provision",
+    ) -> None:
         """An attempt that failed before its runner could say why (the job's policy or judge
         could not be opened, an unexpected error) is recorded with the real reason, rather
         than left to expire as a lost worker."""
-        info = error_info(exc, "provision")
+        info = error_info(exc, at)
         trajectory = Trajectory(
             trajectory_id=f"{lease.episode_id}-a{lease.attempt}",
             episode_id=lease.episode_id,
@@ -302,14 +351,14 @@ class Worker:
             group_id=lease.group_id,
             task_id=lease.task_id,
             attempt=lease.attempt,
-            reward=Reward(reason=f"provision failed: {info.message}"),
+            reward=Reward(reason=f"{at} failed: {info.message}"),
             error=info,
             provenance=Provenance(
                 task_hash=lease.task_hash, envfarm_version=envfarm.__version__, seed=lease.seed
             ),
         )
         request = await self.store.job_request(lease.job_id)
-        await self._finish(lease, trajectory, request.max_retries)
+        await self._finish(lease, trajectory, request.max_retries, driver)
 
     async def _record(self, trajectory: Trajectory, final: bool) -> Recorded:
         """Record a result, riding out a short store outage (the lease is renewed meanwhile)."""

@@ -223,6 +223,26 @@ def _take(
     )
 
 
+def take_job(conn: Connection, job_id: str, worker: str, expires: float) -> Lease:
+    """The first episode of a job created in this transaction, leased to ``worker``: a driven
+    session's job (``controller/sessions.py``) is never visible to other workers as queued."""
+    seqs, current = version_seqs(conn)
+    candidate = (
+        conn.execute(
+            select(episodes.c.id, episodes.c.group_id, groups.c.state.label("group_state"))
+            .join(groups, groups.c.id == episodes.c.group_id)
+            .where(episodes.c.job_id == job_id)
+            .order_by(episodes.c.seq)
+            .limit(1)
+        )
+        .mappings()
+        .one()
+    )
+    taken = _take(conn, candidate, worker, expires, None, current, seqs)
+    assert taken is not None  # the job is this transaction's own
+    return taken
+
+
 def renew(conn: Connection, worker: str, episode_ids: Collection[str], lease_s: float) -> set[str]:
     """Extend ``worker``'s leases; returns the ids it no longer holds."""
     if not episode_ids:

@@ -105,6 +105,21 @@ class Store:
             lambda conn: job_control.create(conn, job_id, request, task_hashes)
         )
 
+    async def create_leased_job(
+        self, request: JobRequest, task_hashes: dict[str, str], worker: str, lease_s: float
+    ) -> ls.Lease:
+        """A job whose first episode is leased to ``worker`` as it is created (one transaction),
+        so no other worker can take it: a driven session's job."""
+        job_id = f"job-{uuid.uuid4().hex[:12]}"
+
+        def create(conn: Connection) -> ls.Lease:
+            job_control.create(conn, job_id, request, task_hashes)
+            lease = ls.take_job(conn, job_id, worker, time.time() + lease_s)
+            job_control.mark_running(conn, {job_id})
+            return lease
+
+        return await self.transaction(create)
+
     async def job(self, job_id: str) -> JobView:
         return await self.transaction(lambda conn: job_view(conn, job_row(conn, job_id)))
 
