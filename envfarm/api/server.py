@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Generator
 from types import TracebackType
@@ -57,6 +58,9 @@ class ApiServer:
             access_log=access_log,
             timeout_graceful_shutdown=graceful_s,
         )
+        if access_log:  # uvicorn's loggers take ``log_level``; requests are logged at INFO
+            for name in ("uvicorn.access", "uvicorn.error"):  # WebSocket handshakes: .error
+                logging.getLogger(name).setLevel(logging.INFO)
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
 
