@@ -11,7 +11,6 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,6 +20,7 @@ from openenv.core import GenericEnvClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from envfarm.integrations.trl_environment import EnvfarmEnvironment
 from envfarm.sandbox.docker.labels import LABEL_RUN
 from envfarm.store.store import Store
 from tests.conftest import REPO
@@ -76,8 +76,10 @@ async def recorded(server: ServeProcess, job_id: str) -> dict[str, Any]:
 async def gone(job_id: str) -> list[str]:
     """The job's containers, after giving a background teardown its time."""
     deadline = time.monotonic() + 60
-    while (left := containers(job_id)) and time.monotonic() < deadline:
+    left = containers(job_id)
+    while left and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
+        left = containers(job_id)
     return left
 
 
@@ -182,8 +184,8 @@ async def test_an_abandoned_session_is_reclaimed_and_recorded_ungraded(
     ws = await connect(ws_url(server, f"/v1/openenv/{TOKEN}/ws"))
     await ws.send(json.dumps({"type": "reset", "data": {"task": "word-count-cli"}}))
     dropped_job = json.loads(await ws.recv())["data"]["observation"]["job_id"]
-    await ws.send(json.dumps({"type": "step", "data": {"tool": "bash",
-                                                       "arguments": {"command": "echo hi"}}}))  # fmt: skip
+    echo = {"tool": "bash", "arguments": {"command": "echo hi"}}
+    await ws.send(json.dumps({"type": "step", "data": echo}))
     await ws.recv()
     await ws.close()  # without a close message: the trainer went away
 
@@ -215,3 +217,26 @@ async def test_sessions_count_against_the_servers_concurrency(server: ServeProce
         await one.send(json.dumps({"type": "close"}))
     assert [a["type"] for a in answers] == ["observation", "observation", "error"]
     assert answers[2]["data"]["code"] == "CAPACITY_REACHED"
+
+
+def trl_rollout(server: ServeProcess, solve: str | None) -> tuple[str, str, float | None]:
+    """One rollout as TRL's GRPOTrainer drives an ``environment_factory`` instance."""
+    env = EnvfarmEnvironment(server.url, token=TOKEN)
+    try:
+        instruction = env.reset(task="word-count-cli", prompt=[{"role": "user", "content": "x"}])
+        output = env.bash(solve) if solve is not None else env.read_file("missing.txt")
+        return instruction, output, env.get_reward()
+    finally:
+        env.close()
+
+
+async def test_the_trl_environment_class_runs_tools_and_grades(server: ServeProcess) -> None:
+    solve = (TASK / "solution" / "solve.sh").read_text()
+    instruction, output, solved = await asyncio.to_thread(trl_rollout, server, solve)
+    _, missing, unsolved = await asyncio.to_thread(trl_rollout, server, None)
+    assert "/app/wc.py" in instruction
+    assert output.endswith("[exit code: 0]")
+    assert solved == 1.0
+    assert "no such file: /app/missing.txt" in missing
+    assert unsolved is not None
+    assert unsolved < 1.0
