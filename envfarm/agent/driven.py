@@ -51,7 +51,9 @@ class Driver:
 
     opened: asyncio.Future[Opening] = field(default_factory=asyncio.Future)
     finished: asyncio.Future[Trajectory] = field(default_factory=asyncio.Future)
-    """The episode's trajectory once it is recorded (graded, or abandoned)."""
+    """The episode's trajectory once it is recorded (graded, or abandoned) and its slot free."""
+    trajectory: Trajectory | None = None
+    """The recorded trajectory, before ``finished`` is set."""
     _actions: asyncio.Queue[_Action | EnvfarmError] = field(default_factory=asyncio.Queue)
     partial: AgentRun | None = None
     """The actions taken before the session was abandoned, for the record."""

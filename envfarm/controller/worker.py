@@ -56,6 +56,8 @@ from envfarm.store.views import is_terminal
 
 log = logging.getLogger(__name__)
 RECORD_RETRY_MAX_S = 16.0
+SLOT_WAIT_S = 10.0
+"""How long a driven session's reset waits for a slot before it is refused."""
 
 RunnerFactory = Callable[
     [str, JobRequest, PolicyVersionBoard], AbstractAsyncContextManager[EpisodeRunner]
@@ -136,6 +138,8 @@ class Worker:
         self._open_job_locks: dict[str, asyncio.Lock] = {}
         self._renewed = 0.0
         self._reserved = 0
+        self._freed = asyncio.Event()
+        """Set (and replaced) whenever an episode gives its slot back."""
         """Slots held by driven sessions whose episode is about to start."""
 
     def wake(self) -> None:
@@ -236,10 +240,7 @@ class Worker:
         worker's own: it holds a slot of ``concurrency``, its lease is renewed with the others,
         and its trajectory is recorded like any other (``driver.finished`` gets it).
         ``SessionCapacity`` when every slot is taken; the task's build error if it has one."""
-        if len(self._running) + self._reserved >= self.config.concurrency:
-            raise SessionCapacity(
-                f"all {self.config.concurrency} episode slots of this server are in use"
-            )
+        await self._slot(SLOT_WAIT_S)
         self._reserved += 1
         try:
             _, error = await self._images.wait(task)
@@ -253,6 +254,17 @@ class Worker:
         finally:
             self._reserved -= 1
         return lease
+
+    async def _slot(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for a free slot (a session just ended may still hold one)."""
+        try:
+            async with asyncio.timeout(wait_s):
+                while len(self._running) + self._reserved >= self.config.concurrency:
+                    await self._freed.wait()
+        except TimeoutError:
+            raise SessionCapacity(
+                f"all {self.config.concurrency} episode slots of this server are in use"
+            ) from None
 
     async def _episode(self, lease: Lease, driver: Driver | None = None) -> None:
         try:
@@ -278,8 +290,13 @@ class Worker:
                             lease.episode_id, exc, unrecorded)  # fmt: skip
         finally:
             self._running.pop(lease.episode_id, None)
+            self._freed.set()
+            self._freed = asyncio.Event()
             if driver is not None and not driver.finished.done():
-                driver.finished.set_exception(SessionEnded("the session's episode was lost"))
+                if driver.trajectory is not None:  # its slot is free by the time it answers
+                    driver.finished.set_result(driver.trajectory)
+                else:
+                    driver.finished.set_exception(SessionEnded("the session's episode was lost"))
             self.wake()
 
     async def _run_attempt(self, lease: Lease, job: _OpenJob, driver: Driver | None) -> None:
@@ -313,8 +330,8 @@ class Worker:
         error = trajectory.error
         final = error is None or not error.retryable or lease.attempt >= max_retries
         recorded = await self._record(trajectory, final)
-        if driver is not None and not driver.finished.done():
-            driver.finished.set_result(trajectory)
+        if driver is not None:
+            driver.trajectory = trajectory
         self.metrics.attempt(trajectory, final)
         if recorded.status == "lost":
             log.warning(
