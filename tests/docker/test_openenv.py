@@ -29,7 +29,7 @@ from tests.integration.serve_process import ServeProcess
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TOKEN = "step-api-secret-7c1f"
 TASK = REPO / "tasks" / "word-count-cli"
-IDLE_S = 4
+IDLE_S = 15  # longer than a reset waits for a slot (10 s)
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,15 @@ async def test_an_openenv_client_solves_the_task_and_an_empty_session_does_not(
         "bash", "read_file", "submit"
     ]  # fmt: skip
     assert trajectory["messages"][0]["content"] == opened.observation["instruction"]
+    viewer = f"{server.url}/ui/runs/{solved_job}/t/{trajectory['trajectory_id']}"
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+        http.get(viewer) as page,
+    ):
+        html = await page.text()
+        assert page.status == 200, html
+    assert "bash" in html
+    assert "driven" in html
     empty_trajectory = await recorded(server, empty.observation["job_id"])
     assert empty_trajectory["provenance"]["seed"] == 3
     assert await gone(solved_job) == []
@@ -192,7 +201,7 @@ async def test_an_abandoned_session_is_reclaimed_and_recorded_ungraded(
     async with connect(ws_url(server, f"/v1/openenv/{TOKEN}/ws")) as idle:
         await idle.send(json.dumps({"type": "reset", "data": {"task": "word-count-cli"}}))
         idle_job = json.loads(await idle.recv())["data"]["observation"]["job_id"]
-        notice = json.loads(await asyncio.wait_for(idle.recv(), IDLE_S * 10))
+        notice = json.loads(await asyncio.wait_for(idle.recv(), IDLE_S * 4))
     dropped = await recorded(server, dropped_job)
     idled = await recorded(server, idle_job)
     for trajectory in (dropped, idled):
