@@ -11,6 +11,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -249,3 +250,33 @@ async def test_the_trl_environment_class_runs_tools_and_grades(server: ServeProc
     assert "no such file: /app/missing.txt" in missing
     assert unsolved is not None
     assert unsolved < 1.0
+
+
+async def test_a_new_reset_abandons_the_unfinished_episode(server: ServeProcess) -> None:
+    async with connect(ws_url(server, f"/v1/openenv/{TOKEN}/ws")) as ws:
+        jobs = []
+        for _ in range(2):
+            await ws.send(json.dumps({"type": "reset", "data": {"task": "word-count-cli"}}))
+            jobs.append(json.loads(await ws.recv())["data"]["observation"]["job_id"])
+        await ws.send(json.dumps({"type": "close"}))
+    first, second = [await recorded(server, job) for job in jobs]
+    assert first["error"]["type"] == "SessionAbandoned"
+    assert "reset before submit" in first["error"]["message"]
+    assert "closed before submit" in second["error"]["message"]
+
+
+async def test_a_server_stopped_under_a_session_records_it_ungraded(tmp_path: Path) -> None:
+    shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
+    server = ServeProcess(tmp_path, "--tasks", "tasks", "--data-dir", "data", token=TOKEN).start()
+    try:
+        ws = await connect(ws_url(server, f"/v1/openenv/{TOKEN}/ws"))
+        await ws.send(json.dumps({"type": "reset", "data": {"task": "word-count-cli"}}))
+        job_id = json.loads(await ws.recv())["data"]["observation"]["job_id"]
+    finally:
+        code = await asyncio.to_thread(server.stop)
+    await ws.close()
+    assert code == 0, server.output()
+    trajectory = await recorded(server, job_id)
+    assert trajectory["error"]["type"] == "SessionAbandoned"
+    assert trajectory["reward"]["valid"] is False
+    assert containers(job_id) == []
