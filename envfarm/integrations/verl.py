@@ -1,0 +1,216 @@
+"""verl: an agent loop whose episodes envfarm runs, returning verl's ``AgentLoopOutput``.
+
+verl calls ``run(sampling_params, **row)`` once per rollout of a dataset row (``rollout.n`` times
+per prompt, the copies sharing the row's ``uid``). ``EnvfarmAgentLoop`` makes those ``n`` calls
+one envfarm group: the first call for a ``uid`` submits a job of the row's task with
+``group_size = rollout.n`` (the other calls of that ``uid`` in this worker wait for it), and
+each call takes the next trajectory of the group. The row names its task in a ``task_id``
+column or in ``extra_info.task_id``. verl computes the GRPO advantage itself, over ``uid``, from
+``reward_score``, which is the raw graded reward. Register it through verl's
+``rollout.agent.agent_loop_config_path`` (docs/trainers.md); the entry's other keys (``url``,
+``job``, ``token``, ...) come to ``__init__``.
+
+The mapping, without re-tokenizing (``envfarm.integrations.episodes``): ``prompt_ids`` the first
+turn's prompt, ``response_ids`` everything after it (completions, tool output, template glue),
+``response_mask`` 1 on sampled tokens, ``response_logprobs`` the sampling logprobs,
+``routed_experts`` the last turn's routing as a ``(tokens, layers, top_k)`` array, cut as verl
+cuts its own, ``num_turns`` the chat messages but the system prompt, and ``extra_fields``
+``min_global_steps``/``max_global_steps`` (the policy versions behind the trajectory, which verl
+reads for its staleness metrics). Prompt and response are cut to ``rollout.prompt_length`` and
+``response_length`` the way verl's own loops cut them.
+
+Segments: verl takes one output per call, so a trajectory that a summary (or a rewritten
+history) split into several rows gives its last row, the final context that ended in the
+graded outcome; ``extra_fields["envfarm_rows_left_out"]`` counts the others.
+
+Versions: verl's weight version is its ``global_steps``, which its rollout server stamps on every
+generation and an agent loop is never handed. The first call for a ``uid`` asks the server with
+a one-token generation and publishes the answer to envfarm before submitting. Staleness: verl's
+synchronous trainer generates each step on that step's weights, its one-step-off and fully async
+modes lag by about one version (``async_training.staleness_threshold`` bounds the share of stale
+samples, not a lag), so the bound defaults to 1, sent as the job's ``max_staleness``.
+
+Invalid episodes: verl's loops have no notion of one (an output is expected for every row), so
+an episode without a valid reward is returned with ``response_mask`` all 0 (no token of it is
+trained) and ``reward_score`` 0.0, the placeholder slime's and SkyRL's coding agents use; it
+still counts in its group's GRPO mean. A trajectory with no token data returns a one-token
+placeholder, masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+)
+
+from envfarm.client import EnvfarmClient
+from envfarm.integrations.episodes import (
+    EpisodeRow,
+    IntegrationError,
+    routed_array,
+    version_number,
+)
+from envfarm.integrations.feed import FedGroup, job_body, run_job
+from envfarm.models.trajectory import Trajectory
+
+DEFAULT_MAX_STALENESS = 1
+
+
+class _Claims:
+    """This worker process's groups in the making, by ``uid``: each call takes the next
+    trajectory of its ``uid``'s group."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, asyncio.Task[FedGroup]] = {}
+        self.taken: dict[str, int] = {}
+        self.clients: dict[str, EnvfarmClient] = {}
+
+    def client(self, url: str, token: str | None) -> EnvfarmClient:
+        if url not in self.clients:
+            self.clients[url] = EnvfarmClient(url, token)
+        return self.clients[url]
+
+
+CLAIMS = _Claims()
+
+
+def task_of(row: dict[str, Any]) -> str:
+    extra = row.get("extra_info") or {}
+    task = row.get("task_id") or (extra.get("task_id") if isinstance(extra, dict) else None)
+    if not task:
+        raise IntegrationError(
+            "the dataset row names no envfarm task (task_id or extra_info.task_id)"
+        )
+    return str(task)
+
+
+class EnvfarmAgentLoop(AgentLoopBase):  # type: ignore[misc]
+    def __init__(
+        self,
+        *args: Any,
+        url: str,
+        job: dict[str, Any],
+        token: str | None = None,
+        max_staleness: int | None = DEFAULT_MAX_STALENESS,
+        consumer: str = "verl",
+        routed_layers_top_k: list[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.url, self.token, self.job = url, token, dict(job)
+        self.max_staleness, self.consumer = max_staleness, consumer
+        self.routed_layers_top_k = routed_layers_top_k
+
+    async def run(self, sampling_params: dict[str, Any], **row: Any) -> Any:
+        uid = str(row.get("uid") or uuid.uuid4().hex)
+        if uid not in CLAIMS.groups:
+            CLAIMS.groups[uid] = asyncio.create_task(self._group(task_of(row), sampling_params))
+            CLAIMS.taken[uid] = 0
+        group = await CLAIMS.groups[uid]
+        index = CLAIMS.taken[uid]
+        CLAIMS.taken[uid] = index + 1
+        if CLAIMS.taken[uid] >= len(group.trajectories):
+            CLAIMS.groups.pop(uid, None)
+            CLAIMS.taken.pop(uid, None)
+        if index >= len(group.trajectories):
+            raise IntegrationError(
+                f"uid {uid}: more rollouts than the group's {len(group.trajectories)}"
+            )
+        return self.output(group.trajectories[index])
+
+    async def _group(self, task: str, sampling_params: dict[str, Any]) -> FedGroup:
+        client = CLAIMS.client(self.url, self.token)
+        version = await self.weight_version(sampling_params)
+        if version is not None:
+            await client.publish_version(str(version))
+        body = job_body(self.job, self.max_staleness)
+        body.update(tasks=[task], group_size=int(self.rollout_config.n))
+        (group,) = await run_job(client, body, max_staleness=self.max_staleness,
+                                 consumer=self.consumer)  # fmt: skip
+        return group
+
+    async def weight_version(self, sampling_params: dict[str, Any]) -> int | None:
+        """verl's current weight version (``global_steps``), from its rollout server."""
+        token = self.tokenizer.bos_token_id or self.tokenizer.eos_token_id or 0
+        output = await self.server_manager.generate(
+            request_id=uuid.uuid4().hex, prompt_ids=[token],
+            sampling_params={**sampling_params, "max_tokens": 1},
+        )  # fmt: skip
+        steps = output.extra_fields.get("global_steps")
+        return None if steps is None else int(steps)
+
+    def output(self, trajectory: Trajectory) -> Any:
+        """The trajectory as verl's ``AgentLoopOutput``."""
+        return agent_loop_output(
+            trajectory,
+            prompt_length=int(self.rollout_config.prompt_length),
+            response_length=int(self.rollout_config.response_length),
+            pad_token_id=self.tokenizer.pad_token_id or 0,
+            routed_layers_top_k=self.routed_layers_top_k,
+        )
+
+
+def agent_loop_output(
+    trajectory: Trajectory,
+    *,
+    prompt_length: int,
+    response_length: int,
+    pad_token_id: int = 0,
+    routed_layers_top_k: list[int] | None = None,
+) -> Any:
+    from envfarm.integrations.episodes import episode_rows
+
+    rows = episode_rows(trajectory)
+    valid = trajectory.reward.valid and trajectory.reward.value is not None
+    versions = trajectory.policy_versions
+    extra: dict[str, Any] = {
+        "min_global_steps": version_number(versions.min),
+        "max_global_steps": version_number(versions.max),
+        "envfarm_trajectory_id": trajectory.trajectory_id,
+        "envfarm_valid": valid,
+        "envfarm_rows_left_out": max(len(rows) - 1, 0),
+    }
+    metrics = AgentLoopMetrics(
+        generate_sequences=trajectory.timings.agent_s or 0.0,
+        compute_score=trajectory.timings.grading_s or 0.0,
+    )
+    turns = sum(1 for m in trajectory.messages if m.get("role") != "system")
+    if not rows:
+        return AgentLoopOutput(
+            prompt_ids=[pad_token_id], response_ids=[pad_token_id], response_mask=[0],
+            response_logprobs=[0.0], reward_score=0.0, num_turns=turns, metrics=metrics,
+            extra_fields=extra,
+        )  # fmt: skip
+    row: EpisodeRow = rows[-1]
+    cut = max(len(row.prompt_ids) - prompt_length, 0)
+    prompt = row.prompt_ids[cut:]
+    mask = (
+        row.response_mask[:response_length]
+        if valid
+        else [0] * len(row.response_ids[:response_length])
+    )
+    routed = None
+    if row.routed_experts is not None:
+        routed = routed_array(row.routed_experts, routed_layers_top_k)[cut:][
+            : len(prompt) + response_length
+        ]
+    reward = (
+        float(trajectory.reward.value) if valid and trajectory.reward.value is not None else 0.0
+    )
+    return AgentLoopOutput(
+        prompt_ids=prompt,
+        response_ids=row.response_ids[:response_length],
+        response_mask=mask,
+        response_logprobs=row.response_logprobs[:response_length],
+        routed_experts=routed,
+        reward_score=reward,
+        num_turns=turns,
+        metrics=metrics,
+        extra_fields=extra,
+    )
