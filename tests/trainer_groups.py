@@ -37,8 +37,10 @@ async def session(
         PolicyServer(fake) as server,
         OpenAIPolicy(server.base_url, "m", capture=CaptureOptions(profile="vllm")) as client,
     ):
-        agent = Agent(client, sandbox, limits=AgentLimits(max_turns=40, context_budget=budget),
-                      tools=ToolContext(workdir="/app"), sampling=SamplingParams(temperature=1.0))  # fmt: skip
+        limits = AgentLimits(max_turns=40, context_budget=budget)
+        sampling = SamplingParams(temperature=1.0)
+        agent = Agent(client, sandbox, limits=limits, tools=ToolContext(workdir="/app"),
+                      sampling=sampling)  # fmt: skip
         run = await agent.run("Run the commands, one per turn, then submit.")
     trajectory = Trajectory(
         trajectory_id=f"{group_id}-t{number}", episode_id=f"{group_id}-e{number}", job_id="job-1",
@@ -67,7 +69,7 @@ async def real_group(
     members[3].reward = Reward(valid=False, reason="the sandbox died")
     members[3].error = ErrorInfo(type="SandboxGone", message="exit 137", phase="agent")
     finalize_group(members, leave_one_out=False)
-    return DeliveredGroup(
-        cursor=cursor, group_id=group_id, task_id="alpha", dispatch_version=dispatch_version,
-        staleness=staleness, trajectories=[m.model_dump(mode="json", by_alias=True) for m in members],
-    )  # fmt: skip
+    trajectories = [m.model_dump(mode="json", by_alias=True) for m in members]
+    return DeliveredGroup(cursor=cursor, group_id=group_id, task_id="alpha",
+                          dispatch_version=dispatch_version, staleness=staleness,
+                          trajectories=trajectories)  # fmt: skip

@@ -84,9 +84,9 @@ class GroupFeed:
         self.dropped_stale = 0
 
     async def publish(self, version: int) -> None:
-        """Make ``version`` the trainer's current policy version, here and on the server."""
-        self.version = version
+        """Make ``version`` the trainer's current policy version, on the server and then here."""
         await self.client.publish_version(str(version))
+        self.version = version
 
     def lag(self, meta: GroupMeta) -> int | None:
         dispatched = version_number(meta.dispatch_version)

@@ -132,6 +132,9 @@ class EnvfarmRolloutWorker:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._heartbeat = time.time()
+        self._client: EnvfarmClient | None = None
+        self._queued: tuple[str | None, int] | None = None
+        """The job and cursor of the last group whose samples are all in the buffer."""
 
     def start(self) -> None:
         if self._thread is not None:
@@ -157,6 +160,7 @@ class EnvfarmRolloutWorker:
         self._loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
         async with EnvfarmClient(self.base_url, self.token) as client:
+            self._client = client
             self.feed = GroupFeed(client, self.job, max_staleness=self.max_staleness,
                                   consumer=self.consumer, wait_s=self.wait_s)  # fmt: skip
             self._ready.set()
@@ -167,6 +171,7 @@ class EnvfarmRolloutWorker:
                     self._heartbeat = time.time()
                     for sample in rollout_samples(group, current_version=self.model_version):
                         await asyncio.to_thread(self.rollout_buffer.put, sample)
+                    self._queued = (self.feed.job_id, group.meta.cursor)
                     self._report(group)
             finally:
                 pinger.cancel()
@@ -215,7 +220,15 @@ class EnvfarmRolloutWorker:
             )
 
     def stop(self) -> None:
+        """Acknowledge the groups whose samples are queued (TRL has them), then stop."""
         loop, main, thread = self._loop, self._main, self._thread
+        client, queued = self._client, self._queued
+        job_id, cursor = queued or (None, 0)
+        if loop is not None and not loop.is_closed() and client is not None and job_id:
+            ack = client.ack(job_id, cursor, self.consumer)
+            acked = asyncio.run_coroutine_threadsafe(ack, loop)
+            with contextlib.suppress(Exception):
+                acked.result(timeout=30)
         if loop is not None and main is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(main.cancel)
