@@ -27,7 +27,13 @@ SHORT = ["echo hello", "ls /app"]
 
 
 async def session(
-    commands: list[str], *, version: str, number: int, group_id: str, budget: int | None = None
+    commands: list[str],
+    *,
+    version: str,
+    number: int,
+    group_id: str,
+    task_id: str = "alpha",
+    budget: int | None = None,
 ) -> Trajectory:
     fake = FakeVLLM(commands=commands, version=version, routed_experts=True,
                     moe_layers=MOE_LAYERS, top_k=TOP_K)  # fmt: skip
@@ -44,7 +50,7 @@ async def session(
         run = await agent.run("Run the commands, one per turn, then submit.")
     trajectory = Trajectory(
         trajectory_id=f"{group_id}-t{number}", episode_id=f"{group_id}-e{number}", job_id="job-1",
-        group_id=group_id, task_id="alpha", messages=run.messages, turns=run.turns,
+        group_id=group_id, task_id=task_id, messages=run.messages, turns=run.turns,
         segments=run.segments, outcome=run.outcome,
         provenance=Provenance(task_hash="h", envfarm_version="0"),
     )  # fmt: skip
@@ -53,23 +59,28 @@ async def session(
 
 
 async def real_group(
-    cursor: int, *, version: str = "3", dispatch_version: str | None = "3", staleness: int = 0
+    cursor: int,
+    *,
+    version: str = "3",
+    dispatch_version: str | None = "3",
+    staleness: int = 0,
+    task_id: str = "alpha",
 ) -> DeliveredGroup:
     """Four episodes of one task: a long summarized one (reward 1), two short ones (rewards 0
     and 1), and one whose sandbox died (invalid reward)."""
     group_id = f"job-1-g{cursor}"
+    plans = [(LONG, SUMMARY_BUDGET), (SHORT, None), (SHORT[:1], None), (SHORT, None)]
     members = [
-        await session(LONG, version=version, number=0, group_id=group_id, budget=SUMMARY_BUDGET),
-        await session(SHORT, version=version, number=1, group_id=group_id),
-        await session(SHORT[:1], version=version, number=2, group_id=group_id),
-        await session(SHORT, version=version, number=3, group_id=group_id),
-    ]
+        await session(commands, version=version, number=number, group_id=group_id,
+                      task_id=task_id, budget=budget)
+        for number, (commands, budget) in enumerate(plans)
+    ]  # fmt: skip
     for member, value in zip(members, (1.0, 0.0, 1.0), strict=False):
         member.reward = Reward(value=value, valid=True, components={"reward": value})
     members[3].reward = Reward(valid=False, reason="the sandbox died")
     members[3].error = ErrorInfo(type="SandboxGone", message="exit 137", phase="agent")
     finalize_group(members, leave_one_out=False)
     trajectories = [m.model_dump(mode="json", by_alias=True) for m in members]
-    return DeliveredGroup(cursor=cursor, group_id=group_id, task_id="alpha",
+    return DeliveredGroup(cursor=cursor, group_id=group_id, task_id=task_id,
                           dispatch_version=dispatch_version, staleness=staleness,
                           trajectories=trajectories)  # fmt: skip

@@ -1,9 +1,9 @@
 """slime (THUDM): a custom rollout function that returns envfarm's groups as slime ``Sample``s.
 
 slime is not on PyPI (the package of that name there is another project), so this module is
-written against slime's source (``slime/utils/types.py``'s ``Sample``, ``slime/rollout/``
-``base_types.py``'s ``RolloutFnTrainOutput``, and how ``slime/ray/rollout.py`` turns samples
-into training data) and tested against a checkout of it (bench/RESULTS.md).
+written against slime's source (``slime.utils.types.Sample``, the rollout function's output
+``slime.rollout.base_types.RolloutFnTrainOutput``, and how ``slime.ray.rollout`` turns samples
+into training data) and checked against a checkout of it (bench/RESULTS.md).
 
 ``--rollout-function-path envfarm.integrations.slime.generate_rollout``, with ``envfarm_url``,
 ``envfarm_job`` (a job id, or a job request that is submitted, and submitted again when it
@@ -25,8 +25,8 @@ per-rollout loss reducer counts the trajectory once; ``metadata`` keeps envfarm'
 advantage.
 
 Versions: slime's weight version is the rollout id (weights are updated after each rollout's
-training step); it is published before the groups are taken. Staleness: ``train_async.py``
-generates one rollout ahead, a lag of one version, so the bound defaults to 1.
+training step); it is published before the groups are taken. Staleness: slime's asynchronous
+trainer generates one rollout ahead, a lag of one version, so the bound defaults to 1.
 
 Invalid episodes: as slime's coding agent example aborts a failed rollout: a placeholder
 ``Sample`` with ``tokens [0, 0]``, ``response_length`` 1, ``loss_mask [0]``, reward 0.0,
@@ -166,4 +166,4 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any = None,
     samples = [group_samples(g, group_index=next(_groups), layers_top_k=layers_top_k)
                for g in groups]  # fmt: skip
     return output_cls(samples=samples, metrics={
-        "envfarm/groups_dropped_stale": _runner.feed.dropped_stale})  # fmt: skip
+        "envfarm_groups_dropped_stale": _runner.feed.dropped_stale})  # fmt: skip

@@ -90,7 +90,7 @@ def rollout_samples(group: FedGroup, *, current_version: int = 0) -> list[Any]:
                     advantage=float(advantage),
                     model_version=current_version if version is None else version,
                     group_id=group.meta.cursor,
-                    metrics={"reward": reward, "envfarm/valid": float(valid)},
+                    metrics={"reward": reward, "envfarm_valid": float(valid)},
                     enqueued_at=now,
                 )
             )
@@ -188,9 +188,9 @@ class EnvfarmRolloutWorker:
             return
         with contextlib.suppress(queue.Full):
             self.metrics_queue.put_nowait(
-                {"envfarm/groups_delivered": float(feed.delivered),
-                 "envfarm/groups_dropped_stale": float(feed.dropped_stale),
-                 "envfarm/group_lag": float(feed.lag(group.meta) or 0)}
+                {"envfarm_groups_delivered": float(feed.delivered),
+                 "envfarm_groups_dropped_stale": float(feed.dropped_stale),
+                 "envfarm_group_lag": float(feed.lag(group.meta) or 0)}
             )  # fmt: skip
 
     def update_model_version(self, model_version: int) -> None:
