@@ -4,9 +4,10 @@ verl calls ``run(sampling_params, **row)`` once per rollout of a dataset row (``
 per prompt, the copies sharing the row's ``uid``). ``EnvfarmAgentLoop`` makes those ``n`` calls
 one envfarm group: the first call for a ``uid`` submits a job of the row's task with
 ``group_size = rollout.n`` (the other calls of that ``uid`` in this worker wait for it), and
-each call takes the next trajectory of the group. The row names its task in a ``task_id``
-column or in ``extra_info.task_id``. verl computes the GRPO advantage itself, over ``uid``, from
-``reward_score``, which is the raw graded reward. Register it through verl's
+each call takes the next trajectory of the group (a row without a ``uid``: a group of one).
+The row names its task in a ``task_id`` column or in ``extra_info.task_id``. verl computes the
+GRPO advantage itself, over ``uid``, from ``reward_score``, the raw graded reward. Register it
+through verl's
 ``rollout.agent.agent_loop_config_path`` (docs/trainers.md); the entry's other keys (``url``,
 ``job``, ``token``, ...) come to ``__init__``.
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import (
@@ -53,10 +55,11 @@ from envfarm.client import EnvfarmClient
 from envfarm.integrations.episodes import (
     EpisodeRow,
     IntegrationError,
+    episode_rows,
     routed_array,
     version_number,
 )
-from envfarm.integrations.feed import FedGroup, job_body, run_job
+from envfarm.integrations.feed import FedGroup, run_job
 from envfarm.models.trajectory import Trajectory
 
 DEFAULT_MAX_STALENESS = 1
@@ -75,6 +78,32 @@ class _Claims:
         if url not in self.clients:
             self.clients[url] = EnvfarmClient(url, token)
         return self.clients[url]
+
+    async def claim(
+        self, key: str, start: Callable[[], Awaitable[FedGroup]]
+    ) -> tuple[FedGroup, int]:
+        """The group of ``key`` (started by the first caller) and the index this caller takes."""
+        if key not in self.groups:
+            self.groups[key] = asyncio.ensure_future(start())
+            self.taken[key] = 0
+        pending = self.groups[key]
+        try:
+            group = await pending
+        except BaseException:
+            if self.groups.get(key) is pending:
+                self.groups.pop(key)
+                self.taken.pop(key, None)
+            raise
+        index = self.taken.get(key, 0)
+        self.taken[key] = index + 1
+        if index + 1 >= len(group.trajectories) and self.groups.get(key) is pending:
+            self.groups.pop(key)
+            self.taken.pop(key)
+        if index >= len(group.trajectories):
+            raise IntegrationError(
+                f"{key}: more rollouts than its group's {len(group.trajectories)}"
+            )
+        return group, index
 
 
 CLAIMS = _Claims()
@@ -108,29 +137,21 @@ class EnvfarmAgentLoop(AgentLoopBase):  # type: ignore[misc]
         self.routed_layers_top_k = routed_layers_top_k
 
     async def run(self, sampling_params: dict[str, Any], **row: Any) -> Any:
-        uid = str(row.get("uid") or uuid.uuid4().hex)
-        if uid not in CLAIMS.groups:
-            CLAIMS.groups[uid] = asyncio.create_task(self._group(task_of(row), sampling_params))
-            CLAIMS.taken[uid] = 0
-        group = await CLAIMS.groups[uid]
-        index = CLAIMS.taken[uid]
-        CLAIMS.taken[uid] = index + 1
-        if CLAIMS.taken[uid] >= len(group.trajectories):
-            CLAIMS.groups.pop(uid, None)
-            CLAIMS.taken.pop(uid, None)
-        if index >= len(group.trajectories):
-            raise IntegrationError(
-                f"uid {uid}: more rollouts than the group's {len(group.trajectories)}"
-            )
+        uid = row.get("uid")
+        size = int(self.rollout_config.n) if uid else 1
+        task = task_of(row)
+        group, index = await CLAIMS.claim(
+            str(uid) if uid else uuid.uuid4().hex,
+            lambda: self._group(task, size, sampling_params),
+        )
         return self.output(group.trajectories[index])
 
-    async def _group(self, task: str, sampling_params: dict[str, Any]) -> FedGroup:
+    async def _group(self, task: str, size: int, sampling_params: dict[str, Any]) -> FedGroup:
         client = CLAIMS.client(self.url, self.token)
         version = await self.weight_version(sampling_params)
         if version is not None:
             await client.publish_version(str(version))
-        body = job_body(self.job, self.max_staleness)
-        body.update(tasks=[task], group_size=int(self.rollout_config.n))
+        body = {**self.job, "tasks": [task], "group_size": size}
         (group,) = await run_job(client, body, max_staleness=self.max_staleness,
                                  consumer=self.consumer)  # fmt: skip
         return group
@@ -164,8 +185,6 @@ def agent_loop_output(
     pad_token_id: int = 0,
     routed_layers_top_k: list[int] | None = None,
 ) -> Any:
-    from envfarm.integrations.episodes import episode_rows
-
     rows = episode_rows(trajectory)
     valid = trajectory.reward.valid and trajectory.reward.value is not None
     versions = trajectory.policy_versions
