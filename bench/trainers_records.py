@@ -135,7 +135,8 @@ async def verl_live(url: str, tokenizer: Any, loop_cls: Any, wrap: Any, omegacon
     def agent_loop() -> Any:
         return loop_cls(trainer_config=wrap(config), server_manager=ServerManager(),
                         tokenizer=tokenizer, processor=None, dataset_cls=dataset_cls,
-                        data_config=wrap(config.data), url=url, token=TOKEN, job=JOB)  # fmt: skip
+                        data_config=wrap(config.data), url=url, token=TOKEN,
+                        job=omegaconf.create(JOB))  # fmt: skip
 
     row = {"uid": "u-1", "extra_info": {"task_id": "alpha"}, "raw_prompt": []}
     outputs = await asyncio.gather(

@@ -7,9 +7,8 @@ one envfarm group: the first call for a ``uid`` submits a job of the row's task 
 each call takes the next trajectory of the group (a row without a ``uid``: a group of one).
 The row names its task in a ``task_id`` column or in ``extra_info.task_id``. verl computes the
 GRPO advantage itself, over ``uid``, from ``reward_score``, the raw graded reward. Register it
-through verl's
-``rollout.agent.agent_loop_config_path`` (docs/trainers.md); the entry's other keys (``url``,
-``job``, ``token``, ...) come to ``__init__``.
+through verl's ``rollout.agent.agent_loop_config_path`` (docs/trainers.md); the entry's other
+keys (``url``, ``job``, ``token``, ...) come to ``__init__``.
 
 The mapping, without re-tokenizing (``envfarm.integrations.episodes``): ``prompt_ids`` the first
 turn's prompt, ``response_ids`` everything after it (completions, tool output, template glue),
@@ -45,6 +44,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
     AgentLoopMetrics,
@@ -109,6 +109,11 @@ class _Claims:
 CLAIMS = _Claims()
 
 
+def _plain(value: Any) -> Any:
+    """A value of verl's (hydra's) config as plain JSON-ready Python."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
 def task_of(row: dict[str, Any]) -> str:
     extra = row.get("extra_info") or {}
     task = row.get("task_id") or (extra.get("task_id") if isinstance(extra, dict) else None)
@@ -132,9 +137,9 @@ class EnvfarmAgentLoop(AgentLoopBase):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.url, self.token, self.job = url, token, dict(job)
+        self.url, self.token, self.job = url, token, _plain(job)
         self.max_staleness, self.consumer = max_staleness, consumer
-        self.routed_layers_top_k = routed_layers_top_k
+        self.routed_layers_top_k = _plain(routed_layers_top_k)
 
     async def run(self, sampling_params: dict[str, Any], **row: Any) -> Any:
         uid = row.get("uid")
