@@ -41,11 +41,12 @@ from envfarm.integrations.feed import FedGroup, run_job
 from envfarm.models.trajectory import Trajectory
 
 try:
-    from skyrl.train.generators.base import (
-        GeneratorInterface,
-    )
-except ImportError:  # skyrl-train, the package's earlier name
-    from skyrl_train.generators.base import GeneratorInterface
+    from skyrl.train.generators.base import GeneratorInterface
+except ImportError:
+    try:  # skyrl-train, the package's earlier name
+        from skyrl_train.generators.base import GeneratorInterface
+    except ImportError:  # importable without SkyRL (docs, type checks); usable only with it
+        GeneratorInterface = object
 
 DEFAULT_MAX_STALENESS = 4
 
@@ -78,6 +79,10 @@ class EnvfarmGenerator(GeneratorInterface):  # type: ignore[misc]
         pad_token_id: int = 0,
         routed_layers_top_k: list[int] | None = None,
     ) -> None:
+        if GeneratorInterface is object:
+            raise IntegrationError(
+                "the SkyRL adapter needs SkyRL (Python 3.12): pip install 'envfarm[skyrl]'"
+            )
         self.url, self.job, self.token = url, dict(job), token
         self.max_staleness, self.step_wise, self.consumer = max_staleness, step_wise, consumer
         self.pad_token_id, self.routed_layers_top_k = pad_token_id, routed_layers_top_k

@@ -44,13 +44,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopBase,
-    AgentLoopMetrics,
-    AgentLoopOutput,
-)
-
 from envfarm.client import EnvfarmClient
 from envfarm.integrations.episodes import (
     EpisodeRow,
@@ -62,7 +55,23 @@ from envfarm.integrations.episodes import (
 from envfarm.integrations.feed import FedGroup, run_job
 from envfarm.models.trajectory import Trajectory
 
+try:
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopBase,
+        AgentLoopMetrics,
+        AgentLoopOutput,
+    )
+except ImportError:  # importable without verl (docs, type checks); usable only with it
+    AgentLoopBase = object
+
 DEFAULT_MAX_STALENESS = 1
+MISSING = "the verl adapter needs verl: pip install 'envfarm[verl]'"
+
+
+def _require_verl() -> None:
+    if AgentLoopBase is object:
+        raise IntegrationError(MISSING)
 
 
 class _Claims:
@@ -136,6 +145,7 @@ class EnvfarmAgentLoop(AgentLoopBase):  # type: ignore[misc]
         routed_layers_top_k: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
+        _require_verl()
         super().__init__(*args, **kwargs)
         self.url, self.token, self.job = url, token, _plain(job)
         self.max_staleness, self.consumer = max_staleness, consumer
@@ -190,6 +200,8 @@ def agent_loop_output(
     pad_token_id: int = 0,
     routed_layers_top_k: list[int] | None = None,
 ) -> Any:
+    """The trajectory as verl's ``AgentLoopOutput``."""
+    _require_verl()
     rows = episode_rows(trajectory)
     valid = trajectory.reward.valid and trajectory.reward.value is not None
     versions = trajectory.policy_versions

@@ -12,7 +12,8 @@ import pytest_asyncio
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.client import EnvfarmClient
-from envfarm.integrations.episodes import episode_rows, version_number
+from envfarm.integrations import skyrl, slime, trl, verl
+from envfarm.integrations.episodes import IntegrationError, episode_rows, version_number
 from envfarm.integrations.feed import FedGroup, GroupFeed, run_job
 from envfarm.models.token_layout import full_prompts
 from tests.trainer_groups import real_group
@@ -125,3 +126,15 @@ async def test_run_job_returns_every_group_of_the_job(
     await delivery
     assert [len(g.trajectories) for g in groups] == [4]
     assert list(service.requests.values())[-1].max_staleness == 0
+
+
+async def test_the_adapters_import_without_their_trainers_and_say_what_to_install() -> None:
+    group = FedGroup.of(await real_group(1))
+    with pytest.raises(IntegrationError, match=r"envfarm\[verl\]"):
+        verl.EnvfarmAgentLoop(url="http://envfarm", job={})
+    with pytest.raises(IntegrationError, match=r"envfarm\[skyrl\]"):
+        skyrl.EnvfarmGenerator("http://envfarm", {})
+    with pytest.raises(IntegrationError, match=r"envfarm\[trl\]"):
+        trl.rollout_samples(group)
+    with pytest.raises(IntegrationError, match="THUDM/slime"):
+        slime.group_samples(group, group_index=0)
