@@ -10,10 +10,11 @@ The mapping, without re-tokenizing (``envfarm.integrations.episodes``): one ``Ro
 training row, ``input_ids`` the row's whole sequence, ``completion_mask`` 1 on sampled tokens
 (0 on the prompt, tool output and template glue), ``old_log_probs`` the sampling logprobs (0 on
 context), ``advantage`` envfarm's group advantage stamped on every row of a trajectory (as TRL
-stamps one advantage on every row a conversation forked into), ``group_id`` the group's cursor
-(TRL wants an int; the cursor is unique within the job), ``model_version`` the oldest policy
-version behind the trajectory (else the group's dispatch version, else the trainer's current
-one). A summarized session's segments are separate rows with the trajectory's advantage.
+stamps one advantage on every row a conversation forked into), ``group_id`` a number the worker
+gives each group it queues (TRL wants an int; cursors restart with each job), ``model_version``
+the oldest policy version behind the trajectory (else the group's dispatch version, else the
+trainer's current one). A summarized session's segments are separate rows with the
+trajectory's advantage.
 
 Versions: ``update_model_version(n)`` (which TRL calls after each weight sync) publishes ``n``
 to envfarm. Staleness: TRL's own bound is ``AsyncGRPOConfig.max_staleness`` (default 4, and TRL
@@ -54,8 +55,11 @@ def _trl() -> Any:
     return async_rollout_worker
 
 
-def rollout_samples(group: FedGroup, *, current_version: int = 0) -> list[Any]:
-    """The group as TRL ``RolloutSample``s (one per training row), in order."""
+def rollout_samples(
+    group: FedGroup, *, current_version: int = 0, group_id: int | None = None
+) -> list[Any]:
+    """The group as TRL ``RolloutSample``s (one per training row), in order; ``group_id``
+    defaults to the group's cursor."""
     import numpy as np
 
     rollout_sample = _trl().RolloutSample
@@ -89,7 +93,7 @@ def rollout_samples(group: FedGroup, *, current_version: int = 0) -> list[Any]:
                     ),
                     advantage=float(advantage),
                     model_version=current_version if version is None else version,
-                    group_id=group.meta.cursor,
+                    group_id=group.meta.cursor if group_id is None else group_id,
                     metrics={"reward": reward, "envfarm_valid": float(valid)},
                     enqueued_at=now,
                 )
@@ -133,6 +137,8 @@ class EnvfarmRolloutWorker:
         self._error: BaseException | None = None
         self._heartbeat = time.time()
         self._client: EnvfarmClient | None = None
+        self._groups = 0
+        """Groups queued so far: each one's ``group_id`` (cursors restart with each job)."""
         self._queued: tuple[str | None, int] | None = None
         """The job and cursor of the last group whose samples are all in the buffer."""
 
@@ -169,7 +175,11 @@ class EnvfarmRolloutWorker:
             try:
                 async for group in self.feed:
                     self._heartbeat = time.time()
-                    for sample in rollout_samples(group, current_version=self.model_version):
+                    self._groups += 1
+                    samples = rollout_samples(
+                        group, current_version=self.model_version, group_id=self._groups
+                    )
+                    for sample in samples:
                         await asyncio.to_thread(self.rollout_buffer.put, sample)
                     self._queued = (self.feed.job_id, group.meta.cursor)
                     self._report(group)

@@ -78,7 +78,7 @@ def live(url: str, token: str, expected: int) -> dict[str, Any]:
     members += list(RolloutWorkerProtocol.__annotations__)
     worker.update_model_version(VERSION)
     worker.start()
-    _, batch = collated(worker.rollout_buffer, expected, VERSION, 2, worker.check_health)
+    rows, batch = collated(worker.rollout_buffer, expected, VERSION, 2, worker.check_health)
     worker.check_health(60)
     worker.update_model_version(VERSION + 1)
     deadline = time.monotonic() + 60
@@ -95,6 +95,7 @@ def live(url: str, token: str, expected: int) -> dict[str, Any]:
         "delivered": feed.delivered,
         "dropped_stale": feed.dropped_stale,
         "metrics": worker.metrics_queue.qsize(),
+        "group_ids": sorted({sample["group_id"] for row in rows for sample in row.samples}),
         **loss_terms(batch),
     }
 

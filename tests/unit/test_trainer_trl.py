@@ -122,6 +122,7 @@ async def test_trl_packs_envfarm_groups_token_for_token_and_the_worker_keeps_trl
         live["protocol_members"]
     )
     assert (live["delivered"], live["dropped_stale"]) == (2, 1)
+    assert live["group_ids"] == [1, 2]  # numbered as queued: the stale cursor 2 never was
     live_labels, _, _ = expected_terms([fresh, late])
     assert sorted(live["labels"]) == sorted(live_labels)
     assert service.versions == ["5", "6"]
