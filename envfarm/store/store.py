@@ -108,8 +108,7 @@ class Store:
     async def create_leased_job(
         self, request: JobRequest, task_hashes: dict[str, str], worker: str, lease_s: float
     ) -> ls.Lease:
-        """A job whose first episode is leased to ``worker`` as it is created (one transaction),
-        so no other worker can take it: a driven session's job."""
+        """A job whose first episode is leased to ``worker`` as it is created: a session's."""
         job_id = f"job-{uuid.uuid4().hex[:12]}"
 
         def create(conn: Connection) -> ls.Lease:
