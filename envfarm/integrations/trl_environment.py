@@ -130,8 +130,15 @@ class EnvfarmEnvironment:
             self._tool("submit", {})
         return self.reward
 
-    def close(self) -> None:
-        """Close the connection (an unfinished episode is abandoned, recorded ungraded)."""
+    def __enter__(self) -> EnvfarmEnvironment:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        """Close the connection (an unfinished episode is abandoned, recorded ungraded). Not a
+        public method: TRL would offer it to the model as a tool."""
         if self._ws is not None:
             try:
                 self._ws.send(json.dumps({"type": "close"}))

@@ -233,13 +233,10 @@ async def test_sessions_count_against_the_servers_concurrency(server: ServeProce
 
 def trl_rollout(server: ServeProcess, solve: str | None) -> tuple[str, str, float | None]:
     """One rollout as TRL's GRPOTrainer drives an ``environment_factory`` instance."""
-    env = EnvfarmEnvironment(server.url, token=TOKEN)
-    try:
+    with EnvfarmEnvironment(server.url, token=TOKEN) as env:
         instruction = env.reset(task="word-count-cli", prompt=[{"role": "user", "content": "x"}])
         output = env.bash(solve) if solve is not None else env.read_file("missing.txt")
         return instruction, output, env.get_reward()
-    finally:
-        env.close()
 
 
 async def test_the_trl_environment_class_runs_tools_and_grades(server: ServeProcess) -> None:

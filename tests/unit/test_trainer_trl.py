@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from envfarm.agent.tools import tool_schemas
 from envfarm.api import create_app
 from envfarm.api.server import ApiServer
 from envfarm.integrations.feed import FedGroup
@@ -127,3 +128,22 @@ async def test_trl_packs_envfarm_groups_token_for_token_and_the_worker_keeps_trl
     assert sorted(live["labels"]) == sorted(live_labels)
     assert service.versions == ["5", "6"]
     assert service.acked[(job_id, "trl")] >= 2
+
+
+def test_trl_offers_the_environment_class_the_step_apis_tools() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = ROOT / "tests" / "trainers" / "trl_environment_check.py"
+    out = subprocess.run([trl_python(), script], check=True, capture_output=True, env=env)
+    report = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    schemas = report["schemas"]
+    assert report["has_reset"]
+    assert report["has_get_reward"]
+    assert set(schemas) == {s["function"]["name"] for s in tool_schemas()}
+    for expected in tool_schemas():
+        function = expected["function"]
+        rendered = schemas[function["name"]]["function"]
+        parameters = function["parameters"]
+        assert set(rendered["parameters"]["properties"]) <= set(parameters["properties"])
+        assert sorted(rendered["parameters"].get("required", [])) == sorted(
+            parameters.get("required", [])
+        )
