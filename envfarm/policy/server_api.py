@@ -177,7 +177,7 @@ class TokenizerRenderer(Renderer):
 
     def __init__(self, name_or_path: str) -> None:
         try:
-            from transformers import AutoTokenizer  # type: ignore[import-not-found]
+            from transformers import AutoTokenizer
         except ImportError as exc:
             raise PolicyConfigError(
                 f"--tokenizer {name_or_path!r} needs the `transformers` package "
