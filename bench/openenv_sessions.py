@@ -19,7 +19,7 @@ Exits 1 when a session failed, a record is missing or a container leaked. Not pa
 command.
 
     python bench/openenv_sessions.py [--sessions 100] [--concurrency 4]
-        [--task tasks/word-count-cli]
+        [--task tasks/word-count-cli] [--warm-pool 0]
 """
 
 from __future__ import annotations
@@ -141,11 +141,13 @@ async def main() -> int:
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--task", type=Path, default=Path("tasks/word-count-cli"))
+    parser.add_argument("--warm-pool", type=int, default=0, help="the server's --warm-pool")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="envfarm-openenv-bench-"))
     shutil.copytree(args.task, root / "tasks" / args.task.name)
-    server = ServeProcess(root, "--tasks", "tasks", "--data-dir", "data",
-                          "--concurrency", str(args.concurrency), token=TOKEN).start()  # fmt: skip
+    flags = ["--concurrency", str(args.concurrency), "--warm-pool", str(args.warm_pool)]
+    server = ServeProcess(root, "--tasks", "tasks", "--data-dir", "data", *flags, token=TOKEN)
+    server.start()
     try:
         base_s = await baseline(server, args.task.name, args.sessions)
         wall_s, out = await sessions(server, args.task.name, args.sessions, args.concurrency, False)
@@ -161,6 +163,7 @@ async def main() -> int:
     result = {
         "sessions": args.sessions,
         "concurrency": args.concurrency,
+        "warm_pool": args.warm_pool,
         "task": args.task.name,
         "baseline_job_s": round(base_s, 2),
         "sessions_s": round(wall_s, 2),
