@@ -235,3 +235,24 @@ def test_service_images_map_to_the_debian_recipes(reference: str, recipe: str, w
     if warns:
         assert reference in match.warnings[0]
         assert ("PostgreSQL 15" if recipe == "postgres" else "Redis 7.0") in match.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("reference", "recipe"),
+    [
+        ("rust:1.85-slim", "rust-bookworm"),
+        ("rust:1.88", "rust-bookworm"),
+        ("rust:1.90-slim-bookworm", "rust-bookworm"),
+        ("rust:bookworm", "rust-bookworm"),
+        ("rust:1.89-slim", "rust"),
+        ("rust:1", "rust"),
+        ("rust:latest", "rust"),
+        ("rust:1.85-trixie", "rust"),
+        ("ubuntu:24.04", "ubuntu-noble"),
+        ("ubuntu:22.04", "ubuntu-jammy"),
+    ],
+)
+def test_substitutes_keep_the_debian_release_the_tag_names(reference: str, recipe: str) -> None:
+    match = match_alias(reference)
+    assert match is not None
+    assert match.recipe == recipe
