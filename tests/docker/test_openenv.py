@@ -26,18 +26,18 @@ from envfarm.sandbox.docker.labels import LABEL_RUN
 from envfarm.store.store import Store
 from tests.conftest import REPO
 from tests.integration.serve_process import ServeProcess
+from tests.step_sessions import PG_TASK, migrate_pg_schema
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 TOKEN = "step-api-secret-7c1f"
 TASK = REPO / "tasks" / "word-count-cli"
-SERVICES_TASK = REPO / "tasks" / "pg-schema-migration"
 IDLE_S = 15  # longer than a reset waits for a slot (10 s)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     root = tmp_path_factory.mktemp("openenv")
-    for task in (TASK, SERVICES_TASK):
+    for task in (TASK, PG_TASK):
         shutil.copytree(task, root / "tasks" / task.name)
     args = ["--tasks", "tasks", "--data-dir", "data", "--concurrency", "2",
             "--session-idle", str(IDLE_S), "--access-log"]  # fmt: skip
@@ -284,14 +284,5 @@ async def test_a_server_stopped_under_a_session_records_it_ungraded(tmp_path: Pa
 async def test_a_session_on_a_task_with_services_is_graded_beside_them(
     server: ServeProcess,
 ) -> None:
-    migration = (SERVICES_TASK / "solution" / "002_split_customer_name.sql").read_text()
-    async with GenericEnvClient(base_url=base(server), message_timeout_s=300) as env:
-        await env.reset(task="pg-schema-migration")
-        path = "/app/migrations/002_split_customer_name.sql"
-        write = {"path": path, "content": migration}
-        wrote = await env.step({"tool": "write_file", "arguments": write})
-        migrated = await env.step({"tool": "bash", "arguments": {"command": "python3 migrate.py"}})
-        graded = await env.step({"tool": "submit"})
-    assert wrote.observation["error"] is None
-    assert migrated.observation["exit_code"] == 0, migrated.observation["output"]
-    assert graded.reward == 1.0, graded.observation
+    job_id = await migrate_pg_schema(base(server))
+    assert await gone(job_id) == []

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from openenv.core import GenericEnvClient
 
 from envfarm.client import EnvfarmClient
 from envfarm.sandbox.kubernetes.podspec import LABEL_RUN, label_value
@@ -24,6 +23,7 @@ from tests.fake_tasks import task_archive
 from tests.integration.serve_process import ProductProcess, ServeProcess, free_port
 from tests.k8s.cluster import Cluster
 from tests.k8s.pods import POD_TASKS, TASKS, namespace, pods_in, pushed
+from tests.step_sessions import migrate_pg_schema
 from tests.waiting import until
 
 __all__ = ["namespace", "pushed"]  # fixtures
@@ -205,19 +205,8 @@ async def test_an_openenv_session_on_pods_is_graded_beside_its_services(
 ) -> None:
     """The step API on the Kubernetes backend: a session's pod and its services, graded by the
     clean-room verifier beside them, as a job's episode would be."""
-    task = TASKS / "pg-schema-migration"
-    migration = (task / "solution" / "002_split_customer_name.sql").read_text()
-    write = {"path": "/app/migrations/002_split_customer_name.sql", "content": migration}
-    url = f"{farm.url}/v1/openenv/{TOKEN}"
-    async with GenericEnvClient(base_url=url, message_timeout_s=600) as env:
-        opened = await env.reset(task="pg-schema-migration")
-        wrote = await env.step({"tool": "write_file", "arguments": write})
-        migrated = await env.step({"tool": "bash", "arguments": {"command": "python3 migrate.py"}})
-        graded = await env.step({"tool": "submit"})
-    assert wrote.observation["error"] is None
-    assert migrated.observation["exit_code"] == 0, migrated.observation["output"]
-    assert graded.reward == 1.0, graded.observation
-    run = f"{LABEL_RUN}={label_value(opened.observation['job_id'])}"
+    job_id = await migrate_pg_schema(f"{farm.url}/v1/openenv/{TOKEN}")
+    run = f"{LABEL_RUN}={label_value(job_id)}"
     cluster.kubectl(*("-n", namespace, "wait", "--for=delete", "pods", "-l", run),
                     "--timeout=120s", check=False)  # fmt: skip
     assert cluster.kubectl("-n", namespace, "get", "pods", "-l", run, "-o", "name") == ""
