@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envfarm.agent.loop import Agent, AgentLimits, AgentRun
+from envfarm.controller.phases import phase
 from envfarm.errors import TaskConfigError
 from envfarm.grading.base import Grader
 from envfarm.grading.verifier.verdict import finish_reward
-from envfarm.controller.phases import phase
 from envfarm.models.trajectory import AgentOutcome, Reward, StepResult, Trajectory
 from envfarm.plan.models import EpisodePlan, VerifierPlan
 from envfarm.sandbox.base import Sandbox

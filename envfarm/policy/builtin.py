@@ -3,8 +3,8 @@
 Both are stateless: every decision is read off the request's messages, so one server can
 answer any number of concurrent episodes. ``oracle`` runs the task's reference solution (which
 envfarm uploads only for this policy) and then submits, once per user message: each step of a
-multi-step task arrives as one, with that step's solution uploaded in place of the last; ``nop`` submits at once, giving the
-reward of doing nothing.
+multi-step task arrives as one, with that step's solution uploaded in place of the last;
+``nop`` submits at once, giving the reward of doing nothing.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ The tables of ``[verifier]`` are in ``spec.verifier_config`` and the value types
 share in ``spec.config_values``; every model is importable from here.
 
 Refused is only a Harbor feature envfarm cannot honour yet whose absence would change what the
-task means (a verifier image of its own, allowlisted networks, GPUs, skills...): "not supported by envfarm yet", naming the field and why, instead of running a
-different task than its author wrote. Such keys with an empty value are harmless and dropped.
+task means (a verifier image of its own, allowlisted networks, GPUs, skills...): "not supported
+by envfarm yet", naming the field and why, instead of running a different task than its author
+wrote. Such keys with an empty value are harmless and dropped.
 
 Network access is the one deliberate difference in meaning: Harbor's default is ``public``;
 envfarm's agent phase has no network unless the task asks for ``public``. The verifier's phase of
