@@ -54,7 +54,7 @@ def load_task(path: Path) -> Task:
     multi_step = bool(data.get("steps")) if data is not None else False
     if multi_step:
         instruction, instruction_issues = "", []
-    if config is not None and config.steps:
+    if config is not None:
         steps, step_issues, step_warnings = load_steps(root.resolve(), config)
         issues, warnings = issues + step_issues, warnings + step_warnings
     if not multi_step:
