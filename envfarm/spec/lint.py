@@ -77,7 +77,7 @@ def max_reward(task: Task) -> float:
 def lint_task(task: Task) -> list[Finding]:
     """Every static finding for ``task``: errors make it unsound, warnings are advice."""
     return [
-        *(found for script in _test_scripts(task) for found in lint_test_script(script)),
+        *(found for script in _graded_by(task) for found in lint_test_script(script)),
         *lint_solution(task),
         *lint_dockerfile_copies(task),
         *lint_build_context(task),
@@ -158,7 +158,7 @@ def _bash_syntax(path: Path) -> list[Finding]:
     return [error("test-script", f"{path}: `bash -n` finds a syntax error: {first}")]
 
 
-def _test_scripts(task: Task) -> list[Path]:
+def _graded_by(task: Task) -> list[Path]:
     """The ``test.sh`` each step runs (its own, else the task's), or the task's."""
     if not task.steps:
         return [task.tests_dir / "test.sh"]
@@ -279,3 +279,4 @@ def _test_scripts(task: Task) -> Iterator[Path]:
     for name in ("test.sh", "run-tests.sh"):
         if (task.tests_dir / name).is_file():
             yield task.tests_dir / name
+    yield from (path for path in _graded_by(task) if task.steps)

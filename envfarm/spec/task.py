@@ -52,8 +52,8 @@ def load_task(path: Path) -> Task:
             config, unknown, warnings = parsed.config, parsed.unknown, parsed.warnings
     steps: tuple[TaskStep, ...] = ()
     multi_step = bool(data.get("steps")) if data is not None else False
-    if multi_step:
-        instruction, instruction_issues = "", []
+    instruction = ""
+    instruction_issues: list[Issue] = []
     if config is not None:
         steps, step_issues, step_warnings = load_steps(root.resolve(), config)
         issues, warnings = issues + step_issues, warnings + step_warnings

@@ -111,7 +111,8 @@ def test_an_unknown_strategy_lists_the_allowed_ones(tmp_path: Path) -> None:
     (root / "task.toml").write_text(toml)
     message = refusal(root)
     assert "multi_step_reward_strategy" in message
-    assert "'mean'" in message and "'final'" in message
+    assert "'mean'" in message
+    assert "'final'" in message
 
 
 def test_a_verifier_mode_a_step_cannot_have_is_refused(tmp_path: Path) -> None:
@@ -153,7 +154,8 @@ def reward(value: float, **components: float) -> Reward:
 
 def test_mean_is_harbors_per_key_mean_over_the_graded_steps() -> None:
     combined = combine([reward(1.0), reward(0.5, reward=0.5, lines=2.0)], None)
-    assert combined.valid and combined.value == 0.75
+    assert combined.valid
+    assert combined.value == 0.75
     assert combined.components == {"reward": 0.75, "lines": 1.0}
     skipped = Reward(reason="workdir/setup.sh exited 1")
     assert combine([reward(1.0), skipped], "mean").value == 1.0
@@ -162,5 +164,6 @@ def test_mean_is_harbors_per_key_mean_over_the_graded_steps() -> None:
 def test_final_is_the_last_steps_and_needs_it_graded() -> None:
     assert combine([reward(0.0), reward(1.0)], "final").value == 1.0
     ungraded = combine([reward(1.0), Reward(reason="healthcheck failed")], "final")
-    assert not ungraded.valid and "healthcheck failed" in (ungraded.reason or "")
+    assert not ungraded.valid
+    assert "healthcheck failed" in (ungraded.reason or "")
     assert not combine([], "mean").valid
