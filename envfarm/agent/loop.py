@@ -100,6 +100,8 @@ class Agent:
         self.segments: list[Segment] = []
         self.malformed = 0
         self.instruction = ""
+        self.first_turn = 0
+        """The first turn of the current session (``resume`` starts another)."""
         self.meter = ContextMeter(self.schemas)
         self.prompts = PromptCompactor()
         """Keeps recorded prompts compact: storage stays linear in the number of turns."""
@@ -113,6 +115,18 @@ class Agent:
     async def run(self, instruction: str) -> AgentRun:
         self.instruction = instruction
         self._start_context(instruction)
+        return await self._session()
+
+    async def resume(self, instruction: str, limits: AgentLimits | None = None) -> AgentRun:
+        """Go on in the same context with a new user message (the next step of a multi-step
+        task), under ``limits`` (turns and time counted afresh). Turns keep their indices."""
+        self.instruction = instruction
+        self.limits = limits or self.limits
+        self.first_turn = len(self.turns)
+        self.messages.append({"role": "user", "content": instruction})
+        return await self._session()
+
+    async def _session(self) -> AgentRun:
         stop_reason: StopReason
         try:
             async with asyncio.timeout(self.limits.timeout_s):
@@ -140,7 +154,7 @@ class Agent:
         idle = 0
         deadline = time.monotonic() + (self.limits.timeout_s or float("inf"))
         acted = False  # the current segment has an action turn, so something to summarize
-        while len(self.turns) < self.limits.max_turns:
+        while len(self.turns) - self.first_turn < self.limits.max_turns:
             if acted and await self._summarized_if_full():
                 acted, idle = False, 0
                 continue

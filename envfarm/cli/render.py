@@ -147,6 +147,8 @@ def _task_table(summary: RunSummary) -> Table:
             _fmt(task.mean_reward),
             style=style,
         )
+        for name, mean in (task.steps or {}).items():
+            table.add_row(f"  step {escape(name)}", "", "", "", _fmt(mean), style="dim")
     for name in summary.bad_inputs:
         table.add_row(escape(name), "-", "-", "-", "bad input", style="yellow")
     table.add_section()

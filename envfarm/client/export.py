@@ -5,7 +5,7 @@ JSONL lines are the trajectories exactly as the API or ``envfarm run`` wrote the
 Parquet has one row per trajectory and one column per trajectory field, under the field's own
 name (``docs/trajectory.md``): scalar fields keep their type (``trajectory_id`` string,
 ``attempt`` int64, ``advantage`` double, ...), and object or list fields (``messages``,
-``turns``, ``segments``, ``reward``, ``timings``, ``policy_versions``, ``provenance``, ...)
+``turns``, ``segments``, ``steps``, ``reward``, ``timings``, ``provenance``, ...)
 are JSON text, so ``json.loads`` gives back exactly the delivered object and a field added
 to the contract later never breaks the file's schema (unknown fields go, as JSON, to
 ``extra``). Derived columns make filtering cheap without parsing: ``reward_value``,
@@ -40,8 +40,8 @@ SCALARS: dict[str, str] = {
     "artifacts": "string",
 }
 NESTED = (
-    "messages", "turns", "segments", "reward", "timings", "policy_versions", "outcome", "agent",
-    "error", "provenance", "judge_calls", "samples",
+    "messages", "turns", "segments", "steps", "reward", "timings", "policy_versions", "outcome",
+    "agent", "error", "provenance", "judge_calls", "samples",
 )  # fmt: skip
 DERIVED: dict[str, str] = {
     "reward_value": "float64",

@@ -27,12 +27,20 @@ from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.phases import error_info, phase
 from envfarm.controller.planning import Planner, write_plan
 from envfarm.controller.policies import ResolvedPolicy
+from envfarm.controller.steps import StepSession
 from envfarm.controller.training_data import settle_training_data
-from envfarm.errors import EnvfarmError, RequestRejected, SessionAbandoned
+from envfarm.errors import EnvfarmError, RequestRejected, SessionAbandoned, TaskConfigError
 from envfarm.grading.base import Grader
 from envfarm.grading.rubric.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
-from envfarm.models.trajectory import AgentInfo, AgentOutcome, Provenance, Reward, Trajectory
+from envfarm.models.trajectory import (
+    AgentInfo,
+    AgentOutcome,
+    ErrorInfo,
+    Provenance,
+    Reward,
+    Trajectory,
+)
 from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
@@ -193,8 +201,14 @@ class EpisodeRunner:
         self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
     ) -> None:
         task = request.task
+        steps: StepSession | None = None
+        with phase(traj, "provision"):
+            steps = self._steps(request, plan, sandbox, traj)
+        if traj.error:
+            return
+        verifier_plan = steps.final_plan if steps is not None else plan.verifier
         grading = EpisodeGrading(
-            plan.verifier,
+            verifier_plan,
             sandbox,
             self.grader,
             allow_solution=self.policy.needs_solution,
@@ -207,8 +221,9 @@ class EpisodeRunner:
                 await sandbox.start()
             if self.watcher is not None:
                 await self.watcher.before_agent(request, sandbox)
-            if self.policy.needs_solution and task.solution_dir is not None:
-                await upload_dir(sandbox, task.solution_dir, SOLUTION_DIR)
+            solution = steps.first_solution if steps is not None else task.solution_dir
+            if self.policy.needs_solution and solution is not None:
+                await upload_dir(sandbox, solution, SOLUTION_DIR)
             await grading.before_agent()
         if traj.error:
             return
@@ -219,7 +234,10 @@ class EpisodeRunner:
                 servers = plan.agent.mcp_servers
                 instruction = task.instruction + mcp_section(servers)
                 async with McpTools(servers, sandbox) as mcp:
-                    if request.driver is not None:
+                    if steps is not None:
+                        steps.agent.extra_tools = mcp
+                        run = await steps.run(mcp_section(servers))
+                    elif request.driver is not None:
                         run = await self._driven(
                             request.driver, instruction, task, plan, sandbox, traj, mcp
                         )
@@ -232,7 +250,19 @@ class EpisodeRunner:
                             raise
                 traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
                 traj.segments = run.segments
+        if steps is not None:
+            traj.steps = steps.results
         if traj.error:
+            return
+        if steps is not None and steps.ended_early:
+            traj.reward = grading.finish(steps.episode_reward())
+            if not traj.reward.valid:
+                traj.error = ErrorInfo(
+                    type="StepNotGraded",
+                    message=traj.reward.reason or "no step was graded",
+                    phase="grading",
+                    infrastructure=False,
+                )
             return
         if self.watcher is not None:
             await self.watcher.after_agent(request, sandbox, traj)
@@ -241,10 +271,12 @@ class EpisodeRunner:
             reclaimed = await reclaim_processes(sandbox)  # the agent's fork bomb is its own
             # before a clean room in place restarts the container, which resets the start
             # time its changes are dated against
-            evidence = await self.rubrics.evidence(sandbox, plan.verifier, traj)
+            evidence = await self.rubrics.evidence(sandbox, verifier_plan, traj)
             await grading.after_agent(traj.turns)
             traj.reward = await grading.grade()
-            traj.reward = await self.rubrics.grade(traj.reward, plan.verifier, traj, evidence)
+            traj.reward = await self.rubrics.grade(traj.reward, verifier_plan, traj, evidence)
+            if steps is not None:
+                traj.reward = steps.episode_reward(traj.reward)
         traj.reward = grading.finish(traj.reward)
         if reclaimed:
             traj.reward.flags.append(PROCESSES_RECLAIMED)
@@ -253,6 +285,27 @@ class EpisodeRunner:
             if await grading.save(root, traj, request.image.build_log if request.image else None):
                 traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
         traj.timings.phases = dict(grading.phases)
+
+    def _steps(
+        self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
+    ) -> StepSession | None:
+        """A multi-step task's steps (``controller/steps.py``); None for any other task."""
+        if not request.task.steps:
+            return None
+        if self.agent_layers is not None or request.driver is not None:
+            raise TaskConfigError(
+                "multi-step tasks ([[steps]]) run with envfarm's own agent loop, not an installed "
+                "agent or a trainer's session"
+            )
+        return StepSession(
+            request.task,
+            plan,
+            sandbox,
+            self.grader,
+            self._agent(request.task, plan, sandbox, request),
+            traj,
+            needs_solution=self.policy.needs_solution,
+        )
 
     def _agent(
         self,

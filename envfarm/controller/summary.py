@@ -22,6 +22,8 @@ class TaskSummary(BaseModel):
     mean_reward: float | None = None
     """Mean over the valid rewards; null when there are none."""
     retries: int = 0
+    steps: dict[str, float | None] | None = None
+    """A multi-step task's steps: each one's mean over its valid rewards (null: never graded)."""
 
 
 class RunSummary(BaseModel):
@@ -62,7 +64,12 @@ def summarize(
 ) -> RunSummary:
     tasks: dict[str, TaskSummary] = {}
     rewards: dict[str, list[float]] = {}
+    steps: dict[str, dict[str, list[float]]] = {}
     for trajectory in trajectories:
+        for step in trajectory.steps:
+            graded = steps.setdefault(trajectory.task_id, {}).setdefault(step.name, [])
+            if step.reward.valid and step.reward.value is not None:
+                graded.append(step.reward.value)
         task = tasks.setdefault(trajectory.task_id, TaskSummary())
         task.episodes += 1
         task.retries += trajectory.attempt
@@ -74,6 +81,8 @@ def summarize(
             task.infra_errors += 1
     for task_id, task in tasks.items():
         task.mean_reward = _mean(rewards.get(task_id, []))
+        if task_id in steps:
+            task.steps = {name: _mean(values) for name, values in steps[task_id].items()}
     episodes = sum(t.episodes for t in tasks.values())
     completed = sum(t.completed for t in tasks.values())
     infra = sum(t.infra_errors for t in tasks.values())

@@ -52,6 +52,7 @@ __all__ = [
     "Reward",
     "RoutedExperts",
     "Segment",
+    "StepResult",
     "StopReason",
     "TestStatus",
     "Timings",
@@ -223,6 +224,19 @@ class ErrorInfo(WireModel):
     """True when another attempt may succeed (a sandbox died, the endpoint was unreachable)."""
 
 
+class StepResult(WireModel):
+    """One step of a multi-step task (``[[steps]]``): its own reward, and its turns."""
+
+    name: str
+    reward: Reward = Field(default_factory=Reward)
+    """The step's tests' verdict; invalid (with the reason) when the step was not graded."""
+    first_turn: int | None = None
+    """The index of the step's first turn; null when its agent made no model call."""
+    last_turn: int | None = None
+    stop_reason: StopReason | None = None
+    """How the step's agent stopped (null: it did not run, its setup having failed)."""
+
+
 class Trajectory(WireModel):
     schema_: Literal["envfarm.trajectory/1"] = Field("envfarm.trajectory/1", alias="schema")
     trajectory_id: str
@@ -236,6 +250,8 @@ class Trajectory(WireModel):
     """OpenAI chat messages of the final context, tool calls and results included."""
     turns: list[Turn] = Field(default_factory=list)
     segments: list[Segment] = Field(default_factory=list)
+    steps: list[StepResult] = Field(default_factory=list)
+    """A multi-step task's steps that ran, in order (docs/trajectory.md); empty otherwise."""
     reward: Reward = Field(default_factory=Reward)
     timings: Timings = Field(default_factory=Timings)
     policy_versions: PolicyVersions = Field(default_factory=PolicyVersions)

@@ -2,8 +2,9 @@
 
 Both are stateless: every decision is read off the request's messages, so one server can
 answer any number of concurrent episodes. ``oracle`` runs the task's reference solution (which
-envfarm uploads only for this policy) and then submits; ``nop`` submits at once, giving the
-reward of doing nothing.
+envfarm uploads only for this policy) and then submits, once per user message: each step of a
+multi-step task arrives as one, with that step's solution uploaded in place of the last;
+``nop`` submits at once, giving the reward of doing nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ async def _oracle(request: dict[str, Any]) -> Reply:
     if problem is not None:
         return problem
     messages: list[dict[str, Any]] = request["messages"]
-    if any("bash" in _called_tools(m) for m in messages if m.get("role") == "assistant"):
+    asked = max(i for i, m in enumerate(messages) if m.get("role") in ("user", "system"))
+    since = messages[asked + 1 :]
+    if any("bash" in _called_tools(m) for m in since if m.get("role") == "assistant"):
         return _call(request, messages, "submit", {})
     return _call(request, messages, "bash", {"command": ORACLE_COMMAND})
 

@@ -12,9 +12,9 @@ The tables of ``[verifier]`` are in ``spec.verifier_config`` and the value types
 share in ``spec.config_values``; every model is importable from here.
 
 Refused is only a Harbor feature envfarm cannot honour yet whose absence would change what the
-task means (multi-step tasks, a verifier image of its own, allowlisted networks, GPUs,
-skills...): "not supported by envfarm yet", naming the field and why, instead of running a
-different task than its author wrote. Such keys with an empty value are harmless and dropped.
+task means (a verifier image of its own, allowlisted networks, GPUs, skills...): "not supported
+by envfarm yet", naming the field and why, instead of running a different task than its author
+wrote. Such keys with an empty value are harmless and dropped.
 
 Network access is the one deliberate difference in meaning: Harbor's default is ``public``;
 envfarm's agent phase has no network unless the task asks for ``public``. The verifier's phase of
@@ -63,12 +63,14 @@ __all__ = [
     "RubricItem",
     "RubricScoring",
     "SolutionConfig",
+    "StepConfig",
     "TaskConfig",
     "TaskInfo",
     "VerifierConfig",
 ]
 
 SUPPORTED_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+_STEP_NAME = re.compile(r'[^<>:"/\\|?*\x00-\x1f\x7f]{1,255}')
 _TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
@@ -83,6 +85,16 @@ def _task_name(name: str | None) -> str | None:
     if name is not None and (not _TASK_NAME.fullmatch(name) or ".." in name):
         raise ValueError(
             f"expected 'name' or 'org/name' made of letters, digits, '.', '_' and '-', got {name!r}"
+        )
+    return name
+
+
+def step_name(name: str) -> str:
+    """A step's name is one portable directory name under ``steps/`` (Harbor's rule)."""
+    if not _STEP_NAME.fullmatch(name) or name in {".", ".."} or name.endswith((".", " ")):
+        raise ValueError(
+            "expected a directory name under steps/ (no path separators, control or reserved "
+            f"characters, no trailing '.' or space), got {name!r}"
         )
     return name
 
@@ -178,6 +190,22 @@ class TaskInfo(Table):
     keywords: list[str] = Field(default_factory=list)
 
 
+class StepConfig(Table):
+    """One ``[[steps]]`` entry of a multi-step task: its files are under ``steps/<name>/``
+    (``spec.steps``, which also refuses the step fields envfarm cannot honour yet)."""
+
+    name: Annotated[str, AfterValidator(step_name)]
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    min_reward: float | dict[str, float] | None = None
+    """Below it (a float gates ``reward``, a table each key), the remaining steps do not run."""
+    healthcheck: HealthcheckConfig | None = None
+    """Run after the step's setup, before its agent; failing it ends the steps there."""
+    artifacts: list[Annotated[ArtifactSpec, BeforeValidator(_artifact_entry)]] = Field(
+        default_factory=list
+    )
+
+
 class TaskConfig(Table):
     schema_version: Annotated[str, BeforeValidator(_schema_text)] = "1.4"
     """Any string (as in Harbor); one envfarm does not know is read as 1.4, with a warning."""
@@ -192,6 +220,10 @@ class TaskConfig(Table):
         default_factory=list
     )
     """Paths in the container copied out after the agent (Harbor's ``artifacts``)."""
+    steps: list[StepConfig] | None = None
+    """``[[steps]]``: a multi-step task, its steps run in order in one sandbox."""
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
+    """How the episode's reward comes from its steps' (None on a multi-step task: ``mean``)."""
 
     def agent_network(self) -> bool:
         """May the agent phase reach the network? Unset everywhere means no (Harbor: yes)."""

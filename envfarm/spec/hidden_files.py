@@ -36,6 +36,8 @@ def hidden_paths(task: Task) -> list[Path]:
     (``tests/``, ``solution/``, legacy ``run-tests.sh`` and ``solution.sh``) and as staged."""
     paths = [task.root / name for name in _HIDDEN_NAMES]
     paths += [task.tests_dir] + ([task.solution_dir] if task.solution_dir else [])
+    for step in task.steps:
+        paths += [*step.tests_dirs] + ([step.solution_dir] if step.solution_dir else [])
     return [path.resolve() for path in paths if path.exists()]
 
 

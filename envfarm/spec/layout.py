@@ -1,6 +1,7 @@
 """The files of a Harbor task directory besides ``task.toml``, checked before anything runs.
 
-``instruction.md`` holds the prompt; ``tests/test.sh`` grades; ``environment/Dockerfile`` builds
+``instruction.md`` holds the prompt; ``tests/test.sh`` grades (a multi-step task's steps have
+their own: ``spec.steps``); ``environment/Dockerfile`` builds
 the image unless ``[environment].docker_image`` or the compose file's ``main`` service names one;
 ``solution/solve.sh`` is the oracle's. A missing or unsupported file (Windows scripts, a seeded
 ``trajectory.json``) is an ``Issue`` naming the file, so that ``load_task`` reports every
@@ -36,8 +37,11 @@ def read_instruction(path: Path) -> tuple[str, list[Issue]]:
     return text, []
 
 
-def check_layout(root: Path, config: TaskConfig | None, compose: ComposeSpec | None) -> list[Issue]:
-    """Every problem of the files around ``task.toml`` (``config`` None: it was unreadable)."""
+def check_layout(
+    root: Path, config: TaskConfig | None, compose: ComposeSpec | None, *, multi_step: bool = False
+) -> list[Issue]:
+    """Every problem of the files around ``task.toml`` (``config`` None: it was unreadable;
+    ``multi_step``: it has ``[[steps]]``, even if unreadable)."""
     issues: list[Issue] = []
 
     def problem(path: Path, message: str) -> None:
@@ -56,7 +60,9 @@ def check_layout(root: Path, config: TaskConfig | None, compose: ComposeSpec | N
             "missing: the task image is built from environment/Dockerfile (or set "
             "[environment].docker_image to a prebuilt image)",
         )
-    if (tests / "test.bat").is_file() and not (tests / "test.sh").is_file():
+    if multi_step:
+        pass  # each step's tests are checked with the step (``spec.steps``)
+    elif (tests / "test.bat").is_file() and not (tests / "test.sh").is_file():
         problem(tests / "test.bat", f"Windows tests (test.bat) are {NOT_YET}; write tests/test.sh")
     elif not (tests / "test.sh").is_file():
         problem(

@@ -77,7 +77,7 @@ def max_reward(task: Task) -> float:
 def lint_task(task: Task) -> list[Finding]:
     """Every static finding for ``task``: errors make it unsound, warnings are advice."""
     return [
-        *lint_test_script(task.tests_dir / "test.sh"),
+        *(found for script in _graded_by(task) for found in lint_test_script(script)),
         *lint_solution(task),
         *lint_dockerfile_copies(task),
         *lint_build_context(task),
@@ -158,8 +158,23 @@ def _bash_syntax(path: Path) -> list[Finding]:
     return [error("test-script", f"{path}: `bash -n` finds a syntax error: {first}")]
 
 
+def _graded_by(task: Task) -> list[Path]:
+    """The ``test.sh`` each step runs (its own, else the task's), or the task's."""
+    if not task.steps:
+        return [task.tests_dir / "test.sh"]
+    scripts = [
+        next((d / "test.sh" for d in reversed(s.tests_dirs) if (d / "test.sh").is_file()), None)
+        for s in task.steps
+    ]
+    return list(dict.fromkeys(p for p in scripts if p is not None))
+
+
 def lint_solution(task: Task) -> list[Finding]:
-    if task.solution_dir is not None:
+    unsolved = [s.name for s in task.steps if s.solution_dir is None]
+    if unsolved:
+        names = ", ".join(unsolved)
+        return [error("solution", f"{task.root}: step(s) {names} have no solution/solve.sh")]
+    if task.solution_dir is not None or task.steps:
         return []
     return [
         error(
@@ -264,3 +279,4 @@ def _test_scripts(task: Task) -> Iterator[Path]:
     for name in ("test.sh", "run-tests.sh"):
         if (task.tests_dir / name).is_file():
             yield task.tests_dir / name
+    yield from (path for path in _graded_by(task) if task.steps)

@@ -16,6 +16,7 @@ from typing import Any
 from envfarm.spec.compose import ComposeSpec, is_idle_command
 from envfarm.spec.config import TaskConfig
 from envfarm.spec.errors_fmt import Issue
+from envfarm.spec.steps import TaskStep
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Task:
     warnings: tuple[Issue, ...] = ()
     """What loading tolerated (unknown keys, an unknown schema, compose keys that have no
     effect here...): printed by ``envfarm run``, lint findings of ``envfarm check``."""
+    steps: tuple[TaskStep, ...] = ()
+    """A multi-step task's ``[[steps]]`` (``spec.steps``); empty for a single-step task, whose
+    ``instruction`` is then the prompt (a multi-step task's ``instruction`` is empty)."""
 
     @property
     def main_command(self) -> list[str] | None:

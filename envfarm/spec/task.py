@@ -24,6 +24,7 @@ from envfarm.spec.errors_fmt import Issue, spec_error
 from envfarm.spec.layout import LEGACY_FILE, TASK_FILE, check_layout, read_instruction
 from envfarm.spec.legacy import load_legacy_task
 from envfarm.spec.loaded_task import Task
+from envfarm.spec.steps import TaskStep, load_steps
 from envfarm.spec.task_toml import read_task_config, read_toml
 
 __all__ = ["LEGACY_FILE", "TASK_FILE", "Task", "content_hash", "discover_tasks", "load_task"]
@@ -49,13 +50,21 @@ def load_task(path: Path) -> Task:
             issues.append(Issue(exc.path, exc.field, exc.detail))
         else:
             config, unknown, warnings = parsed.config, parsed.unknown, parsed.warnings
-    instruction, instruction_issues = read_instruction(root / "instruction.md")
+    steps: tuple[TaskStep, ...] = ()
+    multi_step = bool(data.get("steps")) if data is not None else False
+    instruction = ""
+    instruction_issues: list[Issue] = []
+    if config is not None:
+        steps, step_issues, step_warnings = load_steps(root.resolve(), config)
+        issues, warnings = issues + step_issues, warnings + step_warnings
+    if not multi_step:
+        instruction, instruction_issues = read_instruction(root / "instruction.md")
     loaded = compose_for_task(root / "environment", config) if config is not None else None
     compose = loaded.spec if loaded is not None else None
     if loaded is not None:
         issues += loaded.issues
         warnings += loaded.warnings
-    issues += instruction_issues + check_layout(root, config, compose)
+    issues += instruction_issues + check_layout(root, config, compose, multi_step=multi_step)
     if issues or config is None:
         raise spec_error(issues)
     resolved = root.resolve()
@@ -78,6 +87,7 @@ def load_task(path: Path) -> Task:
         compose=compose,
         unknown=unknown,
         warnings=tuple(warnings),
+        steps=steps,
     )
 
 

@@ -26,14 +26,13 @@ from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, t
 from envfarm.spec.tolerated import take_misread, take_unknown, unknown_message
 
 _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
-    ("steps",): f"multi-step tasks are {NOT_YET}; split the steps into separate tasks",
-    ("multi_step_reward_strategy",): f"it applies to [[steps]], which are {NOT_YET}; remove it",
     ("verifier", "environment"): f"a verifier image of its own is {NOT_YET}; remove it (a "
     "clean or separate verifier runs in a fresh container of the task's environment)",
     ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
     ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
     ("environment", "skills_dir"): f"agent skills are {NOT_YET}; remove it",
 }
+_OWN_IMAGE = ("verifier", "environment")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)
 _MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
@@ -119,6 +118,12 @@ def _harbor_compat(raw: dict[str, Any]) -> _Compat:
             table = table.get(part) if isinstance(table, dict) else None
         if isinstance(table, dict) and table.pop(loc[-1], []) not in ([], {}, ""):
             out.refuse(".".join(loc), advice)
+    if out.data.get("steps") == []:
+        del out.data["steps"]
+    for index, step in enumerate(out.data.get("steps") or []):
+        verifier = step.get("verifier") if isinstance(step, dict) else None
+        if isinstance(verifier, dict) and verifier.pop("environment", {}) not in ({}, None):
+            out.refuse(f"steps[{index}].verifier.environment", _UNSUPPORTED_KEYS[_OWN_IMAGE])
     if "version" in out.data:
         version = out.data.pop("version")
         kept = out.data.setdefault("schema_version", version)

@@ -121,7 +121,7 @@ def test_a_runtime_table_of_another_tool_is_ignored() -> None:
 @pytest.mark.parametrize(
     ("toml", "field"),
     [
-        ('[[steps]]\nname = "one"\n', "steps"),
+        ('[[steps]]\nname = "a/b"\n', "steps[0].name"),
         ("[environment]\ngpus = 1\n", "environment.gpus"),
         ('[agent]\nnetwork_mode = "allowlist"\n', "agent.network_mode"),
         ("[environment]\ncpus = 0\n", "environment.cpus"),

@@ -268,8 +268,10 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
 @pytest.mark.parametrize(
     ("toml", "field"),
     [
-        ('[[steps]]\nname = "one"\n', "steps"),
-        ('multi_step_reward_strategy = "mean"\n', "multi_step_reward_strategy"),
+        (
+            '[[steps]]\nname = "a"\n[steps.verifier.environment]\ncpus = 2\n',
+            "steps[0].verifier.environment",
+        ),
         ("[verifier.environment]\ncpus = 2\n", "verifier.environment"),
         (
             '[[verifier.collect]]\ncommand = "pg_dump"\nservice = "db"\n',
