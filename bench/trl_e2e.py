@@ -443,7 +443,9 @@ def run_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "tasks": task_ids,
             "policy": {"base_url": f"{vllm.url}/v1", "model": MODEL, "token_mode": True},
             "group_size": args.num_generations,
-            "sampling": {"max_tokens": args.max_tokens, "temperature": 1.0, "seed": args.seed},
+            # no seed: the worker submits the job again and again, and a seed would sample
+            # the same rollouts in every one of them
+            "sampling": {"max_tokens": args.max_tokens, "temperature": 1.0},
             "max_turns": args.max_turns,
             "concurrency": args.num_generations,
             "allow_unjudged": True,
