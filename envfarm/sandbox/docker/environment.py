@@ -194,6 +194,9 @@ class DockerEnvironment(
     async def reclaim_processes(self) -> int:
         return await self.main.reclaim_processes()
 
+    async def free_disk_reserve(self) -> None:
+        await self.main.free_disk_reserve()
+
     async def process_logs(self) -> dict[str, bytes]:
         return await self.main.process_logs()
 
