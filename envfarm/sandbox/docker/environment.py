@@ -89,6 +89,7 @@ class DockerEnvironment(
             self.env_id,
             run_id=main.run_id,
             network_name=main.network_name,
+            outbound=main.sidecar_network,
             service_images=service_images,
             sources=sources,
         )
