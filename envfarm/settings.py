@@ -30,6 +30,7 @@ VERIFIER_NETWORK_CHOICES: tuple[str, ...] = get_args(VerifierNetworkDefault)
 ImageSource = Literal["local", "pull", "aliases"]
 IMAGE_SOURCES: tuple[ImageSource, ...] = ("local", "pull", "aliases")
 CleanRoom = Literal["restart", "fresh"]
+SidecarNetwork = Literal["public", "none"]
 DEFAULT_NETWORK_POOL = "198.18.0.0/15"
 DEFAULT_NETWORK_PREFIX = 27
 DEFAULT_SANDBOX_NAMESPACE = "envfarm-sandboxes"
@@ -39,6 +40,7 @@ VERIFIER_NETWORK_ENV = "ENVFARM_VERIFIER_NETWORK"
 OFFLINE_ENV = "ENVFARM_OFFLINE"
 IMAGE_SOURCES_ENV = "ENVFARM_IMAGE_SOURCES"
 CLEAN_ROOM_ENV = "ENVFARM_CLEAN_ROOM"
+SIDECAR_NETWORK_ENV = "ENVFARM_SIDECAR_NETWORK"
 ALIASES_ENV = "ENVFARM_ALIASES"
 NETWORK_POOL_ENV = "ENVFARM_NETWORK_POOL"
 NETWORK_PREFIX_ENV = "ENVFARM_NETWORK_PREFIX"
@@ -81,6 +83,10 @@ class Settings(_Frozen):
     verifier_network: VerifierNetworkDefault = "task-default"
     """``ENVFARM_VERIFIER_NETWORK``, ``--verifier-network``: the verifier's network when its task
     sets none (``controller/planning.py``)."""
+    sidecar_network: SidecarNetwork = "public"
+    """``ENVFARM_SIDECAR_NETWORK``, ``--sidecar-network``: whether compose sidecars get outbound
+    network access as under Harbor (``public``) or none (``none``); the agent's container is
+    never given a network by it."""
     runtime: str | None = None
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()
@@ -158,8 +164,12 @@ def _choices(env: Mapping[str, str]) -> dict[str, Any]:
     clean = _text(env, CLEAN_ROOM_ENV).lower() or "restart"
     if clean not in get_args(CleanRoom):
         _bad(CLEAN_ROOM_ENV, clean, "restart or fresh")
+    sidecars = _text(env, SIDECAR_NETWORK_ENV).lower() or "public"
+    if sidecars not in get_args(SidecarNetwork):
+        _bad(SIDECAR_NETWORK_ENV, sidecars, "public or none")
     return {
         "verifier_network": network,
+        "sidecar_network": sidecars,
         "clean_room": clean,
         "offline": _text(env, OFFLINE_ENV).lower() in _TRUE,
     }

@@ -3,7 +3,9 @@
 An oracle that misses the maximum is shown with the last lines of the verifier's output
 (``verifier/test-stdout.txt`` of the episode's artifacts) and the artifacts' directory, so the
 author sees why without rerunning anything; when the verifier had no network and ``test.sh``
-downloads at grading time, that is named as the likely cause (``network_cause``).
+downloads at grading time, that is named as the likely cause (``network_cause``), and so is a
+clean room that stopped what the oracle left running (``mode_cause``: a server the tests need
+lives only in ``shared`` mode, Harbor's default; the clean room stays envfarm's).
 ``image_findings`` turns the offline resolution of a
 task's base images (``sandbox.baseimages``) into lint findings for ``--no-run``.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from envfarm.check.verdicts import EPSILON, TaskCheck
+from envfarm.grading.artifacts import EPISODE_FILE, EpisodeRecord
+from envfarm.grading.cleanroom.leftovers import stopped_in
 from envfarm.grading.verifier.verdict import STDOUT_FILE
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.images.offline import BaseResolution
@@ -68,6 +72,29 @@ def network_cause(task: Task, check: TaskCheck, runs: list[Trajectory]) -> list[
     return [
         f"likely cause: the verifier had no network ({why}) and {download} downloads at "
         'grading time; set [verifier] network_mode = "public" or install it in the image'
+    ]
+
+
+def mode_cause(task: Task, check: TaskCheck, runs: list[Trajectory], out_dir: Path) -> list[str]:
+    """The likely cause of a missed oracle whose clean room stopped what it left running."""
+    if task.config.verifier.environment_mode == "shared":
+        return []
+    missed = next((t for t in runs if _missed(check, t) and t.artifacts is not None), None)
+    if missed is None or missed.artifacts is None:
+        return []
+    try:
+        text = (out_dir / missed.artifacts / EPISODE_FILE).read_text(encoding="utf-8")
+        stopped = stopped_in(EpisodeRecord.model_validate_json(text).notes)
+    except (OSError, ValueError):
+        return []
+    if stopped is None:
+        return []
+    mode = task.config.verifier.environment_mode
+    return [
+        f"likely cause: the {mode} verifier runs where nothing the oracle left running survives, "
+        f"and it stopped: {stopped}; if the tests grade a process the solution starts, set "
+        '[verifier] environment_mode = "shared" (Harbor\'s default), and compare the modes '
+        "with envfarm check --compare-modes"
     ]
 
 

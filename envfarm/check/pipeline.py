@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envfarm.check.explain import explain_oracle, image_findings, network_cause
+from envfarm.check.explain import explain_oracle, image_findings, mode_cause, network_cause
 from envfarm.check.oracle_look import OracleLooks
 from envfarm.check.stages import RunSettings, Stage, StageSpec, open_stages
 from envfarm.check.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
@@ -289,6 +289,7 @@ def _judge(
     check.problems += network_cause(task, check, oracle)
     judge_nop(check, runs["nop"], judged)
     if config.artifacts_dir is not None:
+        check.problems += mode_cause(task, check, oracle, config.artifacts_dir.parent)
         check.notes += explain_oracle(check, oracle, config.artifacts_dir.parent)
     if config.compare_modes:
         modes: dict[str, list[Trajectory]] = {m: runs[m] for m in MODES if m in runs}

@@ -25,6 +25,7 @@ from envfarm.cli.options import (
     command_settings,
     judge_options,
     offline_option,
+    sidecar_network_option,
     task_paths,
     verifier_network_option,
 )
@@ -72,6 +73,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 )
 @offline_option
 @verifier_network_option
+@sidecar_network_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--compare-modes",
@@ -109,8 +111,11 @@ def check(
     judge_api_key: str | None,
     offline: bool | None,
     verifier_network: str | None,
+    sidecar_network: str | None,
 ) -> None:
-    settings = command_settings(offline=offline, verifier_network=verifier_network)
+    settings = command_settings(
+        offline=offline, verifier_network=verifier_network, sidecar_network=sidecar_network
+    )
     tasks, errors = discover_tasks(list(paths))
     try:
         judge_request = (

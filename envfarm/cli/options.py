@@ -54,6 +54,15 @@ verifier_network_option = click.option(
     "docs/task-format.md).",
 )
 
+sidecar_network_option = click.option(
+    "--sidecar-network",
+    type=click.Choice(["public", "none"]),
+    default=None,
+    help="Outbound network of compose sidecars (services other than main): public (the "
+    "default, as under Harbor) or none (also ENVFARM_SIDECAR_NETWORK; the agent's container "
+    "keeps no network unless its task asks; docs/security.md).",
+)
+
 
 def command_settings(**flags: Any) -> Settings:
     """The environment's settings with the command's flags (None: not given) in their

@@ -22,7 +22,7 @@ from envfarm.store.store import Store
 
 MANIFEST = "run.json"
 SECRETS = ("api_key", "judge_api_key")
-KEPT = ("offline", "verifier_network")
+KEPT = ("offline", "verifier_network", "sidecar_network")
 """Flags whose effect is saved as a setting (the environment's value counts too)."""
 RESUMING = "envfarm.resuming"
 
@@ -36,7 +36,11 @@ def save_manifest(out: Path, params: dict[str, Any], settings: Settings) -> None
     saved = {k: v for k, v in params.items() if k not in (*SECRETS, *KEPT, "resume")}
     saved["paths"] = [str(Path(p).resolve()) for p in saved.get("paths", ())]
     saved["out_dir"] = str(out)
-    kept = {"offline": settings.offline, "verifier_network": settings.verifier_network}
+    kept = {
+        "offline": settings.offline,
+        "verifier_network": settings.verifier_network,
+        "sidecar_network": settings.sidecar_network,
+    }
     manifest = {"params": saved, "settings": kept}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
@@ -54,10 +58,13 @@ def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
         settings: dict[str, Any] = manifest.get("settings") or {}  # absent before they were kept
         if settings.get("verifier_network") not in (None, *VERIFIER_NETWORK_CHOICES):
             raise ValueError(f"verifier_network {settings['verifier_network']!r}")
+        if settings.get("sidecar_network") not in (None, "public", "none"):
+            raise ValueError(f"sidecar_network {settings['sidecar_network']!r}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise click.BadParameter(f"{path}: unreadable ({exc})", param_hint="--resume") from exc
     params["offline"] = True if settings.get("offline") else None
     params["verifier_network"] = settings.get("verifier_network")
+    params["sidecar_network"] = settings.get("sidecar_network")
     params["paths"] = tuple(Path(p) for p in params["paths"])
     params["out_dir"] = out
     for name in ("policies",):

@@ -88,6 +88,7 @@ def run(
     allow_unjudged: bool,
     offline: bool | None,
     verifier_network: str | None,
+    sidecar_network: str | None,
 ) -> None:
     if resume is not None:
         secrets = {"api_key": api_key, "judge_api_key": judge_api_key}
@@ -95,7 +96,12 @@ def run(
         return
     if not paths:
         raise click.UsageError("give at least one TASK_OR_DIR (or --resume OUT_DIR)")
-    settings = command_settings(offline=offline, verifier_network=verifier_network, runtime=runtime)
+    settings = command_settings(
+        offline=offline,
+        verifier_network=verifier_network,
+        sidecar_network=sidecar_network,
+        runtime=runtime,
+    )
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}
     for error in errors:

@@ -8,7 +8,12 @@ from typing import Any, TypeVar
 
 import click
 
-from envfarm.cli.options import judge_options, offline_option, verifier_network_option
+from envfarm.cli.options import (
+    judge_options,
+    offline_option,
+    sidecar_network_option,
+    verifier_network_option,
+)
 from envfarm.models.jobs import MAX_GROUP_SIZE, MAX_RETRIES
 from envfarm.policy.profiles import SERVER_PROFILES
 from envfarm.policy.toolparse import TOOL_PARSERS
@@ -39,6 +44,7 @@ FLAGS: list[Callable[[Any], Any]] = [
     ),
     offline_option,
     verifier_network_option,
+    sidecar_network_option,
     click.option("--model", default=None, help="Model name sent to the endpoint."),
     click.option(
         "--api-key",

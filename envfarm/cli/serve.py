@@ -25,7 +25,12 @@ from rich.markup import escape
 from envfarm.api import create_app
 from envfarm.api.app import DEFAULT_MAX_BODY_BYTES
 from envfarm.api.server import ApiServer
-from envfarm.cli.options import command_settings, offline_option, verifier_network_option
+from envfarm.cli.options import (
+    command_settings,
+    offline_option,
+    sidecar_network_option,
+    verifier_network_option,
+)
 from envfarm.cli.render import console
 from envfarm.controller.assembly import open_backend
 from envfarm.controller.service import Controller, open_controller
@@ -49,6 +54,7 @@ def controller_options(command: F) -> F:
     ``--offline`` (the settings flags, handed to the command as ``**flags``)."""
     options = [
         verifier_network_option,
+        sidecar_network_option,
         offline_option,
         click.option("--request-ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Kubernetes: what each environment pod requests of its CPU, memory "

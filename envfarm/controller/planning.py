@@ -24,6 +24,7 @@ PLAN_FILE = "plan.json"
 def job_choices(request: JobRequest) -> JobChoices:
     return JobChoices(
         verifier_network=request.verifier_network,
+        sidecar_network=request.sidecar_network,
         runtime=request.runtime,
         request_ratio=request.request_ratio,
         max_turns=request.max_turns,

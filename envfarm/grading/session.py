@@ -34,6 +34,7 @@ from envfarm.grading.cleanroom.carry import (
     settle_carry,
 )
 from envfarm.grading.cleanroom.inplace import SWEEP_MARGIN_S, InPlace, settle_in_place, walk
+from envfarm.grading.cleanroom.leftovers import left_running, stopped_note
 from envfarm.grading.cleanroom.receive import (
     apply_copies,
     apply_workspace,
@@ -153,6 +154,9 @@ class EpisodeGrading:
         comes from the capture's walk (``derived.py``); with hooks, in order (the snapshot
         must not see what the hooks write, and the capture must carry it). A clean room that
         can be the agent's container restarted takes ``_after_agent_in_place`` instead."""
+        if self.mode != "shared":
+            note = stopped_note(await left_running(self.sandbox))
+            self.notes.extend([note] if note else [])
         restartable = self._restartable()
         if restartable is not None:
             await self._after_agent_in_place(turns, restartable)

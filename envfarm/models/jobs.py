@@ -127,6 +127,10 @@ class JobRequest(Wire):
     """The verifier's network when a task sets none (docs/task-format.md): ``task-default``
     gives a fresh verifier container Harbor's public network, ``none`` keeps it offline; None:
     the server's default. A task's own ``network_mode`` always wins."""
+    sidecar_network: Literal["public", "none"] | None = None
+    """Outbound network access of compose sidecars (services other than ``main``): ``public``
+    as under Harbor, ``none`` keeps them on the environment's internal network alone; None:
+    the server's default (``public``). The agent's container is not changed by it."""
     request_ratio: float | None = Field(default=None, gt=0, le=1)
     """Kubernetes: what each environment pod requests of its limits (None: the server's,
     0.5 by default). Requests equal to limits leave no headroom: a pod that meets its limit

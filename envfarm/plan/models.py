@@ -65,6 +65,8 @@ class SandboxSpec(_Frozen):
     agent_network: bool = False
     verifier_network: bool = False
     """The verifier phase's network, so a sandbox is made ready for it (grading decides when)."""
+    sidecar_network: bool = True
+    """Compose sidecars' outbound network access (Harbor's default network); never the agent's."""
     verifier_mode: EnvironmentMode = "clean"
     clean_room: CleanRoom = "restart"
     agent_timeout_s: float
@@ -154,6 +156,7 @@ class JobChoices(_Frozen):
     """A job's own answers to the choices a plan makes (None: the server's default)."""
 
     verifier_network: Literal["task-default", "none"] | None = None
+    sidecar_network: Literal["public", "none"] | None = None
     runtime: str | None = None
     request_ratio: float | None = None
     max_turns: int = 50

@@ -70,6 +70,12 @@ def plan_episode(
         else Decision(source="default", reason="the agent has no network unless the task asks")
     )
     network, decided["verifier.network"] = _verifier_network(task, job, settings)
+    sidecars = job.sidecar_network or settings.sidecar_network
+    decided["sandbox.sidecar_network"] = Decision(
+        source="job" if job.sidecar_network else "default",
+        reason=f"sidecar_network {sidecars}: "
+        + ("sidecars reach out as under Harbor" if sidecars == "public" else "sidecars stay in"),
+    )
     runtime, decided["sandbox.runtime"] = _runtime(task, job, settings, facts)
     ratio = job.request_ratio or settings.request_ratio
     decided["sandbox.request_ratio"] = Decision(
@@ -86,6 +92,7 @@ def plan_episode(
         runtime_is_gvisor=gvisor,
         agent_network=agent_network,
         verifier_network=network,
+        sidecar_network=sidecars == "public",
         verifier_mode=mode,
         clean_room=settings.clean_room,
         agent_timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,

@@ -203,7 +203,8 @@ class ServiceFiles(ABC):
 
 
 class ProcessReclaim(ABC):
-    """The optional capability of a sandbox that can take back what the agent left running."""
+    """The optional capability of a sandbox that can take back what the agent left running,
+    and the disk it kept for grading."""
 
     @abstractmethod
     async def reclaim_processes(self) -> int:
@@ -211,10 +212,22 @@ class ProcessReclaim(ABC):
         refused), kill what the agent's finished commands left running, so that grading can
         start its own; the number killed (0: there was room). Called once, after the agent."""
 
+    @abstractmethod
+    async def free_disk_reserve(self) -> None:
+        """Give back the disk the sandbox kept beyond its quota for grading, so the tests can be
+        written where the agent filled its disk (a no-op without a reserve). Called just before
+        the tests are uploaded, in the sandbox the verifier runs in."""
+
 
 async def reclaim_processes(sandbox: Sandbox) -> int:
     """``ProcessReclaim.reclaim_processes`` where the backend offers it; else 0."""
     return await sandbox.reclaim_processes() if isinstance(sandbox, ProcessReclaim) else 0
+
+
+async def free_disk_reserve(sandbox: Sandbox) -> None:
+    """``ProcessReclaim.free_disk_reserve`` where the backend offers it."""
+    if isinstance(sandbox, ProcessReclaim):
+        await sandbox.free_disk_reserve()
 
 
 def verifier_phases(sandbox: Sandbox) -> VerifierPhases:

@@ -25,6 +25,7 @@
  *   write_data  {eof}                                  more in write_data frames until eof)
  *   cancel      {}                                  -> nothing: kills the exec, drops the transfer
  *   reclaim_processes {min_free?}                   -> done {tasks, limit, killed}
+ *   free_reserve {}                                 -> done {freed}
  *   walk        {path, out}                         -> done {entries, bytes}
  *   remove      {paths, contents?}                  -> done {removed, failed}
  *   sweep       {since}                             -> done {rounds, tmpfs, residue}
@@ -67,7 +68,11 @@
  * Processes likewise: with `--nproc-limit N` (gVisor, whose sandbox dies when its host threads
  * reach the container's pids limit) each exec's user may have N processes (RLIMIT_NPROC), and
  * `reclaim_processes` kills what finished commands left running once the container is within
- * `min_free` of `--pids-limit`, so the verifier can still start.
+ * `min_free` of `--pids-limit`, so the verifier can still start. Disk likewise: with
+ * `--reserve-mb N` the helper holds N MiB of the container's disk in a file no path names
+ * (an O_TMPFILE, or one unlinked at once: the agent cannot find it, and /proc/1/fd is closed
+ * to it, the helper being undumpable), taken when it starts; `free_reserve` gives it back, so
+ * the tests can be written where the agent filled the disk to its quota.
  *
  * walk and remove are the helper's own file system work, for grading in the agent's container
  * (envfarm/grading/inplace.py): there the image's find and rm may be the agent's. walk writes
@@ -1191,6 +1196,39 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
  * (fewer than `min_free` below --pids-limit), so that grading can start its own: the agent's
  * excess ends as its outcome, not as a sandbox that can no longer run anything. Waits up to
  * two seconds for the killed to be reaped. */
+static int reserve_fd = -1;
+static unsigned long long reserve_bytes; /* --reserve-mb */
+
+static void take_reserve(void) {
+    if (!reserve_bytes) return;
+    int fd = open("/", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        char path[] = "/.envfarm-reserve-XXXXXX";
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0) unlink(path);
+    }
+    int err = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)reserve_bytes);
+    if (err) {
+        diag("no disk reserve: %s", strerror(err));
+        if (fd >= 0) close(fd);
+        return;
+    }
+    reserve_fd = fd;
+}
+
+static void free_reserve(long long id) {
+    unsigned long long freed = 0;
+    if (reserve_fd >= 0) {
+        if (ftruncate(reserve_fd, 0)) diag("reserve: %s", strerror(errno));
+        close(reserve_fd);
+        reserve_fd = -1;
+        freed = reserve_bytes;
+    }
+    buf b = head(id, "done");
+    bprintf(&b, ",\"freed\":%llu", freed);
+    send_frame(&b, NULL, 0);
+}
+
 static void reclaim_processes(long long id, const jv *req) {
     long min_free = (long)jnum(req, "min_free", 64);
     long tasks = count_tasks();
@@ -1341,6 +1379,8 @@ static void dispatch(const char *text, size_t text_len, const char *payload, siz
         start_job(id, &req);
     } else if (!strcmp(op, "reclaim_processes")) {
         reclaim_processes(id, &req);
+    } else if (!strcmp(op, "free_reserve")) {
+        free_reserve(id);
     } else if (!strcmp(op, "walk")) {
         walk_tree(id, &req);
     } else if (!strcmp(op, "remove")) {
@@ -1424,8 +1464,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--memory-limit-mb")) exec_memory_limit = value << 20;
         if (!strcmp(argv[i], "--nproc-limit")) exec_nproc_limit = value;
         if (!strcmp(argv[i], "--pids-limit")) pids_limit = (long)value;
+        if (!strcmp(argv[i], "--reserve-mb")) reserve_bytes = value << 20;
     }
     harden_helper();
+    take_reserve();
     umask(022);
     saved_ngroups = getgroups(MAX_GROUPS, saved_groups);
     if (saved_ngroups < 0) saved_ngroups = 0;

@@ -252,11 +252,15 @@ async def test_sidecars_are_reachable_by_name_and_only_from_their_own_environmen
         assert await run(first, "redis-cli -h cache get owner") == "first"
         assert await run(second, "redis-cli -h cache get owner") == "second"
         cache = docker_client().containers.get(first.sidecar_ids["cache"])
-        address = next(iter(cache.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
-        assert address
-        probe = await second.exec(f"timeout 5 redis-cli -h {address} ping", timeout=30)
-        assert "PONG" not in probe.stdout
-        assert probe.exit_code != 0
+        for network in cache.attrs["NetworkSettings"]["Networks"].values():
+            address = network["IPAddress"]
+            assert address
+            probe = await second.exec(f"timeout 5 redis-cli -h {address} ping", timeout=30)
+            assert "PONG" not in probe.stdout
+            assert probe.exit_code != 0
+            neighbour = docker_client().containers.get(second.sidecar_ids["cache"])
+            reached = neighbour.exec_run(["timeout", "5", "redis-cli", "-h", address, "ping"])
+            assert b"PONG" not in reached.output
         sidecar_sees_main = docker_client().api.exec_create(
             first.sidecar_ids["cache"], ["getent", "hosts", "main"]
         )
@@ -295,7 +299,8 @@ async def test_public_main_also_joins_the_default_bridge(tmp_path: Path) -> None
         assert sorted(devices.split()) == ["eth0", "eth1", "lo"]
         assert await run(sandbox, "redis-cli -h cache ping") == "PONG"
         cache = docker_client().containers.get(sandbox.sidecar_ids["cache"])
-        assert list(cache.attrs["NetworkSettings"]["Networks"]) == [sandbox.config.network_name]
+        inner = sandbox.config.network_name
+        assert set(cache.attrs["NetworkSettings"]["Networks"]) == {inner, f"{inner}-out"}
 
 
 async def test_a_healthcheck_that_never_passes_fails_the_start_and_leaves_nothing(
@@ -403,7 +408,7 @@ async def test_teardown_removes_containers_network_and_volumes(tmp_path: Path) -
         assert docker_client().api.exec_start(reading["Id"]) == b"hello\n"
         found = leftovers(sandbox.env_id)
         assert sum(item.startswith("volume") for item in found) == 2  # shared + anonymous
-        assert sum(item.startswith("network") for item in found) == 1
+        assert sum(item.startswith("network") for item in found) == 2  # internal + outbound
     assert leftovers(sandbox.env_id) == []
 
 

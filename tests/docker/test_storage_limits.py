@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.excess import GRADING_RESERVE_MB
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.storage import REMEDY, storage_support
@@ -43,7 +44,8 @@ async def test_disk_filler_hits_its_limit_while_neighbour_and_host_keep_writing(
     filler, neighbour = _sandbox(base_image, LIMIT_MB), _sandbox(base_image, None)
     async with filler, neighbour:
         attrs = docker_client().api.inspect_container(filler.container_id)
-        assert attrs["HostConfig"]["StorageOpt"] == {"size": f"{LIMIT_MB}M"}
+        size = f"{LIMIT_MB + GRADING_RESERVE_MB}M"  # the tests' room, held by the helper
+        assert attrs["HostConfig"]["StorageOpt"] == {"size": size}
 
         fill = await filler.exec("dd if=/dev/zero of=/big bs=1M", timeout=120)
         assert fill.exit_code != 0

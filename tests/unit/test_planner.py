@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -74,6 +75,25 @@ def test_the_verifier_network_task_over_job_over_default(
     assert plan.sandbox.verifier_network is network
     assert plan.decided["verifier.network"].source == source
     assert ("no network" in plan.verifier.reason) is not network
+
+
+@pytest.mark.parametrize(
+    ("job", "default", "outbound", "source"),
+    [
+        (None, "public", True, "default"),
+        (None, "none", False, "default"),
+        ("none", "public", False, "job"),
+        ("public", "none", True, "job"),
+    ],
+)
+def test_the_sidecars_network_job_over_default_never_the_agents(
+    tmp_path: Path, job: Literal["public", "none"] | None, default: str, outbound: bool, source: str
+) -> None:
+    task = make_task(tmp_path / "t", compose="services:\n  db:\n    image: redis:7\n")
+    plan = plan_episode(task, JobChoices(sidecar_network=job), Settings(sidecar_network=default))
+    assert plan.sandbox.sidecar_network is outbound
+    assert plan.sandbox.agent_network is False
+    assert plan.decided["sandbox.sidecar_network"].source == source
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from envfarm.grading.verifier.verdict import (
     score,
 )
 from envfarm.plan.models import VerifierPlan
-from envfarm.sandbox.base import Sandbox
+from envfarm.sandbox.base import Sandbox, free_disk_reserve
 from envfarm.sandbox.files import upload_dir
 
 VERIFIER_DIR = "/logs/verifier"
@@ -59,6 +59,7 @@ class TestScriptGrader(Grader):
         """Run ``tests/test.sh``; raise only when the sandbox itself fails."""
         verifier = plan.config
         fresh_logs = f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}"
+        await free_disk_reserve(sandbox)
         await upload_dir(
             sandbox, plan.tests_dir, TESTS_DIR, first=fresh_logs, identity=plan.task_hash
         )

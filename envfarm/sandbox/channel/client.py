@@ -25,6 +25,8 @@ lengths big endian, header_len 1..1 MiB, payload_len 0..16 MiB. Every header has
   write_file  {path, mode, mkdir, user?, eof}     -> done {size}   (payload: first bytes;
   write_data  {eof}                                  more in write_data frames until eof)
   cancel      {}                                  -> nothing: kills the exec, drops the transfer
+  reclaim_processes {min_free}                    -> done {tasks, limit, killed}
+  free_reserve {}                                 -> done {freed}
   walk        {path, out}                         -> done {entries, bytes}
   remove      {paths, contents?}                  -> done {removed, failed}
   sweep       {since}                             -> done {rounds, tmpfs, residue}
@@ -125,6 +127,13 @@ class Channel:
         if answer.get("type") != "done":
             raise answer_error(answer, None)
         return int(answer.get("killed") or 0)
+
+    async def free_reserve(self) -> int:
+        """Have the helper give back the disk it holds for grading; how many bytes."""
+        answer, _ = await self._request({"op": "free_reserve"})
+        if answer.get("type") != "done":
+            raise answer_error(answer, None)
+        return int(answer.get("freed") or 0)
 
     async def walk(self, path: str, out: str) -> int:
         """Have the helper list the file system ``path`` lies on into the file ``out`` (as

@@ -95,6 +95,7 @@ class DockerBackend(SandboxBackend, AgentImages):
             entrypoint=env.main_entrypoint,
             command=env.main_command,
             restart_clean_room=spec.clean_room == "restart",
+            sidecar_network=spec.sidecar_network,
         )
         if env.compose is None and limits.healthcheck is None:
             if not shared:

@@ -12,7 +12,7 @@ from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.excess import VERIFIER_TMPFS, limits_and_helper
+from envfarm.sandbox.docker.excess import GRADING_RESERVE_MB, VERIFIER_TMPFS, limits_and_helper
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -39,13 +39,17 @@ def create_container(
         kwargs.update(stdin_open=True, user="0:0", log_config=LogConfig(type="none"))
     kwargs["mounts"] = helper_mounts
     probe = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
-    kwargs.update(storage_options(cfg.storage_mb, cfg.image, probe))
+    reserve = GRADING_RESERVE_MB if cfg.channel and cfg.storage_mb is not None else 0
+    storage_mb = cfg.storage_mb + reserve if cfg.storage_mb is not None else None
+    kwargs.update(storage_options(storage_mb, cfg.image, probe))
+    limits = limits_and_helper(HELPER_PATH, cfg.memory_mb, cfg.pids_limit, gvisor=gvisor)
+    helper = limits.helper
     if "storage_opt" in kwargs and cfg.channel:  # room for grading on a full disk
         kwargs["tmpfs"] = VERIFIER_TMPFS
-    limits = limits_and_helper(HELPER_PATH, cfg.memory_mb, cfg.pids_limit, gvisor=gvisor)
+        helper = [*helper, "--reserve-mb", str(reserve)]
     return docker_client().containers.create(
         cfg.image,
-        command=limits.helper if cfg.channel else ["sleep", "infinity"],
+        command=helper if cfg.channel else ["sleep", "infinity"],
         entrypoint=[],
         init=not cfg.channel,  # the helper is the container's init (sweep.c)
         hostname="sandbox",

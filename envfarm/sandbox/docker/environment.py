@@ -89,6 +89,7 @@ class DockerEnvironment(
             self.env_id,
             run_id=main.run_id,
             network_name=main.network_name,
+            outbound=main.sidecar_network,
             service_images=service_images,
             sources=sources,
         )
@@ -193,6 +194,9 @@ class DockerEnvironment(
 
     async def reclaim_processes(self) -> int:
         return await self.main.reclaim_processes()
+
+    async def free_disk_reserve(self) -> None:
+        await self.main.free_disk_reserve()
 
     async def process_logs(self) -> dict[str, bytes]:
         return await self.main.process_logs()

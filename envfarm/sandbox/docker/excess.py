@@ -25,10 +25,13 @@ a Go program, past Go's 10,000 threads), and the container gets
 Disk: an agent that fills its disk quota and leaves it full would leave no room for the tests
 and the verifier's reward (an upload failing with EDQUOT, an infrastructure fault). Harbor
 mounts the verifier's logs from the host, outside the container's disk; envfarm mounts
-``VERIFIER_TMPFS`` (the tests' and the verifier logs' directories, empty until grading; their
-contents count as the container's memory) in every container whose disk is limited, so the
-tests are uploaded and graded whatever the agent did to its disk: they may fail for want of
-room, which is the agent's outcome.
+``VERIFIER_TMPFS`` (the verifier logs' directory, empty until grading; its contents count as
+the container's memory) in every container whose disk is limited. ``/tests`` is no mount: a
+test script may remove it, as under Harbor, where it is a copied directory. Its room is
+``GRADING_RESERVE_MB`` more than the task's quota, which the helper holds from its start in a
+file no path names and gives back when grading asks (``free_reserve``), just before the tests
+are written: they are uploaded and graded whatever the agent did to its disk, and may then fail
+for want of room, which is the agent's outcome.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ PIDS_RESERVE = 64
 """Processes grading needs free in a sandbox; below it the agent's leftovers are reclaimed."""
 
 
+GRADING_RESERVE_MB = 64
+"""Disk kept for the tests beyond a limited container's quota: their archive and their files."""
+
 VERIFIER_TMPFS = {
-    "/tests": "rw,exec,nosuid,nodev,size=512m,mode=0755",
     "/logs/verifier": "rw,exec,nosuid,nodev,size=256m,mode=0755",
 }
 

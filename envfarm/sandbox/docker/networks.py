@@ -7,12 +7,12 @@ tests, which no real network uses): 4096 networks. ``ENVFARM_NETWORK_PREFIX`` ch
 size. A subnet is picked at random among those no network uses; the engine rejects overlaps
 atomically, so concurrent processes that pick the same one just retry.
 
-Each network is ``--internal`` (no traffic leaves it) and ``inhibit_ipv4`` (the host takes no
-address on it, so a sandbox cannot reach services listening on the host either). Docker still
-gives its containers a default route to the absent gateway; for a main container without network
-access ``drop_default_route`` removes it, from a throwaway container that shares only its
-network namespace and holds only ``NET_ADMIN``, so the sandbox's routing table shows the
-environment's subnet and nothing else.
+An environment's network is ``--internal`` (no traffic leaves it) and ``inhibit_ipv4`` (the host
+takes no address on it, so a sandbox cannot reach services listening on the host either).
+Docker still gives its containers a default route to the absent gateway; for a main container
+without network access ``drop_default_route`` removes it, from a throwaway container that shares
+only its network namespace and holds only ``NET_ADMIN``, so the sandbox's routing table shows
+the environment's subnet and nothing else.
 
 A task whose phases differ in network access (``network_mode`` of ``[agent]`` and
 ``[verifier]``) gets the default bridge joined or left between the phases, on a running
@@ -20,6 +20,11 @@ container: a main container without an environment network is created on the bri
 the agent phase has no network, leaves it before it starts (only loopback is left); in an
 environment, leaving the bridge brings back the environment network's default route, which is
 removed again. The environment network, and so the sidecars, stay reachable throughout.
+
+Sidecars that may reach out (``services.py``) share a second network of the environment's, from
+the same pool, that is not internal but on which containers cannot reach one another: it leads
+outside and nowhere else, never to another environment (the default bridge would: its
+containers talk freely). The main container never joins it.
 """
 
 from __future__ import annotations
@@ -99,8 +104,17 @@ def _pick(pool: ipaddress.IPv4Network, prefix: int) -> ipaddress.IPv4Network | N
     return None
 
 
-def create_network(name: str, labels: dict[str, str]) -> str:
-    """Create the internal network ``name``; return its id. Blocking."""
+def create_network(name: str, labels: dict[str, str], *, outbound: bool = False) -> str:
+    """Create the internal network ``name``; return its id. Blocking.
+
+    ``outbound``: a network that leads out instead (the sidecars', ``services.py``), on which
+    its containers cannot reach one another (``enable_icc`` false): they meet on the internal
+    network, and this one only takes them outside."""
+    options = (
+        {"com.docker.network.bridge.enable_icc": "false"}
+        if outbound
+        else {"com.docker.network.bridge.inhibit_ipv4": "true"}
+    )
     pool, prefix = subnet_pool()
     api = docker_client().api
     for _ in range(ATTEMPTS):
@@ -111,9 +125,9 @@ def create_network(name: str, labels: dict[str, str]) -> str:
             created = api.create_network(
                 name,
                 driver="bridge",
-                internal=True,
+                internal=not outbound,
                 ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))]),
-                options={"com.docker.network.bridge.inhibit_ipv4": "true"},
+                options=options,
                 labels=labels,
                 check_duplicate=True,
             )

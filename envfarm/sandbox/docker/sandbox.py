@@ -217,6 +217,15 @@ class DockerSandbox(
         except SandboxGone as exc:
             await self._container.explain_gone(exc)
 
+    async def free_disk_reserve(self) -> None:
+        channel = self._container.channel
+        if channel is None:
+            return
+        try:
+            await channel.free_reserve()
+        except SandboxGone as exc:
+            await self._container.explain_gone(exc)
+
     async def process_logs(self) -> dict[str, bytes]:
         """The output of the image's entrypoint: ``main.log`` for this container, then
         ``clean-room-<n>-main.log`` for each fresh container ``fresh_verifier`` started."""

@@ -30,6 +30,9 @@ class DockerSandboxConfig(BaseModel):
     """Join this (environment) network, with ``network_aliases``; ``network`` True then adds the
     default bridge too. None: ``network`` alone decides (``--network none`` or the bridge)."""
     network_aliases: list[str] = Field(default_factory=list)
+    sidecar_network: bool = True
+    """The compose sidecars around this container also join the default bridge (outbound
+    access, as Harbor's default network gives them); this container is not changed by it."""
     volumes: list[str] = Field(default_factory=list)
     """``volume:/path[:ro]`` mounts (per-episode volumes of a compose environment)."""
     run_id: str = "adhoc"

@@ -3,9 +3,14 @@ environment (blocking docker calls).
 
 A sidecar is hardened like the main container (every capability dropped but the few that the
 usual service images need to set up their data directory and drop to their own user, no new
-privileges, an init process, memory, CPU and pids limits) and joins only the environment's
-internal network, under its service name. It never gets the default bridge, whatever the task's
-network mode: services are reachable from the main container, and nothing else.
+privileges, an init process, memory, CPU and pids limits) and joins the environment's internal
+network under its service name. It also joins the environment's outbound network (``networks.py``:
+it leads outside, never to another container), for outbound access as under Harbor, whose
+compose services get the default network (a sidecar that installs its server from
+a package index at start needs it), unless the job turns that off (``sidecar_network = "none"``):
+the agent's container keeps its own network settings either way. Nothing is published, so a
+sidecar is reachable only from its environment's containers; one with outbound access is a
+relay for the agent's container, which can ask it to fetch what it likes (docs/security.md).
 
 The task's files a service mounts (``./init.sql:/docker-entrypoint-initdb.d/init.sql``) are
 copied into the container before it starts, never bind-mounted: each episode gets its own copy,
@@ -116,8 +121,10 @@ def create_sidecar(
     volumes: dict[str, str],
     labels: dict[str, str],
     env_dir: Path,
+    outbound: str | None = None,
 ) -> Container:
-    """Create (not start) the sidecar with its files in place."""
+    """Create (not start) the sidecar with its files in place; ``outbound``: the environment's
+    outbound network, which it joins too."""
     kwargs: dict[str, Any] = {}
     if service.command is not None:
         kwargs["command"] = service.command
@@ -153,6 +160,11 @@ def create_sidecar(
         raise SandboxStartError(missing) from exc
     except docker.errors.APIError as exc:
         raise start_error(exc, f"service {service.name!r}: could not create: {exc}") from exc
+    if outbound is not None:
+        try:
+            docker_client().api.connect_container_to_network(str(container.id), outbound)
+        except docker.errors.APIError as exc:
+            raise start_error(exc, f"service {service.name!r}: no outbound network: {exc}") from exc
     archive = files_archive(env_dir, service.volumes)
     if archive is not None:
         put_files(str(container.id), archive)

@@ -5,11 +5,13 @@ volumes, the compose sidecars, and the main container's place among them.
 then starts every sidecar in dependency order, each as soon as what it ``depends_on`` is
 started or healthy (``healthchecks.py``). The main container is started at once, concurrently
 (nothing runs in it before the agent does): its dependencies gate its healthcheck and the
-agent, which is what they mean for it. Sidecars join the internal network alone; the main
-container joins it as ``main`` and, only when the task asks for network access, the default
-bridge too. ``settle`` gives a main container (the first, and each clean room that takes its
-place) the task's bind files and, without network access, no default route, so it sees its
-sidecars and nothing else; ``drop_default_route`` takes the route away again when the
+agent, which is what they mean for it. Sidecars join the internal network and, unless the job
+turned it off, the environment's outbound network (``networks.py``); the main container joins
+the internal one as ``main`` and, only when the task asks for network access, the default
+bridge too. ``settle`` gives a
+main container (the first, and each clean room that takes its place) the task's bind files
+and, without network access, no default route, so it sees its sidecars and nothing else;
+``drop_default_route`` takes the route away again when the
 network namespace is new (a restart) or the bridge was left (the verifier phase).
 
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
@@ -58,6 +60,7 @@ class Surroundings:
         *,
         run_id: str,
         network_name: str | None,
+        outbound: bool = True,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
     ) -> None:
@@ -66,6 +69,9 @@ class Surroundings:
         self.run_id = run_id
         self.network_name = network_name
         """The main container's environment network (None without a compose file)."""
+        self.outbound = outbound
+        """The sidecars also join an outbound network of their own (``networks.py``)."""
+        self.outbound_name: str | None = None
         self.service_images = service_images
         self.sources = sources
         self.network_id: str | None = None
@@ -95,7 +101,15 @@ class Surroundings:
             images = await build_environment_images(self.environment, self.sources)
             self.service_images = images.service_image_ids()
         name = self.network_name or f"envfarm-{self.env_id}"
-        self.network_id = await blocking(create_network, name, self.labels("network"))
+        labels = self.labels("network")
+        if self.outbound and compose.sidecars:
+            self.outbound_name = f"envfarm-{self.env_id}-out"
+            out = functools.partial(create_network, self.outbound_name, labels, outbound=True)
+            self.network_id, _ = await asyncio.gather(
+                blocking(create_network, name, labels), blocking(out)
+            )
+        else:
+            self.network_id = await blocking(create_network, name, labels)
         wanted = {
             volume
             for service in compose.services.values()
@@ -167,6 +181,7 @@ class Surroundings:
                 image=image,
                 container_name=f"envfarm-{self.env_id}-{service.name}",
                 network=self.network_name or "",
+                outbound=self.outbound_name,
                 volumes=names,
                 labels=self.labels("service", service.name),
                 env_dir=self.environment.environment_dir,
