@@ -422,10 +422,11 @@ class TakenQueue(queue.Queue[Any]):
 
 def run_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from datasets import Dataset
-    from envfarm.integrations.trl import EnvfarmRolloutWorker
     from transformers import AttentionInterface
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer, async_grpo_trainer
     from trl.experimental.async_grpo.packing import TREE_ATTENTION
+
+    from envfarm.integrations.trl import EnvfarmRolloutWorker
 
     # TRL looks the device's peak FLOPs up with torch.cuda.get_device_name (MFU metrics), which
     # raises without a GPU; None is its own answer for an unknown device.
