@@ -7,6 +7,7 @@
       SandboxError         provisioning, exec or file I/O failed (infrastructure)
         SandboxStartError  the environment never came up
           TaskConfigError  the engine refuses the environment as the task configures it (permanent)
+          ServiceFailed    a task's service exited or failed its check the same way (permanent)
         SandboxGone        the sandbox died or vanished mid-episode
         EnvironmentUnsupported the task needs what the backend, as configured, lacks (permanent)
       PolicyError          the policy endpoint failed (infrastructure)
@@ -82,6 +83,14 @@ class SandboxError(EnvfarmError):
 
 class SandboxStartError(SandboxError):
     pass
+
+
+class ServiceFailed(SandboxStartError):
+    """A service the task defines exited before it was healthy, or its healthcheck failed the
+    same way to the end: the task's fault, which another attempt would repeat."""
+
+    infrastructure = False
+    retryable = False
 
 
 class TaskConfigError(SandboxStartError):

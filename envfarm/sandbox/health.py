@@ -7,6 +7,13 @@ only makes it start sooner. The verdict keeps Docker's time budget: a service wh
 passed within ``start_period + retries * (interval + timeout)`` (the longest Docker would take to
 call it unhealthy) fails the start with a ``SandboxStartError`` naming the service and quoting
 the last check's output. A service whose container stops meanwhile fails at once.
+
+Whose fault a failed start is decides whether it is tried again. A service that exits before it
+is healthy, and one whose check still fails the same way on its last two runs when the budget
+runs out, are the task's (``ServiceFailed``: the episode fails once, with the service's last log
+lines, and is not retried): a server that crashes, or never listens, does so on every attempt.
+A check that timed out at the end, or whose output still changed, may be a loaded machine: that
+start is infrastructure's and retried.
 ``healthcheck_budget_s`` is that budget for a whole environment, its slowest check's (the
 Kubernetes backend waits so long for a pod's readiness probes).
 
@@ -25,7 +32,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.errors import SandboxStartError
+from envfarm.errors import SandboxStartError, ServiceFailed
 from envfarm.plan.models import EnvironmentSpec
 
 FIRST_PAUSE_S = 0.25
@@ -48,6 +55,8 @@ Probe = Callable[[float], Awaitable[tuple[bool, str]]]
 """Run the check once with a timeout; (passed, its output)."""
 Stopped = Callable[[], Awaitable[str | None]]
 """None while the container runs, else why it is not running (exit code and log tail)."""
+Logs = Callable[[], Awaitable[str]]
+"""The service's last log lines."""
 
 
 def windowed(argv: list[str], window_s: int = WINDOW_S) -> list[str]:
@@ -70,9 +79,16 @@ class HealthPolicy(BaseModel):
 
 
 async def wait_healthy(
-    name: str, policy: HealthPolicy, probe: Probe, stopped: Stopped, *, window_s: float = 0.0
+    name: str,
+    policy: HealthPolicy,
+    probe: Probe,
+    stopped: Stopped,
+    *,
+    window_s: float = 0.0,
+    logs: Logs | None = None,
 ) -> None:
-    """Return once ``probe`` passes; raise SandboxStartError when the budget runs out.
+    """Return once ``probe`` passes; raise ServiceFailed or SandboxStartError (see above) when
+    the budget runs out, ServiceFailed when the service stops.
 
     ``window_s`` is how long one call of ``probe`` may take by itself repeating the check (0: it
     runs the check once); such a probe paces itself, so the next call follows at once."""
@@ -80,24 +96,35 @@ async def wait_healthy(
     deadline = time.monotonic() + budget
     pause = WINDOW_STEP_S if window_s else FIRST_PAUSE_S
     last = "(the check never ran)"
+    recent: list[str | None] = []  # the last two failures' output; None: the check timed out
     while True:
         why = await stopped()
         if why is not None:
-            raise SandboxStartError(f"service {name!r} stopped before it was healthy: {why}")
+            raise ServiceFailed(f"service {name!r} stopped before it was healthy: {why}")
         try:
             async with asyncio.timeout(window_s + policy.timeout_s + 5):
                 passed, output = await probe(policy.timeout_s)
         except TimeoutError:
             passed, output = False, f"the check did not finish within {policy.timeout_s:g} s"
+            recent = [*recent[-1:], None]
+        else:
+            recent = [*recent[-1:], output.strip()]
         if passed:
             return
         last = output.strip()[-OUTPUT_CHARS:] or "(no output)"
         left = deadline - time.monotonic()
         if left <= 0:
-            raise SandboxStartError(
+            message = (
                 f"service {name!r} was not healthy within {budget:g} s (start_period + retries "
                 f"x (interval + timeout)); last healthcheck output: {last}"
             )
+            if len(recent) == 2 and recent[0] is not None and recent[0] == recent[1]:
+                tail = await logs() if logs is not None else ""
+                raise ServiceFailed(
+                    f"{message}; it failed the same way twice in a row"
+                    + (f"; last log lines:\n{tail}" if tail else "")
+                )
+            raise SandboxStartError(message)
         await asyncio.sleep(min(pause, policy.interval_s, left))
         if not window_s:
             pause = min(pause * 2, MAX_PAUSE_S)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.errors import SandboxStartError
+from envfarm.errors import SandboxStartError, ServiceFailed
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
@@ -317,11 +317,55 @@ async def test_a_healthcheck_that_never_passes_fails_the_start_and_leaves_nothin
 """
     main = "image: redis:7\ndepends_on:\n  stuck: {condition: service_healthy}"
     sandbox = await environment(make_task(tmp_path / "stuck", services, main=main))
-    with pytest.raises(SandboxStartError) as caught:
+    with pytest.raises(ServiceFailed) as caught:
         await sandbox.start()
     message = str(caught.value)
     assert "service 'stuck'" in message
     assert "still-warming-up" in message
+    assert "the same way twice" in message
+    assert not caught.value.infrastructure
+    assert not caught.value.retryable  # it would fail the same way on the next attempt
+    assert leftovers(sandbox.env_id) == []
+
+
+async def test_a_check_whose_output_still_changes_is_retried(tmp_path: Path) -> None:
+    services = """
+  slow:
+    image: redis:7
+    healthcheck:
+      test: ["CMD-SHELL", "echo warming $$(cat /proc/uptime); exit 1"]
+      interval: 200ms
+      timeout: 1s
+      retries: 2
+"""
+    main = "image: redis:7\ndepends_on:\n  slow: {condition: service_healthy}"
+    sandbox = await environment(make_task(tmp_path / "slow", services, main=main))
+    with pytest.raises(SandboxStartError) as caught:
+        await sandbox.start()
+    assert not isinstance(caught.value, ServiceFailed)
+    assert caught.value.retryable  # a loaded machine may be why; another attempt may pass
+    assert leftovers(sandbox.env_id) == []
+
+
+async def test_a_sidecar_that_exits_fails_the_start_as_the_tasks_fault(tmp_path: Path) -> None:
+    services = """
+  crashing:
+    image: redis:7
+    command: ["sh", "-c", "echo cannot-bind-port; exit 3"]
+    healthcheck:
+      test: ["CMD", "redis-cli", "ping"]
+      interval: 1s
+      retries: 30
+"""
+    main = "image: redis:7\ndepends_on:\n  crashing: {condition: service_healthy}"
+    sandbox = await environment(make_task(tmp_path / "crashing", services, main=main))
+    with pytest.raises(ServiceFailed) as caught:
+        await sandbox.start()
+    message = str(caught.value)
+    assert "service 'crashing' stopped before it was healthy" in message
+    assert "code 3" in message
+    assert "cannot-bind-port" in message
+    assert not caught.value.infrastructure
     assert leftovers(sandbox.env_id) == []
 
 

@@ -45,7 +45,10 @@ async def sidecar_healthy(service: ComposeService, container_id: str) -> None:
     async def stopped() -> str | None:
         return await blocking(sidecars.stopped_reason, container_id)
 
-    await wait_healthy(service.name, policy, probe, stopped, window_s=WINDOW_S)
+    async def logs() -> str:
+        return await blocking(sidecars.log_tail, container_id)
+
+    await wait_healthy(service.name, policy, probe, stopped, window_s=WINDOW_S, logs=logs)
 
 
 async def main_healthy(environment: EnvironmentSpec, main: Sandbox) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import docker.errors
 from docker.models.containers import Container
 
-from envfarm.errors import SandboxError, SandboxStartError
+from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER, owner_label
@@ -204,12 +204,22 @@ def probe_windowed(container_id: str, argv: list[str]) -> tuple[bool, str] | Non
     return passed, output
 
 
-def stopped_reason(container_id: str) -> str | None:
-    """None while the container runs; else its exit code, OOM status and last log lines."""
+def log_tail(container_id: str) -> str:
+    """The container's last log lines ('' when it is gone)."""
     try:
         container = docker_client().containers.get(container_id)
     except docker.errors.NotFound:
-        return "its container vanished"
+        return ""
+    return bytes(container.logs(tail=LOG_LINES)).decode(errors="replace").strip()
+
+
+def stopped_reason(container_id: str) -> str | None:
+    """None while the container runs; else its exit code, OOM status and last log lines.
+    SandboxGone when the container vanished (someone removed it: not the task's doing)."""
+    try:
+        container = docker_client().containers.get(container_id)
+    except docker.errors.NotFound as exc:
+        raise SandboxGone(f"the service's container {container_id[:12]} vanished") from exc
     state = container.attrs.get("State", {})
     if state.get("Running") and not state.get("Restarting"):
         return None
