@@ -4,6 +4,7 @@
       TaskSpecError        a task directory is malformed (permanent; names file and field)
       ImageError           an image could not be built
         UnknownBaseImage   a Dockerfile names a base no alias fits
+        TaskBuildError     the task's Dockerfile fails to build, and would again (permanent)
       SandboxError         provisioning, exec or file I/O failed (infrastructure)
         SandboxStartError  the environment never came up
           TaskConfigError  the engine refuses the environment as the task configures it (permanent)
@@ -61,10 +62,22 @@ class TaskSpecError(EnvfarmError):
 class ImageError(EnvfarmError):
     infrastructure = True
     retryable = False
+    signature: str | None = None
+    """For a build whose ``RUN`` failed: its step and exit status. The same twice is the
+    task's fault (``TaskBuildError``); None where the failure says nothing of the task."""
 
 
 class UnknownBaseImage(ImageError):
     """A base image has no local alias; it cannot be pulled on a machine without a registry."""
+
+    infrastructure = False
+
+
+class TaskBuildError(ImageError):
+    """The task's own Dockerfile fails to build, in a way building again cannot change: a
+    missing ``COPY`` source, a line the engine cannot parse, a ``RUN`` that failed the same
+    way twice (a host an offline machine cannot reach, a package that does not exist). The
+    task's fault: its episodes end invalid, not as infrastructure errors, and are not retried."""
 
     infrastructure = False
 

@@ -19,6 +19,7 @@ from envfarm.cli.resume import job_to_resume, load_manifest, resuming, save_mani
 from envfarm.cli.run_flags import run_flags
 from envfarm.cli.triage import triage_mcp_tasks, triage_rubric_tasks
 from envfarm.controller.assembly import open_backend, open_runner, policy_spec
+from envfarm.controller.images import bad_input
 from envfarm.controller.job import Job, JobEvents
 from envfarm.controller.policies import policy_fields
 from envfarm.controller.summary import EXIT_BAD_INPUT, RunSummary, summarize
@@ -233,7 +234,7 @@ async def _run_job(
                 plan = runner.planner.planned(task) if runner.planner is not None else None
                 if runner.pools is not None and image is not None and plan is not None:
                     runner.pools.warm(plan.sandbox, image)
-                if error is not None and not error.infrastructure:
+                if bad_input(error):  # its groups fail; no episode runs
                     progress.skip_episodes(request.group_size)
 
             job = Job(

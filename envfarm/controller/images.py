@@ -2,12 +2,15 @@
 
 Episodes of a task are leased only once its image is settled, so no episode slot waits on a
 build. A build that fails for a bad input (an unknown base image) settles at once: the task's
-groups fail with the reason. A build that fails for an infrastructure reason (the engine, the
-package mirror) is tried again, ``BUILD_RETRY_S`` apart, up to ``BUILD_ATTEMPTS`` times; its
-episodes stay queued meanwhile (for this worker or another), and only after the last attempt
-do they run, ending at once with the build error as their (invalid) result. Each image is built
-for its task's plan (``planning.py``), so a task the chosen runtime cannot run is refused here,
-as bad input, before anything is built.
+groups fail with the reason. One the task's Dockerfile causes (``TaskBuildError``: a missing
+``COPY`` source, a ``RUN`` that failed the same way twice) also settles at once, and its
+episodes end with it as their result: invalid, the task's fault, never an infrastructure
+error. A build that fails for an infrastructure reason (the engine, the package mirror) is
+tried again, ``BUILD_RETRY_S`` apart, up to ``BUILD_ATTEMPTS`` times; its episodes stay queued
+meanwhile (for this worker or another), and only after the last attempt do they run, ending at
+once with the build error as their (invalid) result. Each image is built for its task's plan
+(``planning.py``), so a task the chosen runtime cannot run is refused here, as bad input,
+before anything is built.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from envfarm.controller.planning import Planner
-from envfarm.errors import EnvfarmError, ImageError
+from envfarm.errors import EnvfarmError, ImageError, TaskBuildError
 from envfarm.sandbox.base import PreparedImage
 from envfarm.spec.task import Task
 
@@ -28,6 +31,11 @@ BUILD_ATTEMPTS = 3
 BUILD_RETRY_S = 20.0
 
 ImageEvent = Callable[[Task, PreparedImage | None, EnvfarmError | None], None]
+
+
+def bad_input(error: EnvfarmError | None) -> bool:
+    """A build error after which the task's groups fail without running an episode."""
+    return error is not None and not error.infrastructure and not isinstance(error, TaskBuildError)
 
 
 @dataclass
@@ -102,7 +110,11 @@ class ImageBuilds:
 
     async def _failed(self, task: Task, error: EnvfarmError) -> None:
         key = task.content_hash
-        if not error.infrastructure:
+        if isinstance(error, TaskBuildError):
+            self._settled[key] = (None, error)
+            self.on_image(task, None, error)
+            return
+        if bad_input(error):
             self._settled[key] = (None, error)
             self.on_image(task, None, error)
             await self.on_bad_task(task, error)

@@ -183,10 +183,16 @@ def normalize_reference(
     name, warnings = reference.strip(), []
     if "@" in name:
         name, digest = name.split("@", 1)
-        warnings.append(
-            f"{reference}: digest {digest} cannot be verified without a registry; "
-            "it is ignored and the local image for the name is used"
-        )
+        if pinned_by_digest(reference):
+            warnings.append(
+                f"{reference}: pinned by digest, which no offline substitute can honour; "
+                "a local image for the name is used"
+            )
+        else:
+            warnings.append(
+                f"{reference}: digest {digest} cannot be verified without a registry; "
+                "it is ignored and the local image for the name is used"
+            )
     for prefix in sorted(mirror_prefixes, key=len, reverse=True):
         if name.startswith(prefix):
             name = name[len(prefix) :]
@@ -194,6 +200,12 @@ def normalize_reference(
     if ":" not in name.rsplit("/", 1)[-1]:
         name += ":latest"
     return name, warnings
+
+
+def pinned_by_digest(reference: str) -> bool:
+    """``python@sha256:...``: a digest and no tag, so no tag's warning applies."""
+    name, at, _ = reference.strip().partition("@")
+    return bool(at) and ":" not in name.rsplit("/", 1)[-1]
 
 
 def registry_of(reference: str) -> str:
@@ -215,7 +227,12 @@ def match_alias(reference: str, table: AliasTable | None = None) -> AliasMatch |
         )
     if found is None:
         return None
-    if found.warning:
+    if pinned_by_digest(reference):
+        warnings[-1] = (
+            f"{reference}: pinned by digest, which no offline substitute can honour; envfarm "
+            f"supplies recipe {found.recipe} instead ({table.recipes[found.recipe].description})"
+        )
+    elif found.warning:
         warnings.append(found.warning.format(name=reference))
     return AliasMatch(reference=reference, name=name, recipe=found.recipe, warnings=warnings)
 

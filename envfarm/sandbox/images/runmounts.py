@@ -14,18 +14,18 @@ bound from its image). Each such ``RUN`` in shell form is rewritten to what it d
 - ``--network`` is dropped (the classic builder gives ``RUN`` the default network).
 
 The command itself runs unchanged through ``eval`` of its text (base64 in the Dockerfile, so no
-quoting or ``#`` of the author's can reach the wrapper). Exec-form ``RUN`` and heredocs are left
-as written.
+quoting or ``#`` of the author's can reach the wrapper), heredocs as ``heredocs.py`` runs them.
+Exec-form ``RUN`` is left as written.
 """
 
 from __future__ import annotations
 
-import base64
 import shlex
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.sandbox.images.dockerlines import instructions
+from envfarm.sandbox.images.dockerlines import Source, instructions
+from envfarm.sandbox.images.heredocs import shell_text, wrapped_run
 
 STAGING = "/.envfarm-mounts"
 
@@ -65,20 +65,33 @@ def _flags(args: str) -> tuple[list[str], str]:
 
 
 def classic_dockerfile(text: str, where: str) -> tuple[str, list[str]]:
-    """``text`` with every shell-form ``RUN --mount``/``--network`` rewritten, and warnings."""
-    lines = text.split("\n")
+    """``text`` with every shell-form ``RUN --mount``/``--network`` and every ``RUN`` heredoc
+    rewritten (``heredocs.py``), and warnings."""
+    source = Source.of(text)
+    warnings = classic_source(source, where)
+    return source.text, warnings
+
+
+def classic_source(source: Source, where: str) -> list[str]:
+    """``classic_dockerfile`` on a ``Source``, in place: each rewritten line keeps the origin
+    of the line it replaces."""
     warnings: list[str] = []
     count = 0
-    for inst in reversed(instructions(text)):
-        if inst.keyword != "RUN" or not inst.args.startswith("--"):
+    for inst in reversed(instructions(source.text)):
+        if inst.keyword != "RUN" or not (inst.args.startswith("--") or inst.heredocs):
             continue
         flags, command = _flags(inst.args)
-        if command.startswith("[") or "<<" in command:
+        if command.startswith("["):
             continue
+        line = source.origins[inst.first] + 1
+        heredoc = shell_text(inst, command)
+        text, script = heredoc if heredoc is not None else (command, False)
         mounts = [_parse_mount(f[len("--mount=") :]) for f in flags if f.startswith("--mount=")]
         if any(not m.target for m in mounts):
             continue
-        line = inst.first + 1
+        if not flags:
+            source.splice(inst.first, inst.last, wrapped_run(text, script, str(line)))
+            continue
         copies, setup, cleanup = [], [], []
         for mount in mounts:
             count += 1
@@ -91,8 +104,8 @@ def classic_dockerfile(text: str, where: str) -> tuple[str, list[str]]:
             if mount.kind == "bind":
                 staged = f"{STAGING}/{count}"
                 origin = f"--from={mount.origin} " if mount.origin else ""
-                source = mount.source or ("/" if mount.origin else ".")
-                copies.append(f"COPY {origin}{source} {staged}")
+                source_path = mount.source or ("/" if mount.origin else ".")
+                copies.append(f"COPY {origin}{source_path} {staged}")
                 setup.append(f"cp -a {staged} {target}")
                 cleanup.append(f"rm -rf {staged}")
             elif mount.kind in ("cache", "tmpfs"):
@@ -105,14 +118,11 @@ def classic_dockerfile(text: str, where: str) -> tuple[str, list[str]]:
                 setup.append(f"mkdir -p {target}")
             cleanup.append(f"rm -rf {target}")
             cleanup.append(f"if [ -e {aside} ] || [ -L {aside} ]; then mv {aside} {target}; fi")
-        encoded = base64.b64encode(command.encode()).decode()
-        run = "; ".join(
-            [*setup, f'eval "$(echo {encoded} | base64 -d)"', "envfarm_status=$?", *cleanup]
-        )
-        lines[inst.first : inst.last + 1] = [*copies, f"RUN {run}; exit $envfarm_status"]
+        lines = wrapped_run(text, script, str(line), setup, cleanup)
+        source.splice(inst.first, inst.last, [*copies, *lines])
         kinds = ", ".join(sorted({f"type={m.kind}" for m in mounts}) or {"--network"})
         warnings.append(
             f"{where}: line {line}: RUN with {kinds} rewritten for the classic builder "
             "(bind sources copied in, caches as empty directories)"
         )
-    return "\n".join(lines), list(reversed(warnings))
+    return list(reversed(warnings))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from envfarm.errors import ImageError, UnknownBaseImage
-from envfarm.sandbox.images.dockerlines import Instruction, instructions
+from envfarm.sandbox.images.dockerlines import Instruction, Source, instructions
 
 
 def task_image_tag(task_id: str, content_hash: str) -> str:
@@ -90,14 +90,20 @@ def rewrite_dockerfile(text: str, images: dict[str, str], where: str) -> str:
     A rewritten ``FROM`` loses its ``--platform`` flag (local images have the engine's own
     platform) and becomes one line.
     """
-    lines = text.split("\n")
-    for inst, written, resolved in reversed(_external_refs(text, where)):
+    source = Source.of(text)
+    rewrite_source(source, images, where)
+    return source.text
+
+
+def rewrite_source(source: Source, images: dict[str, str], where: str) -> None:
+    """``rewrite_dockerfile`` on a ``Source``, in place."""
+    for inst, written, resolved in reversed(_external_refs(source.text, where)):
         target = images[resolved]
         if inst.keyword == "FROM":
             _, stage = _from_parts(inst.args)
             new = f"FROM {target}" + (f" AS {stage}" if stage else "")
-            lines[inst.first : inst.last + 1] = [new]
+            source.splice(inst.first, inst.last, [new])
         else:
             for number in range(inst.first, inst.last + 1):
-                lines[number] = lines[number].replace(f"--from={written}", f"--from={target}")
-    return "\n".join(lines)
+                line = source.lines[number].replace(f"--from={written}", f"--from={target}")
+                source.lines[number] = line

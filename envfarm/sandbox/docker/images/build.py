@@ -23,6 +23,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import IO
 
 import docker.errors
 import requests
@@ -31,6 +32,8 @@ from pydantic import BaseModel, ConfigDict
 
 from envfarm.errors import ImageError
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.images.context import context_archive
+from envfarm.sandbox.docker.images.failures import build_failure, step_line
 
 TAIL_LINES = 30
 GRACE_S = 30.0
@@ -58,6 +61,12 @@ class BuildSpec(BaseModel):
     timeout: float
     target: str | None = None
     """The stage to build, of a multi-stage Dockerfile."""
+    steps: list[str] = []
+    """The task's own instruction behind each step the engine numbers (``failures.py``)."""
+    notes: list[str] = []
+    """Lines every error adds after its first (the substitutions that applied)."""
+    mirrors: set[str] = set()
+    """The machine's package mirrors: a ``RUN`` failing on one may pass when tried again."""
 
 
 class BuiltImage(BaseModel):
@@ -132,49 +141,60 @@ def _build_blocking(spec: BuildSpec, log: LogFn, cancelled: threading.Event) -> 
     deadline = time.monotonic() + spec.timeout
     too_long = f"build did not finish within {spec.timeout:.0f} s"
     error: str | None = None
+    step: str | None = None
     client = docker_client()
     stream = None
-    try:
-        stream = client.api.build(
-            path=str(spec.context),
-            dockerfile=str(spec.dockerfile),
-            tag=spec.tag,
-            labels=spec.labels,
-            buildargs=spec.buildargs,
-            target=spec.target,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            decode=True,
-            timeout=int(spec.timeout) + 1,
-        )
-        for chunk in stream:
-            for line in str(chunk.get("stream", "")).splitlines():
-                if not line.strip():
-                    continue
-                tail.append(line)
-                log(line)
-            if "error" in chunk:
-                error = str(chunk["error"]).strip()
-            if cancelled.is_set() or time.monotonic() > deadline:
-                error = too_long
-                break
-    except (urllib3.exceptions.ReadTimeoutError, requests.exceptions.ReadTimeout):
-        error = too_long
-    except (
-        docker.errors.DockerException,
-        requests.RequestException,
-        urllib3.exceptions.HTTPError,
-    ) as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    finally:
-        if stream is not None:
-            stream.close()
+    with contextlib.ExitStack() as stack:
+        try:
+            path: str | None = str(spec.context)
+            archive: IO[bytes] | None = None
+            name = str(spec.dockerfile)
+            if not spec.dockerfile.is_relative_to(spec.context):
+                archive, name = context_archive(spec.context, spec.dockerfile.read_text())
+                stack.callback(archive.close)
+                path = None
+            stream = client.api.build(
+                path=path,
+                fileobj=archive,
+                custom_context=archive is not None,
+                dockerfile=name,
+                tag=spec.tag,
+                labels=spec.labels,
+                buildargs=spec.buildargs,
+                target=spec.target,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                timeout=int(spec.timeout) + 1,
+            )
+            for chunk in stream:
+                for line in str(chunk.get("stream", "")).splitlines():
+                    if not line.strip():
+                        continue
+                    number, line = step_line(line, spec.steps)
+                    if number is not None:
+                        step = line.partition(" : ")[2] if number <= len(spec.steps) else None
+                    tail.append(line)
+                    log(line)
+                if "error" in chunk or "message" in chunk:
+                    error = str(chunk.get("error") or chunk.get("message")).strip()
+                if cancelled.is_set() or time.monotonic() > deadline:
+                    error, step = too_long, None
+                    break
+        except (urllib3.exceptions.ReadTimeoutError, requests.exceptions.ReadTimeout):
+            error, step = too_long, None
+        except (
+            OSError,
+            docker.errors.DockerException,
+            requests.RequestException,
+            urllib3.exceptions.HTTPError,
+        ) as exc:
+            error, step = f"{type(exc).__name__}: {exc}", None
+        finally:
+            if stream is not None:
+                stream.close()
     if error is not None:
-        output = "\n".join(tail) or "(no output)"
-        raise ImageError(
-            f"{spec.where}: image build failed: {error}\n"
-            f"--- last {len(tail)} lines of build output ---\n{output}"
-        )
+        raise build_failure(spec.where, error, step, spec.notes, list(tail), spec.mirrors)
     image_id = client.images.get(spec.tag).id
     return str(image_id)

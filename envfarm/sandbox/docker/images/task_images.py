@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from envfarm.errors import TaskSpecError
+from envfarm.errors import ImageError, TaskBuildError, TaskSpecError
 from envfarm.sandbox.docker.images.build import (
     BuildSpec,
     LogFn,
@@ -35,6 +35,8 @@ from envfarm.sandbox.docker.images.build import (
     since,
 )
 from envfarm.sandbox.docker.images.build import BuiltImage as BuiltImage
+from envfarm.sandbox.docker.images.context import ignore_warning
+from envfarm.sandbox.docker.images.failures import mirror_hosts
 from envfarm.sandbox.docker.images.hostconfig import HostConfig, read_host_config
 from envfarm.sandbox.docker.images.local import local_image
 from envfarm.sandbox.docker.images.pull import pull_image
@@ -45,8 +47,9 @@ from envfarm.sandbox.docker.images.recipes import (
 )
 from envfarm.sandbox.docker.labels import LABEL_TASK, image_labels
 from envfarm.sandbox.images.aliases import match_alias, normalize_reference, unknown_base
-from envfarm.sandbox.images.runmounts import classic_dockerfile
-from envfarm.sandbox.images.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
+from envfarm.sandbox.images.dockerlines import Source
+from envfarm.sandbox.images.runmounts import classic_source
+from envfarm.sandbox.images.task_image import dockerfile_bases, rewrite_source, task_image_tag
 from envfarm.settings import ImageSource, current
 
 LABEL_BASES = "io.envfarm.bases"
@@ -138,12 +141,17 @@ async def build_task_image(
     except OSError as exc:
         raise TaskSpecError(str(dockerfile), f"cannot read the Dockerfile: {exc}") from exc
     where = str(dockerfile)
-    text, warnings = classic_dockerfile(text, where)
+    source = Source.of(text)
+    warnings = classic_source(source, where)
     host = read_host_config()
-    bases = [await _plan_base(ref, where, host, sources) for ref in dockerfile_bases(text, where)]
+    refs = dockerfile_bases(source.text, where)
+    bases = [await _plan_base(ref, where, host, sources) for ref in refs]
     warnings += [warning for base in bases for warning in base.warnings]
+    if ignored := await asyncio.to_thread(ignore_warning, context_dir):
+        warnings.append(ignored)
     identity = " ".join(base.identity for base in bases)
     tag = task_image_tag(tag_hint, content_hash)
+    notes = [substitutions(bases)]
     async with exclusive(tag):
         found = await local_image(tag)
         if found and found.labels.get(LABEL_BASES) == identity:
@@ -152,10 +160,13 @@ async def build_task_image(
             )
         start = time.monotonic()
         for recipe in dict.fromkeys(base.recipe for base in bases if base.recipe):
-            await ensure_recipe_image(recipe, on_log=on_log)
-        rewritten = rewrite_dockerfile(text, {b.reference: b.target for b in bases}, where)
+            try:
+                await ensure_recipe_image(recipe, on_log=on_log)
+            except ImageError as exc:  # envfarm's recipe, never the task's fault
+                raise ImageError(f"{exc}\n{notes[0]}") from exc
+        rewrite_source(source, {b.reference: b.target for b in bases}, where)
         with tempfile.TemporaryDirectory(prefix="envfarm-dockerfile-") as tmp:
-            (Path(tmp) / "Dockerfile").write_text(rewritten)
+            (Path(tmp) / "Dockerfile").write_text(source.text)
             shown = (
                 dockerfile.relative_to(task_root)
                 if dockerfile.is_relative_to(task_root)
@@ -170,8 +181,44 @@ async def build_task_image(
                 buildargs={**host.proxy_env, **(buildargs or {})},
                 timeout=timeout,
                 target=target,
+                steps=source.steps(),
+                notes=notes,
+                mirrors=mirror_hosts(host),
             )
-            image_id = await run_build(spec, on_log)
+            image_id = await _build_twice(spec, on_log)
         return BuiltImage(
             tag=tag, image_id=image_id, build_s=since(start), cached=False, warnings=warnings
         )
+
+
+def substitutions(bases: Sequence[_Base]) -> str:
+    """The line every build error of a task carries: what stood in for the bases it names."""
+    shown = []
+    for base in bases:
+        if base.recipe is None and base.target == base.reference:
+            continue
+        by = f"envfarm's recipe {base.recipe}" if base.recipe else f"the local image {base.target}"
+        notes = [w.removeprefix(f"{base.reference}: ") for w in base.warnings]
+        shown.append(f"{base.reference} by {by}" + (f" ({'; '.join(notes)})" if notes else ""))
+    if not shown:
+        return "substitutions: none (every base image is the one the Dockerfile names)"
+    return "substitutions: " + "; ".join(shown)
+
+
+async def _build_twice(spec: BuildSpec, on_log: LogFn | None) -> str:
+    """``run_build``, once more when a ``RUN`` failed: failing the same way again is the
+    task's fault (``TaskBuildError``); another failure is left to the caller's retries."""
+    try:
+        return await run_build(spec, on_log)
+    except ImageError as exc:
+        if exc.signature is None:
+            raise
+        first = exc
+    if on_log is not None:
+        on_log(f"envfarm: building once more, to see whether {first.signature} fails again")
+    try:
+        return await run_build(spec, on_log)
+    except ImageError as again:
+        if again.signature != first.signature:
+            raise
+        raise TaskBuildError(f"{again}\n(it failed the same way twice)") from None
