@@ -40,8 +40,11 @@ def explain_oracle(check: TaskCheck, runs: list[Trajectory], out_dir: Path) -> l
     if missed is None:
         return []
     if missed.artifacts is None:
-        phase = missed.error.phase if missed.error is not None else "grading"
-        return [f"oracle {missed.episode_id}: no artifacts kept (the {phase} phase failed)"]
+        if missed.error is None and missed.steps:
+            why = "its steps stopped before the last one, whose grading keeps them"
+        else:
+            why = f"the {missed.error.phase if missed.error else 'grading'} phase failed"
+        return [f"oracle {missed.episode_id}: no artifacts kept ({why})"]
     root = out_dir / missed.artifacts
     notes = [f"oracle {missed.episode_id}: artifacts in {root}"]
     stdout = root / "verifier" / STDOUT_FILE

@@ -33,6 +33,7 @@ from pathlib import Path
 from envfarm.check.explain import explain_oracle, image_findings, mode_cause, network_cause
 from envfarm.check.oracle_look import OracleLooks
 from envfarm.check.stages import RunSettings, Stage, StageSpec, open_stages
+from envfarm.check.steps import judge_steps
 from envfarm.check.verdicts import TaskCheck, judge_modes, judge_nop, judge_oracle
 from envfarm.controller.planning import Planner
 from envfarm.controller.summary import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
@@ -288,6 +289,8 @@ def _judge(
     judge_oracle(check, oracle, judged)
     check.problems += network_cause(task, check, oracle)
     judge_nop(check, runs["nop"], judged)
+    check.steps, stops = judge_steps(task, oracle, runs["nop"])
+    check.notes += stops
     if config.artifacts_dir is not None:
         check.problems += mode_cause(task, check, oracle, config.artifacts_dir.parent)
         check.notes += explain_oracle(check, oracle, config.artifacts_dir.parent)

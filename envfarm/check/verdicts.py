@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfarm.check.steps import StepCheck
 from envfarm.grading.rubric.scoring import COMPONENT_PREFIX, COMPONENT_TESTS
 from envfarm.models.trajectory import Trajectory
 from envfarm.spec.findings import Finding
@@ -39,6 +40,8 @@ class TaskCheck(BaseModel):
     """The part that must reach the maximum: the test reward of a judged rubric task, else the
     reward itself."""
     nop_reward: float | None = None
+    steps: list[StepCheck] = Field(default_factory=list)
+    """A multi-step task's steps, in order: each one's oracle and nop rewards (``steps``)."""
     mode_rewards: dict[str, float | None] = Field(default_factory=dict)
     """``--compare-modes``: the oracle's reward per verifier mode."""
     flaky: bool | None = None

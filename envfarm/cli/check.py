@@ -20,6 +20,7 @@ from envfarm.check.pipeline import (
     check_tasks,
     episodes_per_task,
 )
+from envfarm.check.steps import step_cell
 from envfarm.check.verdicts import TaskCheck
 from envfarm.cli.options import (
     command_settings,
@@ -241,6 +242,10 @@ def _table(report: CheckReport) -> Table:
             escape(check.judge),
             f"[{_STYLE[verdict]}]{escape(shown)}[/]",
         )
+        for step in check.steps:
+            oracle = " ".join(step_cell(run) for run in step.oracle) or "-"
+            cells = ["", "", oracle, step_cell(step.nop), "", "", ""]
+            table.add_row(f"  step {escape(step.name)}", *cells, style="dim")
     for error in report.bad_inputs:
         table.add_row(
             escape(error.path), "unreadable", "-", "-", "-", "-", "-", "[red]bad input[/]"

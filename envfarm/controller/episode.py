@@ -27,7 +27,7 @@ from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.phases import error_info, phase
 from envfarm.controller.planning import Planner, write_plan
 from envfarm.controller.policies import ResolvedPolicy
-from envfarm.controller.steps import StepSession
+from envfarm.controller.steps import STEP_NOT_GRADED, StepSession
 from envfarm.controller.training_data import settle_training_data
 from envfarm.errors import EnvfarmError, RequestRejected, SessionAbandoned, TaskConfigError
 from envfarm.grading.base import Grader
@@ -258,7 +258,7 @@ class EpisodeRunner:
             traj.reward = grading.finish(steps.episode_reward())
             if not traj.reward.valid:
                 traj.error = ErrorInfo(
-                    type="StepNotGraded",
+                    type=STEP_NOT_GRADED,
                     message=traj.reward.reason or "no step was graded",
                     phase="grading",
                     infrastructure=False,

@@ -56,6 +56,8 @@ from envfarm.spec.loaded_task import Task
 from envfarm.spec.steps import TaskStep
 
 SOLUTION_DIR = "/solution"
+STEP_NOT_GRADED = "StepNotGraded"
+"""The error type of an episode whose steps ended before the step its reward needs was graded."""
 _RESET = "rm -rf /tests /logs/verifier; mkdir -p /logs/verifier"
 
 

@@ -1,6 +1,7 @@
 """Harbor's multi-step tasks on the real engine: the steps run in order in one sandbox, each
 graded by its own tests; the oracle reaches the maximum, nop does not, ``min_reward`` ends the
-steps early, and the trajectory's ``steps`` split its turns."""
+steps early, and the trajectory's ``steps`` split its turns; ``envfarm check`` shows each step's
+oracle and nop rewards, and where a gate stopped the oracle."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.check.pipeline import CheckConfig, check_tasks
+from envfarm.check.steps import StepRun
 from envfarm.controller.episode import EpisodeRequest, EpisodeRunner
 from envfarm.controller.policies import PolicySpec, ResolvedPolicy, open_policy
 from envfarm.grading.verifier.script import TestScriptGrader
@@ -19,6 +21,7 @@ from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.scripted import ScriptedResponder, tool_call
+from tests.e2e.cli import envfarm
 from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -107,3 +110,32 @@ async def test_check_calls_the_multi_step_fixture_sound(tmp_path: Path) -> None:
     assert check.oracle_rewards == [1.0]
     assert check.nop_reward == 0.0
     assert check.verdict == "sound"
+    shown = [(s.name, [r.reward for r in s.oracle], s.nop) for s in check.steps]
+    assert shown == [
+        ("create", [1.0], StepRun(ran=True, reward=0.0)),
+        ("extend", [1.0], StepRun()),
+        ("report", [1.0], StepRun()),
+    ]
+    assert check.notes == []  # nop stopping at the first gate needs no explaining
+
+
+async def test_check_shows_each_step_and_where_the_oracle_stopped(tmp_path: Path) -> None:
+    root = tmp_path / "gated"
+    shutil.copytree(FIXTURE, root)
+    (root / "steps" / "extend" / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\necho gamma >> /app/stack.txt\n"
+    )
+    code, out = await envfarm("check", str(root), "--runs", "1")
+    assert code == 2, out
+    rows = {
+        line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+    assert rows["step create"][2:4] == ["1", "0"], out
+    assert rows["step extend"][2:4] == ["0", "-"], out
+    assert rows["step report"][2:4] == ["-", "-"], out
+    assert "oracle fails: the oracle reaches 0.5, not the maximum 1" in out
+    stop = "stopped at step 'extend': below its min_reward: reward 0 < 0.5; not run: 'report'"
+    assert stop in out
+    assert "steps stopped before the last one" in out
