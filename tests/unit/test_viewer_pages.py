@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from envfarm.api.server import ApiServer
+from envfarm.models.trajectory import Reward, StepResult
 from envfarm.testing.runs import synthetic_trajectory, write_synthetic_run
 from envfarm.viewer import DirCatalog, create_viewer
 
@@ -163,3 +164,50 @@ async def test_the_page_follows_a_growing_run(viewer: tuple[str, Path]) -> None:
     assert "late" in after
     assert "has no newline yet" in after
     assert '<meta http-equiv="refresh" content="5">' in after
+
+
+async def test_a_multi_step_trajectory_shows_its_steps_and_marks_their_turns(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "steps"
+    run.mkdir()
+    trajectory = synthetic_trajectory(
+        random.Random(6), job_id="job-steps", group_id="grp-s", task_id="staged", number=1,
+        reward=0.5, turns=5,
+    )  # fmt: skip
+    trajectory.messages.insert(6, {"role": "user", "content": "Now extend the stack."})
+    trajectory.steps = [
+        StepResult(name="create", reward=Reward(value=1.0, valid=True, reason="reward.txt"),
+                   first_turn=0, last_turn=1, stop_reason="submitted"),
+        StepResult(name="extend", reward=Reward(value=0.0, valid=True, reason="reward.txt"),
+                   first_turn=2, last_turn=4, stop_reason="max_turns"),
+        StepResult(name="report", reward=Reward(reason="workdir/setup.sh exited 3")),
+    ]  # fmt: skip
+    (run / "trajectories.jsonl").write_text(trajectory.to_json() + "\n")
+    async with ApiServer(create_viewer(DirCatalog([run]))) as server:
+        status, html, _ = await fetch(server.url, "/runs/steps/t/ep-teps-000001-a0")
+    assert status == 200
+    table = html[html.index('<section id="steps">') :]
+    table = table[: table.index("</section>")]
+    rows = [re.sub(r"<[^>]+>", "", row) for row in table.split("<tr>")[2:]]
+    assert rows == [
+        "create10..1 (2)submittedreward.txt",
+        "extend02..4 (3)max_turnsreward.txt",
+        "reportinvalidno model callnot run (its setup failed)workdir/setup.sh exited 3",
+    ]
+    assert '<a href="#step-1">extend</a>' in table
+    order = [
+        html.index(mark)
+        for mark in ('id="step-0"', 'id="turn-0"', 'id="turn-1"', 'id="step-1"',
+                     "Now extend the stack.", 'id="turn-2"', 'id="turn-4"')
+    ]  # fmt: skip
+    assert order == sorted(order)
+    assert 'id="step-2"' not in html  # no turns, so no band: the table says so
+    band = html[html.index('id="step-1"') : html.index("Now extend the stack.")]
+    assert "step 1: extend" in band
+    assert "<strong>0</strong>" in band
+    index = html[html.index('<nav class="turn-index steps"') :]
+    index = re.sub(r"<[^>]+>", "", index[: index.index("</nav>")])
+    assert index == "turns by stepcreate: 0 1extend: 2 3 4report: no turns"
+    turn = html[html.index('id="turn-3"') :]
+    assert 'step <a href="#step-1">extend</a>' in turn[: turn.index("</p>")]

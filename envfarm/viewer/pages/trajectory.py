@@ -1,5 +1,6 @@
-"""One trajectory: the verdict first (reward, components, tests, flags with their evidence),
-then the session turn by turn (``#turn-N`` links to any turn), then the grading artifacts."""
+"""One trajectory: the verdict first (reward, components, tests, flags with their evidence,
+a multi-step task's steps), then the session turn by turn (``#turn-N`` links to any turn),
+then the grading artifacts."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from envfarm.viewer.html import (
     table,
 )
 from envfarm.viewer.pages.artifacts import artifacts_section
+from envfarm.viewer.pages.steps import step_spans, steps_section
 from envfarm.viewer.pages.turns import segment_html, turn_index
 from envfarm.viewer.session import session
 from envfarm.viewer.sources import Run
@@ -28,13 +30,15 @@ def trajectory_page(base: str, run: Run, document: dict[str, Any]) -> str:
     trajectory_id = str(document.get("trajectory_id"))
     group_id = str(document.get("group_id") or "")
     segments = session(document)
+    spans = step_spans(document)
     parts = [
         _overview(home, document),
         _reward(document.get("reward") or {}),
+        steps_section(spans),
         _judges(document.get("judge_calls") or []),
         _timings(document),
-        turn_index(segments),
-        "<h2>Session</h2>" + "".join(segment_html(s) for s in segments),
+        turn_index(segments, spans),
+        "<h2>Session</h2>" + "".join(segment_html(s, spans) for s in segments),
         artifacts_section(run.artifacts_root(), document.get("artifacts")),
     ]
     crumbs = [

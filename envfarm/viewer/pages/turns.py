@@ -1,30 +1,46 @@
 """The session of a trajectory as HTML: each segment, each turn (anchor ``#turn-N``) with the
-model's reasoning and reply, its tool calls and their whole outputs, and its token view."""
+model's reasoning and reply, its tool calls and their whole outputs, and its token view; a
+multi-step session's steps marked on it (``steps``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from envfarm.viewer.html import e, folded, pretty_json, seconds
+from envfarm.viewer.pages.steps import StepSpan, step_band, step_of
 from envfarm.viewer.session import SegmentView, TurnView, message_text, reasoning_text
 
 
-def turn_index(segments: list[SegmentView]) -> str:
-    links = []
+def turn_index(segments: list[SegmentView], spans: Sequence[StepSpan] = ()) -> str:
+    """Links to every turn; for a multi-step session, one line per step."""
+    groups: dict[int | None, list[str]] = {}
     for segment in segments:
         for view in segment.turns:
             if view.turn is None:
                 continue
             index = view.turn.get("index")
             cls = "summary" if view.turn.get("kind") == "summary" else ""
-            links.append(f'<a class="{cls}" href="#turn-{e(index)}">{e(index)}</a>')
-    if not links:
+            link = f'<a class="{cls}" href="#turn-{e(index)}">{e(index)}</a>'
+            step = step_of(spans, index)
+            groups.setdefault(step.position if step else None, []).append(link)
+    if not groups:
         return ""
-    return '<nav class="turn-index">turns: ' + " ".join(links) + "</nav>"
+    if not spans:
+        return '<nav class="turn-index">turns: ' + " ".join(groups[None]) + "</nav>"
+    lines = [
+        f'<div><a class="step" href="#{span.anchor}">{e(span.name)}</a>: '
+        + (" ".join(groups.get(span.position, [])) or '<span class="muted">no turns</span>')
+        + "</div>"
+        for span in spans
+    ]
+    if None in groups:
+        lines.append("<div>outside the steps: " + " ".join(groups[None]) + "</div>")
+    return '<nav class="turn-index steps">turns by step' + "".join(lines) + "</nav>"
 
 
-def segment_html(segment: SegmentView) -> str:
+def segment_html(segment: SegmentView, spans: Sequence[StepSpan] = ()) -> str:
     head = f'<h3 id="segment-{segment.index}">segment {segment.index}</h3>'
     record = segment.record
     if record is not None:
@@ -46,11 +62,30 @@ def segment_html(segment: SegmentView) -> str:
             f'<details class="fold opening"><summary>context opening ({len(segment.opening)}'
             f" messages)</summary>{opening}</details>"
         )
-    return (
-        f'<section class="segment">{head}{opening}'
-        + "".join(_turn(v) for v in segment.turns)
-        + "</section>"
-    )
+    return f'<section class="segment">{head}{opening}' + _turns(segment.turns, spans) + "</section>"
+
+
+def _turns(views: list[TurnView], spans: Sequence[StepSpan]) -> str:
+    """The turns, each step's band before its first turn; the user message that gave a step
+    its instruction (after the previous step's last turn) is shown under the step's band."""
+    bands = {span.first_turn: step_band(span) for span in spans if span.first_turn is not None}
+    parts, instruction = [], ""
+    for position, view in enumerate(views):
+        index = _index(view)
+        next_starts = position + 1 < len(views) and _index(views[position + 1]) in bands
+        band = bands.get(index, "") + instruction if index is not None else ""
+        instruction = ""
+        if next_starts:
+            asked = [m for m in view.after if m.get("role") == "user"]
+            instruction = "".join(_message(m) for m in asked)
+            view = TurnView(view.turn, view.message, [m for m in view.after if m not in asked])
+        parts.append(band + _turn(view, step_of(spans, index)))
+    return "".join(parts)
+
+
+def _index(view: TurnView) -> int | None:
+    index = (view.turn or {}).get("index")
+    return index if isinstance(index, int) else None
 
 
 def _message(message: dict[str, Any]) -> str:
@@ -62,11 +97,12 @@ def _message(message: dict[str, Any]) -> str:
     )
 
 
-def _turn(view: TurnView) -> str:
+def _turn(view: TurnView, step: StepSpan | None = None) -> str:
     turn = view.turn or {}
     index = turn.get("index", "?")
     kind = str(turn.get("kind") or "action")
     meta = [
+        *([f'step <a href="#{step.anchor}">{e(step.name)}</a>'] if step is not None else []),
         f"segment {e(turn.get('segment', 0))}",
         f"policy version <strong>{e(turn.get('policy_version') or 'none')}</strong>"
         + (
