@@ -161,9 +161,13 @@ class ContextLengthExceeded(PolicyError):
 
 
 class GradingError(EnvfarmError):
-    """The verifier crashed, timed out or wrote no reward: invalid, and not retried."""
+    """The verifier crashed, timed out or wrote no reward: invalid, and not retried.
+
+    ``output``: what the verifier left when it ran (a ``VerifierOutput``), so that the episode's
+    artifacts keep it; None when it never ran."""
 
     infrastructure = True
+    output: object | None = None
 
 
 class StoreError(EnvfarmError):

@@ -2,11 +2,12 @@
 
 An oracle that misses the maximum is shown with the last lines of the verifier's output
 (``verifier/test-stdout.txt`` of the episode's artifacts) and the artifacts' directory, so the
-author sees why without rerunning anything; when the verifier had no network and ``test.sh``
-downloads at grading time, that is named as the likely cause (``network_cause``), and so is a
-clean room that stopped what the oracle left running (``mode_cause``: a server the tests need
-lives only in ``shared`` mode, Harbor's default; the clean room stays envfarm's).
-``image_findings`` turns the offline resolution of a
+author sees why without rerunning anything (a verifier that gave no reward has its last lines
+in the problem already: the note then says where all of them are, rather than repeating them);
+when the verifier had no network and ``test.sh`` downloads at grading time, that is named as
+the likely cause (``network_cause``), and so is a clean room that stopped what the oracle left
+running (``mode_cause``: a server the tests need lives only in ``shared`` mode, Harbor's
+default; the clean room stays envfarm's). ``image_findings`` turns the offline resolution of a
 task's base images (``sandbox.baseimages``) into lint findings for ``--no-run``.
 """
 
@@ -15,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from envfarm.check.verdicts import EPSILON, TaskCheck
-from envfarm.grading.artifacts import EPISODE_FILE, EpisodeRecord
+from envfarm.grading.artifacts import EPISODE_FILE, VERIFIER_FILE, EpisodeRecord, VerifierRecord
 from envfarm.grading.cleanroom.leftovers import stopped_in
-from envfarm.grading.verifier.verdict import STDOUT_FILE
+from envfarm.grading.verifier.verdict import STDOUT_FILE, TAIL_HEADING
 from envfarm.models.trajectory import Trajectory
 from envfarm.sandbox.images.offline import BaseResolution
 from envfarm.spec.findings import Finding, error, warning
@@ -46,17 +47,39 @@ def explain_oracle(check: TaskCheck, runs: list[Trajectory], out_dir: Path) -> l
             why = f"the {missed.error.phase if missed.error else 'grading'} phase failed"
         return [f"oracle {missed.episode_id}: no artifacts kept ({why})"]
     root = out_dir / missed.artifacts
-    notes = [f"oracle {missed.episode_id}: artifacts in {root}"]
+    return [f"oracle {missed.episode_id}: artifacts in {root}", *_verifier_output(root, missed)]
+
+
+def _verifier_output(root: Path, missed: Trajectory) -> list[str]:
+    """The tail of what the verifier printed; where it is when a verifier that gave no reward
+    quoted its end in the problem already; else why there is none."""
     stdout = root / "verifier" / STDOUT_FILE
     try:
         lines = stdout.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
     except OSError:
-        return [*notes, f"the verifier left no {STDOUT_FILE}"]
+        return [_no_stdout(root, missed)]
     if not lines:
-        return [*notes, f"the verifier's {STDOUT_FILE} is empty"]
+        return [f"the verifier printed nothing ({STDOUT_FILE} is empty)"]
+    if missed.error is not None and TAIL_HEADING in missed.error.message:
+        return [f"the verifier's output ({len(lines)} lines, its end quoted above): {stdout}"]
     shown = lines[-TAIL_LINES:]
     cut = f"last {len(shown)} of {len(lines)} lines" if len(lines) > len(shown) else "all"
-    return [*notes, f"verifier output ({cut}):", *(f"  | {line}" for line in shown)]
+    return [f"verifier output ({cut}):", *(f"  | {line}" for line in shown)]
+
+
+def _no_stdout(root: Path, missed: Trajectory) -> str:
+    try:
+        record = VerifierRecord.model_validate_json((root / VERIFIER_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        error = missed.error
+        failed = f": the {error.phase} phase failed ({error.type})" if error is not None else ""
+        return f"no verifier output was kept{failed}"
+    if (omitted := record.omitted.get(STDOUT_FILE)) is not None:
+        return f"the verifier's {STDOUT_FILE} was not kept: {omitted}"
+    return (
+        f"the verifier left no {STDOUT_FILE}: tests/test.sh removed it (or /logs/verifier), "
+        "or it could not be written"
+    )
 
 
 def network_cause(task: Task, check: TaskCheck, runs: list[Trajectory]) -> list[str]:

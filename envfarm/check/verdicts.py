@@ -185,7 +185,8 @@ def judge_oracle(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None
 
 
 def judge_nop(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None:
-    """Doing nothing must not reach the maximum."""
+    """Doing nothing must not reach the maximum. Where the oracle failed the task already, a nop
+    at the maximum is no second problem but evidence of the first: a note on what it means."""
     for trajectory in runs:
         reward = trajectory.reward
         if not reward.valid or reward.value is None:
@@ -200,10 +201,34 @@ def judge_nop(check: TaskCheck, runs: list[Trajectory], judged: bool) -> None:
                 "unchecked without a judge, must make the difference"
             )
             continue
-        check.problems.append(
-            f"nop passes: doing nothing scores {_fmt(reward.value)}, the maximum; the tests "
-            "do not tell a solved task from an untouched one"
+        scored = f"doing nothing scores {_fmt(reward.value)}, the maximum"
+        oracle = _oracle_failure(check)
+        if oracle is None:
+            check.problems.append(
+                f"nop passes: {scored}; the tests do not tell a solved task from an untouched one"
+            )
+        else:
+            check.notes.append(f"nop: {scored}, where {oracle}")
+
+
+def _oracle_failure(check: TaskCheck) -> str | None:
+    """How the oracle failed the task, read from what ``judge_oracle`` filed; None when it did
+    not (it reached the maximum, or only the machine failed it)."""
+    if check.flaky:
+        return "the oracle's rewards differ from run to run: the nop's may be chance too"
+    scores = check.oracle_tests
+    if scores and scores[0] < check.max_reward - EPSILON:
+        return (
+            f"the oracle scores {_fmt(scores[0])}: the tests pass the untouched task and fail "
+            "the solved one, so they check the opposite of what solve.sh does, or solve.sh "
+            "breaks what they check"
         )
+    if any(problem.startswith("oracle: ") for problem in check.problems):
+        return (
+            "the oracle's run has no valid reward: the verifier works on the untouched task, "
+            "so what solve.sh leaves behind makes it fail"
+        )
+    return None
 
 
 def judge_modes(check: TaskCheck, own: str, runs: Mapping[str, list[Trajectory]]) -> None:

@@ -296,12 +296,21 @@ class EpisodeGrading:
         return [*carried_copies(self.mode, self.copies, workdir, shared), *self.service_copies]
 
     async def _grade_in(self, sandbox: Sandbox) -> Reward:
-        with self.log.timed("verifier"):
-            graded = await self.grader.grade(sandbox, self.plan)
-        self.output, self.scored = graded.output, graded.reward
-        if graded.output is not None:
-            self.phases["test_sh"] = graded.output.duration_s
+        try:
+            with self.log.timed("verifier"):
+                graded = await self.grader.grade(sandbox, self.plan)
+        except GradingError as exc:  # no reward: what the verifier left still goes to artifacts
+            if isinstance(exc.output, VerifierOutput):
+                self._ran(exc.output)
+            raise
+        self._ran(graded.output)
+        self.scored = graded.reward
         return graded.reward
+
+    def _ran(self, output: VerifierOutput | None) -> None:
+        self.output = output
+        if output is not None:
+            self.phases["test_sh"] = output.duration_s
 
     def observed_flags(self) -> list[tuple[str, str]]:
         inspected = self.second.inspection.flags if self.second.inspection else []

@@ -24,6 +24,15 @@ from envfarm.k8s.objects import name_of, uid_of
 from envfarm.models.jobs import JobRequest
 
 DEFAULT_ARCHIVE_KEY = "tasks.tar.gz"
+OPTIONAL_FIELDS = (
+    ("concurrency", "concurrency"),
+    ("maxStaleness", "max_staleness"),
+    ("verifierNetwork", "verifier_network"),
+    ("sidecarNetwork", "sidecar_network"),
+    ("runtime", "runtime"),
+    ("requestRatio", "request_ratio"),
+)
+"""The spec's fields that map one to one onto a job request's, when set (unset: the server's)."""
 ArchiveTasks = Callable[[bytes], Mapping[str, str]]
 """A task archive's bytes -> ``{task id: content hash}``; raises ``InvalidRolloutJob``."""
 
@@ -75,14 +84,7 @@ class JobRequestBuilder:
             body["agent"] = agent if isinstance(agent, str) else agent.get("name")
             if isinstance(agent, dict) and agent.get("spec") is not None:
                 body["agent_spec"] = agent["spec"]
-        optional = (
-            ("concurrency", "concurrency"),
-            ("maxStaleness", "max_staleness"),
-            ("verifierNetwork", "verifier_network"),
-            ("runtime", "runtime"),
-            ("requestRatio", "request_ratio"),
-        )
-        for field, key in optional:
+        for field, key in OPTIONAL_FIELDS:
             if spec.get(field) is not None:
                 body[key] = spec[field]
         try:

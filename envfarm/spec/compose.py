@@ -14,7 +14,8 @@ that cannot change what runs inside the environment are accepted as Harbor's com
 them: ``container_name`` (containers keep envfarm's names, the given name becomes one more DNS
 name of the service), ``ports`` (nothing is published on the host: a warning), ``networks``
 (every service joins the environment's one network; network aliases are honoured; a warning when
-the file keeps services on different networks). What would (privileges, host networking,
+the file keeps services on different networks; a sidecar whose networks are all ``internal:
+true`` gets no outbound network, as under compose). What would (privileges, host networking,
 devices, host paths...) is refused with a ``TaskSpecError`` naming the file, the service and the
 key, because a silently ignored key would run a different environment than its author wrote.
 ``x-*`` extension keys are ignored.
@@ -177,6 +178,9 @@ class ComposeService(ComposeModel):
     aliases: list[str] = Field(default_factory=list)
     """More DNS names of the service on the environment's network (``container_name``, network
     ``aliases``), besides its service name."""
+    internal_only: bool = False
+    """Every network the file puts the service on is declared ``internal: true``: a sidecar
+    then gets no outbound network, as under Docker Compose (``main``'s is the task's)."""
 
     def health_argv(self) -> list[str] | None:
         return self.healthcheck.argv() if self.healthcheck is not None else None

@@ -115,7 +115,7 @@ class _Loader:
                     str(key),
                     f"not supported at the top level; supported: {', '.join(TOP_LEVEL_KEYS)}, x-*",
                 )
-        self._top_networks(data.get("networks"))
+        internal = self._top_networks(data.get("networks"))
         volumes = self._volumes(data.get("volumes"))
         raw = data.get("services")
         if not isinstance(raw, dict) or not raw:
@@ -126,7 +126,10 @@ class _Loader:
         for name, body in raw.items():
             read = reader.read(str(name), body)
             if read is not None:
-                services[read.service.name] = read.service
+                inside = read.networks <= internal
+                services[read.service.name] = read.service.model_copy(
+                    update={"internal_only": inside}
+                )
                 self.networks[read.service.name] = read.networks
                 self.optional[read.service.name] = read.optional
         if any(str(name) not in services for name in raw):
@@ -145,19 +148,29 @@ class _Loader:
             return None, self.notes.issues
         return ComposeSpec(path=self.path, services=services, volumes=sorted(volumes)), []
 
-    def _top_networks(self, raw: Any) -> None:
+    def _top_networks(self, raw: Any) -> set[str]:
+        """The networks declared ``internal: true`` (no way out, as compose makes them)."""
         if raw is None:
-            return
+            return set()
         if not isinstance(raw, dict):
             self.notes.problem("networks", "expected a mapping of network names")
-            return
+            return set()
+        internal = set()
         for name, options in raw.items():
-            if isinstance(options, dict) and options.get("external"):
+            if not isinstance(options, dict):
+                continue
+            if options.get("external"):
                 self.notes.warn(
                     f"networks.{name}",
                     "an external network is never joined: the environment has its own "
                     "internal network only",
                 )
+            flag = options.get("internal", False)
+            if not isinstance(flag, bool):
+                self.notes.problem(f"networks.{name}.internal", "expected true or false")
+            elif flag:
+                internal.add(str(name))
+        return internal
 
     def _volumes(self, raw: Any) -> set[str]:
         if raw is None:

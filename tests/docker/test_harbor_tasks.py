@@ -4,6 +4,7 @@ bad input that is not retried."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import uuid
 from pathlib import Path
@@ -53,6 +54,59 @@ async def test_a_failing_oracle_is_explained_by_the_verifiers_output(tmp_path: P
     assert any(p.startswith("oracle fails") for p in check.problems), check.problems
     assert any(n.startswith("oracle ") and str(tmp_path / "artifacts") in n for n in check.notes)
     assert "  | store answered: 41" in check.notes
+
+
+def _task(root: Path, test_sh: str) -> Path:
+    files = {
+        "task.toml": f'[task]\nname = "fixtures/{root.name}"\n[environment]\nworkdir = "/app"\n',
+        "instruction.md": "Write 42 into /app/answer.txt.\n",
+        "environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /app\nWORKDIR /app\n",
+        "tests/test.sh": test_sh,
+        "solution/solve.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n",
+    }
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
+
+
+async def test_a_verifier_without_a_reward_keeps_its_output_and_is_quoted_once(
+    tmp_path: Path,
+) -> None:
+    silent = "#!/bin/bash\necho 'collected 3 items'\necho 'E   ImportError: answer'\nexit 1\n"
+    task = load_task(_task(tmp_path / "no-reward", silent))
+    config = CheckConfig(runs=1, artifacts_dir=tmp_path / "out" / "artifacts")
+    report = await check_tasks([task], [], DockerBackend(), TestScriptGrader(), config)
+    (check,) = report.checks
+    oracle = next(p for p in check.problems if p.startswith("oracle: "))
+    assert oracle.endswith("verifier output ends with:\ncollected 3 items\nE   ImportError: answer")
+    [where, output] = check.notes
+    stdout = Path(output.rsplit(": ", 1)[1])
+    assert output.startswith("the verifier's output (2 lines, its end quoted above): ")
+    assert where.startswith("oracle ")
+    assert str(stdout).startswith(where.rsplit(" ", 1)[1])
+    kept = await asyncio.to_thread(stdout.read_text)
+    assert kept == "collected 3 items\nE   ImportError: answer\n"
+    record = await asyncio.to_thread((stdout.parent.parent / "verifier.json").read_text)
+    assert '"exit_code": 1' in record
+
+
+async def test_a_nop_at_the_maximum_explains_the_oracle_that_fails(tmp_path: Path) -> None:
+    inverted = (
+        "#!/bin/bash\nif [ -e /app/answer.txt ]; then echo 0; else echo 1; fi"
+        " > /logs/verifier/reward.txt\n"
+    )
+    task = load_task(_task(tmp_path / "inverted", inverted))
+    config = CheckConfig(runs=1, artifacts_dir=tmp_path / "out" / "artifacts")
+    report = await check_tasks([task], [], DockerBackend(), TestScriptGrader(), config)
+    (check,) = report.checks
+    assert (check.oracle_rewards, check.nop_reward) == ([0.0], 1.0)
+    [problem] = check.problems
+    assert problem.startswith("oracle fails: the oracle reaches 0, not the maximum 1")
+    assert check.notes[0].startswith(
+        "nop: doing nothing scores 1, the maximum, where the oracle scores 0: the tests pass "
+        "the untouched task and fail the solved one"
+    )
 
 
 async def test_limits_above_the_engines_are_clamped_with_a_warning(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Compose sidecars get outbound network as under Harbor, whose compose services get the default
-network, while the agent's container keeps envfarm's defaults (none unless the task asks); a
-job can turn the sidecars' off. The fixture's sidecar installs its server's package from the
+network, while the agent's container keeps envfarm's defaults (none unless the task asks); a job can
+turn the sidecars' off, and a compose file keeps a sidecar in by putting it on ``internal: true``
+networks only, as Docker Compose does. The fixture's sidecar installs its server's package from the
 package index when it starts, through the package mirrors its image inherits from the host
 (``images/hostconfig.py``)."""
 
@@ -60,3 +61,50 @@ async def test_the_sidecars_reach_out_unless_turned_off_and_the_agent_never(
         assert "unreachable" in out.stderr, out.stderr
         main = docker_client().containers.get(sandbox.main.container_id)
         assert set(main.attrs["NetworkSettings"]["Networks"]) == {inner}
+
+
+async def test_a_sidecar_on_internal_networks_only_stays_in_as_under_compose(
+    tmp_path: Path,
+) -> None:
+    """``internal: true`` on every network a sidecar is on keeps it without outbound network,
+    as Docker Compose does; a sidecar on a network that is not internal still reaches out."""
+    root = tmp_path / "sidecar-internal"
+    shutil.copytree(FIXTURE, root)
+    serve = "mkdir -p /srv && echo 1 > /srv/version.txt && exec python -m http.server 8000 -d /srv"
+    healthcheck = (
+        "    healthcheck:\n"
+        '      test: ["CMD", "python", "-c", "import socket; '
+        "socket.create_connection(('localhost', 8000), timeout=2).close()\"]\n"
+        "      interval: 1s\n      retries: 60\n"
+    )
+    (root / "environment" / "docker-compose.yaml").write_text(
+        "services:\n"
+        "  main:\n    build:\n      context: .\n    networks: [back, front]\n"
+        "    depends_on:\n      kv:\n        condition: service_healthy\n"
+        f"  kv:\n    build:\n      context: ./kv\n    command: [sh, -c, {serve!r}]\n"
+        f"    networks: [back]\n{healthcheck}"
+        f"  web:\n    build:\n      context: ./kv\n    command: [sh, -c, {serve!r}]\n"
+        f"    networks: [back, front]\n{healthcheck}"
+        "networks:\n  back:\n    internal: true\n  front: {}\n"
+    )
+    task = load_task(root)
+    assert task.compose is not None
+    assert (
+        task.compose.services["kv"].internal_only,
+        task.compose.services["web"].internal_only,
+    ) == (True, False)
+    backend = DockerBackend()
+    spec = sandbox_spec(task, sidecar_network="public")
+    sandbox = backend.create(spec, await backend.prepare(spec), run_id="test-out-internal")
+    assert isinstance(sandbox, DockerEnvironment)
+    async with sandbox:
+        inner = sandbox.main.config.network_name
+        kv = docker_client().containers.get(sandbox.sidecar_ids["kv"])
+        assert set(kv.attrs["NetworkSettings"]["Networks"]) == {inner}
+        web = docker_client().containers.get(sandbox.sidecar_ids["web"])
+        assert set(web.attrs["NetworkSettings"]["Networks"]) == {inner, f"{inner}-out"}
+        api = docker_client().api
+        probe = api.exec_create(sandbox.sidecar_ids["kv"], ["python", "-c", CONNECT])
+        output = api.exec_start(probe["Id"]).decode(errors="replace")
+        assert api.exec_inspect(probe["Id"])["ExitCode"] != 0
+        assert "No route to host" in output, output  # at once: no route, not a timeout

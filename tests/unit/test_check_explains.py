@@ -49,6 +49,35 @@ def test_a_missed_maximum_shows_the_verifiers_last_lines_and_the_artifacts(tmp_p
     assert len(notes) == 2 + TAIL_LINES
 
 
+def test_a_verifier_without_a_reward_is_pointed_to_not_quoted_twice(tmp_path: Path) -> None:
+    root = tmp_path / "artifacts" / "ep1"
+    (root / "verifier").mkdir(parents=True)
+    (root / "verifier.json").write_text('{"exit_code": 1}')
+    (root / "verifier" / "test-stdout.txt").write_text("collected 3 items\nImportError\n")
+    fault = ErrorInfo(
+        type="GradingError",
+        message="tests/test.sh wrote no reward file (exit code 1); verifier output ends with:\n"
+        "collected 3 items\nImportError",
+        phase="grading",
+    )
+    check = TaskCheck(task_id="task", path=".")
+    notes = explain_oracle(check, [episode(None, "artifacts/ep1", fault)], tmp_path)
+    stdout = root / "verifier" / "test-stdout.txt"
+    assert notes[1:] == [f"the verifier's output (2 lines, its end quoted above): {stdout}"]
+
+
+def test_no_output_says_why_there_is_none(tmp_path: Path) -> None:
+    check = TaskCheck(task_id="task", path=".")
+    (tmp_path / "artifacts" / "ran").mkdir(parents=True)
+    (tmp_path / "artifacts" / "ran" / "verifier.json").write_text('{"exit_code": 0}')
+    notes = explain_oracle(check, [episode(0.0, "artifacts/ran")], tmp_path)
+    assert notes[1].startswith("the verifier left no test-stdout.txt: tests/test.sh removed it")
+    (tmp_path / "artifacts" / "never").mkdir()
+    fault = ErrorInfo(type="GradingError", message="the workdir was not captured", phase="grading")
+    notes = explain_oracle(check, [episode(None, "artifacts/never", fault)], tmp_path)
+    assert notes[1] == "no verifier output was kept: the grading phase failed (GradingError)"
+
+
 def test_an_oracle_at_the_maximum_needs_no_explanation(tmp_path: Path) -> None:
     assert (
         explain_oracle(TaskCheck(task_id="task", path="."), [episode(1.0, "a/ep1")], tmp_path) == []

@@ -117,6 +117,36 @@ def test_services_on_different_networks_are_a_warning(tmp_path: Path) -> None:
     assert "never joined" in warnings(task)["networks.outside"]
 
 
+def test_a_service_on_internal_networks_only_is_marked_as_compose_would_keep_it(
+    tmp_path: Path,
+) -> None:
+    compose = """\
+    services:
+      db:
+        image: redis:7
+        networks: [back]
+      cache:
+        image: redis:7
+        networks: [back, front]
+      queue:
+        image: redis:7
+    networks:
+      back: {internal: true}
+      front:
+    """
+    task = load(tmp_path, compose)
+    assert task.compose is not None
+    inside = {name: s.internal_only for name, s in task.compose.sidecars.items()}
+    assert inside == {"db": True, "cache": False, "queue": False}
+    default = "services:\n  db:\n    image: redis:7\nnetworks:\n  default:\n    internal: true\n"
+    compose_of_default = load(tmp_path / "d", default).compose
+    assert compose_of_default is not None
+    assert compose_of_default.sidecars["db"].internal_only
+    with pytest.raises(TaskSpecError, match=r"networks.back.internal: expected true or false"):
+        load(tmp_path / "x", "services:\n  db:\n    image: redis:7\nnetworks:\n  back:\n"
+             "    internal: 'yes'\n")  # fmt: skip
+
+
 def test_other_compose_file_names_are_task_content(tmp_path: Path) -> None:
     project = "services:\n  app:\n    image: example/app\n    privileged: true\n"
     task = load(tmp_path, None, files={"environment/docker-compose.yml": project})

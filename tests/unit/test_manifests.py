@@ -6,12 +6,14 @@ and the examples, and admits the pods, is tested against a real one in ``tests/k
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from envfarm.models.jobs import JobRequest
+from envfarm.operator.rolloutjob_spec import OPTIONAL_FIELDS
 from tests.manifests import pod_spec_of
 from tests.unit.manifest_render import (
     CONTROL_PLANE,
@@ -56,6 +58,23 @@ def _declared(schema: dict[str, Any], json_path: str) -> bool:
             node = node.get("items")
         node = None if node is None else (node.get("properties") or {}).get(part)
     return node is not None
+
+
+def test_the_rolloutjob_schema_keeps_every_field_the_operator_maps() -> None:
+    """The API server prunes what the schema does not declare: a field mapped onto the job
+    request but missing here would be dropped silently, and its values must be the request's."""
+    crd = named(rendered("base"), "CustomResourceDefinition", "rolloutjobs.envfarm.dev")
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    declared = schema["properties"]["spec"]["properties"]
+    for field, key in OPTIONAL_FIELDS:
+        assert field in declared, field
+        choices = [
+            value
+            for member in get_args(JobRequest.model_fields[key].annotation)
+            for value in get_args(member)
+        ]
+        if choices:
+            assert declared[field]["enum"] == choices, field
 
 
 @pytest.mark.parametrize("target", TARGETS)

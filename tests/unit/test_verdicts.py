@@ -99,6 +99,40 @@ def test_a_nop_that_reaches_the_maximum_is_rejected() -> None:
     ]
 
 
+def test_a_nop_at_the_maximum_explains_a_failed_oracle_rather_than_adding_a_problem() -> None:
+    below = check()
+    judge_oracle(below, [episode(0.0)], judged=False)
+    judge_nop(below, [episode(1.0)], judged=False)
+    [problem] = below.problems
+    assert problem.startswith("oracle fails: the oracle reaches 0")
+    assert below.notes == [
+        "nop: doing nothing scores 1, the maximum, where the oracle scores 0: the tests pass the "
+        "untouched task and fail the solved one, so they check the opposite of what solve.sh "
+        "does, or solve.sh breaks what they check"
+    ]
+    assert below.nop_reward == 1.0
+    fault = ErrorInfo(type="GradingError", message="tests/test.sh wrote no reward", phase="grading")
+    no_reward = check()
+    judge_oracle(no_reward, [episode(None, error=fault)], judged=False)
+    judge_nop(no_reward, [episode(1.0)], judged=False)
+    assert [p.split(":")[0] for p in no_reward.problems] == ["oracle"]
+    assert "where the oracle's run has no valid reward" in no_reward.notes[0]
+    flaky = check()
+    judge_oracle(flaky, [episode(1.0), episode(0.0)], judged=False)
+    judge_nop(flaky, [episode(1.0)], judged=False)
+    assert [p.split(":")[0] for p in flaky.problems] == ["flaky grader"]
+    assert "the nop's may be chance too" in flaky.notes[0]
+
+
+def test_a_nop_at_the_maximum_is_a_problem_when_only_the_machine_failed_the_oracle() -> None:
+    result = check()
+    gone = ErrorInfo(type="SandboxGone", message="the container vanished", phase="agent")
+    judge_oracle(result, [episode(None, error=gone)], judged=False)
+    judge_nop(result, [episode(1.0)], judged=False)
+    assert [p.split(":")[0] for p in result.problems] == ["nop passes"]
+    assert result.notes == []
+
+
 def test_a_declared_maximum_replaces_one() -> None:
     result = check(max_reward=10.0)
     judge_oracle(result, [episode(10.0), episode(10.0)], judged=False)

@@ -15,6 +15,7 @@ import re
 import shlex
 from collections.abc import Mapping
 
+from envfarm.errors import GradingError
 from envfarm.grading.base import Graded, Grader
 from envfarm.grading.verifier.report_checks import EXIT_CODE_FILE
 from envfarm.grading.verifier.reports import CONVENTIONAL_REPORTS
@@ -53,7 +54,11 @@ class TestScriptGrader(Grader):
 
     async def grade(self, sandbox: Sandbox, plan: VerifierPlan) -> Graded:
         output = await self.run_verifier(sandbox, plan)
-        return Graded(score(output, plan.config, expected_reports(plan)), output)
+        try:
+            return Graded(score(output, plan.config, expected_reports(plan)), output)
+        except GradingError as exc:
+            exc.output = output
+            raise
 
     async def run_verifier(self, sandbox: Sandbox, plan: VerifierPlan) -> VerifierOutput:
         """Run ``tests/test.sh``; raise only when the sandbox itself fails."""

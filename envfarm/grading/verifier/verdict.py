@@ -38,6 +38,8 @@ REWARD_FILES = ("reward.json", "reward.txt")
 MAX_TESTS = 5000
 MAX_DETAILS = 10
 TAIL_LINES = 30
+TAIL_HEADING = "verifier output ends with:"
+"""What precedes the tail of the verifier's output quoted in a ``GradingError``'s message."""
 _REPORT_IN_SCRIPT = re.compile(
     r"/logs/verifier/([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*\.(?:xml|json))"
 )
@@ -62,7 +64,7 @@ class VerifierOutput:
 
     def tail(self) -> str:
         lines = self.stdout.rstrip().splitlines()[-TAIL_LINES:]
-        return ("; verifier output ends with:\n" + "\n".join(lines)) if lines else ""
+        return (f"; {TAIL_HEADING}\n" + "\n".join(lines)) if lines else ""
 
 
 def expected_reports(plan: VerifierPlan) -> list[str]:

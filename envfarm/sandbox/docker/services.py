@@ -1,16 +1,17 @@
 """Sidecar containers, per-episode volumes and the main container's configuration in a compose
 environment (blocking docker calls).
 
-A sidecar is hardened like the main container (every capability dropped but the few that the
-usual service images need to set up their data directory and drop to their own user, no new
-privileges, an init process, memory, CPU and pids limits) and joins the environment's internal
-network under its service name. It also joins the environment's outbound network (``networks.py``:
-it leads outside, never to another container), for outbound access as under Harbor, whose
-compose services get the default network (a sidecar that installs its server from
-a package index at start needs it), unless the job turns that off (``sidecar_network = "none"``):
-the agent's container keeps its own network settings either way. Nothing is published, so a
-sidecar is reachable only from its environment's containers; one with outbound access is a
-relay for the agent's container, which can ask it to fetch what it likes (docs/security.md).
+A sidecar is hardened like the main container (every capability dropped but the few that the usual
+service images need to set up their data directory and drop to their own user, no new privileges, an
+init process, memory, CPU and pids limits) and joins the environment's internal network under its
+service name. It also joins the environment's outbound network (``networks.py``: it leads outside,
+never to another container), for outbound access as under Harbor, whose compose services get the
+default network (a sidecar that installs its server from a package index at start needs it), unless
+the job turns that off (``sidecar_network = "none"``) or the compose file does, as Docker Compose
+would, by declaring every network the sidecar is on ``internal: true``: the agent's container keeps
+its own network settings either way. Nothing is published, so a sidecar is reachable only from its
+environment's containers; one with outbound access is a relay for the agent's container, which can
+ask it to fetch what it likes (docs/security.md).
 
 The task's files a service mounts (``./init.sql:/docker-entrypoint-initdb.d/init.sql``) are
 copied into the container before it starts, never bind-mounted: each episode gets its own copy,

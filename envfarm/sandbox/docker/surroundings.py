@@ -6,7 +6,8 @@ then starts every sidecar in dependency order, each as soon as what it ``depends
 started or healthy (``healthchecks.py``). The main container is started at once, concurrently
 (nothing runs in it before the agent does): its dependencies gate its healthcheck and the
 agent, which is what they mean for it. Sidecars join the internal network and, unless the job
-turned it off, the environment's outbound network (``networks.py``); the main container joins
+turned it off or the compose file keeps the sidecar on ``internal: true`` networks only, the
+environment's outbound network (``networks.py``); the main container joins
 the internal one as ``main`` and, only when the task asks for network access, the default
 bridge too. ``settle`` gives a
 main container (the first, and each clean room that takes its place) the task's bind files
@@ -102,7 +103,7 @@ class Surroundings:
             self.service_images = images.service_image_ids()
         name = self.network_name or f"envfarm-{self.env_id}"
         labels = self.labels("network")
-        if self.outbound and compose.sidecars:
+        if self.outbound and any(not s.internal_only for s in compose.sidecars.values()):
             self.outbound_name = f"envfarm-{self.env_id}-out"
             out = functools.partial(create_network, self.outbound_name, labels, outbound=True)
             self.network_id, _ = await asyncio.gather(
@@ -181,7 +182,7 @@ class Surroundings:
                 image=image,
                 container_name=f"envfarm-{self.env_id}-{service.name}",
                 network=self.network_name or "",
-                outbound=self.outbound_name,
+                outbound=None if service.internal_only else self.outbound_name,
                 volumes=names,
                 labels=self.labels("service", service.name),
                 env_dir=self.environment.environment_dir,
