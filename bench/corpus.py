@@ -169,7 +169,7 @@ def parse(text: str) -> Output:
             out.build.append(m.group(1))
             current = out.build
             continue
-        if line.startswith("error: "):
+        if line.startswith("error: ") and current is None:  # else a quoted log's line
             out.errors.append(line[7:])
             current = out.errors
             continue
@@ -220,8 +220,11 @@ _SUBSTITUTE_MISMATCH = re.compile(
     r"externally-managed-environment|Cannot uninstall '?[\w.-]+'?.*(?:RECORD|distutils)|"
     r"ubuntu\.sources|Unable to locate package|has no installation candidate|"
     r"Failed building wheel|Failed to build installable wheels|"
-    r"requires a different Python|Requires-Python",
+    r"requires a different Python|Requires-Python|"
+    r"/sdists-v\d+/|metadata-generation-failed|Failed to build `|"
+    r"Building wheel for [\w.-]+ .*error",
 )
+LINT_MARKER = "\n--- envfarm check --no-run ---\n"
 
 
 # A request for a package index's ``/simple/NAME/`` page (PyPI's API, whatever the host): the
@@ -272,22 +275,35 @@ def _from_names(task: Path) -> set[str] | None:
 
 
 def classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdict:
-    """The fault of the first blocker, from ``check``'s exit status and output."""
+    """The fault of the first blocker, from ``check``'s exit status and output; the task's own
+    path reads ``TASK`` in the reason."""
+    verdict = _classify(task, rc, text, timeout_s)
+    return Verdict(verdict.blocker, verdict.reason.replace(str(task), "TASK"))
+
+
+def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdict:
     if rc is None:
         return Verdict("unclassified", f"timed out after {timeout_s:.0f} s")
+    text, _, lint = text.partition(LINT_MARKER)
     out = parse(text)
     if rc == 0 and out.sound:
         return Verdict("ok", "sound")
+    out.warnings += parse(lint).warnings
     messages = out.bad_inputs + out.errors + out.problems + out.infra
     if not messages:
         tail = " | ".join(text.strip().splitlines()[-3:])
         return Verdict("unclassified", f"exit {rc} without a problem line: {tail[:200]}")
     first = messages[0]
     evidence = "\n".join([first, *out.build, *out.verifier])
+    problems = "\n".join(out.problems)
     substituted = [w for w in out.warnings if _SUBSTITUTE.search(w)]
 
     if re.search(r"docker\.sock|Docker socket", first, re.IGNORECASE):
         return Verdict("refused", first_line(first))
+    if "envfarm never passes the host's environment" in first:
+        named = re.search(r"'(\w+)' has no value", first)
+        variable = named.group(1) if named else "a variable"
+        return Verdict("refused", f"the compose file passes the host's {variable} through")
     if "not supported by envfarm" in first:
         return Verdict("envfarm", "refused: " + first_line(first.split(": ", 1)[-1]))
     if "protected file changed: .dockerignore" in evidence:
@@ -298,7 +314,9 @@ def classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdict
         named = _from_names(task)
         if named is not None and m.group(1) not in named:
             return Verdict("envfarm", f"FROM read out of a heredoc body: base image {m.group(1)!r}")
-        return Verdict("offline", f"base image {m.group(1)} has no offline source")
+        return Verdict(
+            "offline", f"base image {m.group(1)}: not pullable here, no offline substitute"
+        )
     if first.startswith("nop passes"):
         return Verdict(
             "task", "nop passes: the tests do not tell a solved task from an untouched one"
@@ -309,7 +327,17 @@ def classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdict
         return Verdict("task", "no solution/solve.sh: the oracle cannot show it solvable")
     if m := re.search(r"missing: (instruction\.md|tests/test\.sh)", first):
         return Verdict("task", f"required file missing: {m.group(1)}")
+    if m := re.search(r"verifier had no network \(the task sets no-network\)[^\n]*", problems):
+        return Verdict("task", "test.sh downloads at grading, the task sets no-network")
     host = _host(evidence)
+    sidecar = re.search(
+        r"service '([\w.-]+)' (?:stopped before it was healthy|never became healthy)", first
+    )
+    if sidecar and (host is not None or _NET_FAILURES.search(first)):
+        return Verdict(
+            "envfarm",
+            f"sidecar {sidecar.group(1)} has no network: its start needs {host or 'a host'}",
+        )
     if host is not None and (m := _INDEX_REQUEST.search(evidence)) and m.group(1) == host:
         where = "the build" if out.build or not out.verifier else "grading"
         return Verdict(
@@ -325,10 +353,12 @@ def classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdict
     if "exit code 127" in first and (m := _NOT_FOUND_COMMAND.search(evidence)) and not substituted:
         return Verdict("task", f"test.sh runs {m.group(1)}, which the task's image lacks")
     if substituted and (m := _SUBSTITUTE_MISMATCH.search(evidence)):
-        return Verdict(
-            "envfarm",
-            f"substitute differs ({first_line(substituted[0], 90)}): {m.group(0)}",
-        )
+        used = [w for w in substituted if "instead" in w] or substituted
+        what = re.sub(r"^.*?(?:-> recipe [\w.-]+: |^build: (?:service \S+ )?)", "", used[0])
+        failed = m.group(0)
+        if failed.startswith("/sdists-") or "wheel" in failed or "metadata" in failed:
+            failed = "a pinned package has no wheel there and its source build fails"
+        return Verdict("envfarm", f"substitute differs ({first_line(what, 110)}): {failed}")
     return Verdict("unclassified", first_line(first))
 
 
@@ -359,24 +389,42 @@ def run_check(task: Path, timeout_s: float, env: dict[str, str]) -> tuple[int | 
         log.seek(0)
         text = log.read()
     shutil.rmtree(artifacts, ignore_errors=True)
-    return rc, text, time.monotonic() - started
+    return rc, with_lint(task, rc, text, env), time.monotonic() - started
+
+
+def with_lint(task: Path, rc: int | None, text: str, env: dict[str, str]) -> str:
+    """``text`` and, after a failed build, ``envfarm check --no-run``'s output: a failed build
+    prints no substitution, and the lint resolves the bases as the build did."""
+    if rc != 1 or "image for " not in text or LINT_MARKER in text:
+        return text
+    lint = subprocess.run(
+        [sys.executable, "-m", "envfarm", "check", str(task), "--no-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    return text + LINT_MARKER + lint.stdout + lint.stderr
 
 
 def _kept_output(text: str, limit: int = 400) -> str:
     """``check``'s output for the record, without its table, at most ``limit`` lines (the
-    first and the last ones): what ``--reclassify`` reads again."""
+    first and the last ones) and the lint's after it: what ``--reclassify`` reads again."""
+    text, marker, lint = text.partition(LINT_MARKER)
     lines = [line for line in text.splitlines() if line[:1] not in "┏┃┡│└╇┳┻━"]
     if len(lines) > limit:
         lines = [*lines[: limit // 4], "[...]", *lines[-(limit - limit // 4) :]]
-    return "\n".join(lines)
+    return "\n".join(lines) + marker + lint
 
 
-def reclassify(path: Path, root: Path, timeout_s: float) -> None:
+def reclassify(path: Path, root: Path, timeout_s: float, env: dict[str, str]) -> None:
     """Classify every result of ``path`` again from its kept output (after a rule changed)."""
     records = list(load_results(path).values())
     for record in records:
         task = root / record["task"]
-        verdict = classify(task, record["exit"], record.get("output", ""), timeout_s)
+        record["output"] = with_lint(task, record["exit"], record.get("output", ""), env)
+        verdict = classify(task, record["exit"], record["output"], timeout_s)
         record["blocker"], record["reason"] = verdict.blocker, verdict.reason
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
@@ -416,9 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     root = args.root.expanduser().resolve()
+    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb"}
     if args.reclassify:
-        reclassify(args.out, root, args.timeout_s)
-        args.budget_s = 0.0
+        reclassify(args.out, root, args.timeout_s, env)
     entries = read_list(args.listing)
     by_repo: dict[str, list[Path]] = {}
     unfetched: list[str] = []
@@ -434,12 +482,11 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [t for t in tasks if fnmatch.fnmatchcase(str(t.relative_to(root)), pattern)]
 
     results = load_results(args.out)
-    env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb"}
     started = time.monotonic()
     skipped_budget = 0
     for index, task in enumerate(tasks, 1):
         key = str(task.relative_to(root))
-        if key in results:
+        if key in results or args.reclassify:
             continue
         if args.budget_s is not None and time.monotonic() - started >= args.budget_s:
             skipped_budget = sum(
@@ -449,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{index}/{len(tasks)}] {key} ...", flush=True)
         rc, text, seconds = run_check(task, args.timeout_s, env)
         verdict = classify(task, rc, text, args.timeout_s)
-        out = parse(text)
+        out = parse(text.partition(LINT_MARKER)[0])
         record = {
             "task": key,
             "blocker": verdict.blocker,
