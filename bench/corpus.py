@@ -301,8 +301,8 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
     if re.search(r"docker\.sock|Docker socket", first, re.IGNORECASE):
         return Verdict("refused", first_line(first))
     if "envfarm never passes the host's environment" in first:
-        named = re.search(r"'(\w+)' has no value", first)
-        variable = named.group(1) if named else "a variable"
+        unset = re.search(r"'(\w+)' has no value", first)
+        variable = unset.group(1) if unset else "a variable"
         return Verdict("refused", f"the compose file passes the host's {variable} through")
     if "not supported by envfarm" in first:
         return Verdict("envfarm", "refused: " + first_line(first.split(": ", 1)[-1]))
