@@ -274,6 +274,20 @@ def _from_names(task: Path) -> set[str] | None:
     return names
 
 
+def _copies_many_to_dot(task: Path, message: str) -> bool:
+    """Whether the Dockerfile the build message names has a COPY of several sources to ``.``
+    (a directory to BuildKit, refused by the classic builder)."""
+    named = re.search(r"\((environment/[^)]*Dockerfile)\)", message)
+    dockerfile = task / (named.group(1) if named else "environment/Dockerfile")
+    if not dockerfile.is_file():
+        return False
+    for line in dockerfile.read_text(errors="replace").splitlines():
+        words = [w for w in line.split() if not w.startswith("--")]
+        if len(words) >= 4 and words[0].upper() in ("COPY", "ADD") and words[-1] in (".", "./."):
+            return True
+    return False
+
+
 def classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdict:
     """The fault of the first blocker, from ``check``'s exit status and output; the task's own
     path reads ``TASK`` in the reason."""
@@ -317,6 +331,13 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
         return Verdict(
             "offline", f"base image {m.group(1)}: not pullable here, no offline substitute"
         )
+    if "the destination must be a directory and end with a /" in evidence:
+        if _copies_many_to_dot(task, first):
+            return Verdict(
+                "envfarm",
+                "the classic builder refuses `COPY a b .`, which BuildKit (Harbor's) builds",
+            )
+        return Verdict("task", "a COPY of several files to a destination that is no directory")
     if first.startswith("nop passes"):
         return Verdict(
             "task", "nop passes: the tests do not tell a solved task from an untouched one"
