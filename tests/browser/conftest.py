@@ -7,8 +7,12 @@ that would need the network shows it in ``offline.attempts``. Screenshots go to
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -74,3 +78,21 @@ def shots() -> Path:
     path = root / "viewer"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def served_viewer(*runs: Path) -> Iterator[str]:
+    """``envfarm view RUN...`` on a free port, its URL while the context lasts."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfarm", "view", *map(str, runs), "--port", "0", "--no-open"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", line)
+    try:
+        assert found, line + (proc.stdout.read() if proc.poll() is not None else "")
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(30)

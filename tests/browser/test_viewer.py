@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from playwright.sync_api import Page, expect
 
 from envfarm.policy import PolicyServer
 from envfarm.testing.scripted import ScriptedResponder, Step, completion, tool_call
-from tests.browser.conftest import REPO, Offline
+from tests.browser.conftest import REPO, Offline, served_viewer
 
 pytestmark = pytest.mark.docker
 TASK = "tasks/word-count-cli"
@@ -56,19 +55,8 @@ async def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def viewer(runs: tuple[Path, Path]) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envfarm", "view", *map(str, runs), "--port", "0", "--no-open"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    found = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", line)
-    try:
-        assert found, line + (proc.stdout.read() if proc.poll() is not None else "")
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with served_viewer(*runs) as url:
+        yield url
 
 
 def test_open_a_run_filter_to_the_flagged_episode_and_read_it(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import REPO, Offline
+from tests.browser.conftest import REPO, Offline, served_viewer
 
 pytestmark = pytest.mark.docker
 FIXTURE = "tests/fixtures/harbor-steps"
@@ -26,19 +26,8 @@ def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         capture_output=True, text=True, cwd=REPO, timeout=1800, check=False,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envfarm", "view", str(out), "--port", "0", "--no-open"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    found = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", line)
-    try:
-        assert found, line + (proc.stdout.read() if proc.poll() is not None else "")
-        yield found.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with served_viewer(out) as url:
+        yield url
 
 
 def test_the_steps_table_leads_to_each_steps_turns(

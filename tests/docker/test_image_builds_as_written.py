@@ -3,15 +3,12 @@ classic builder, errors that quote the task's lines and say whose fault they are
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker.errors
 import pytest
 
 from envfarm.errors import TaskBuildError
@@ -22,15 +19,6 @@ pytestmark = pytest.mark.docker
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tasks"
 RUN_ID = uuid.uuid4().hex[:12]
-
-
-@pytest.fixture(scope="module")
-def created_tags() -> Iterator[list[str]]:
-    tags: list[str] = []
-    yield tags
-    for tag in reversed(tags):
-        with contextlib.suppress(docker.errors.APIError):
-            docker_client().images.remove(tag, force=True)
 
 
 async def _build(

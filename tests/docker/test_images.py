@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker.errors
 import pytest
 
 from envfarm.errors import ImageError, UnknownBaseImage
@@ -27,15 +24,6 @@ pytestmark = pytest.mark.docker
 
 RUN_ID = uuid.uuid4().hex[:12]
 """Task images of this run get fresh tags, so 'built' vs 'cached' is known in advance."""
-
-
-@pytest.fixture(scope="module")
-def created_tags() -> Iterator[list[str]]:
-    tags: list[str] = []
-    yield tags
-    for tag in reversed(tags):
-        with contextlib.suppress(docker.errors.APIError):
-            docker_client().images.remove(tag, force=True)
 
 
 def _task(tmp_path: Path, dockerfile: str, name: str = "t") -> Path:
