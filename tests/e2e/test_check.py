@@ -249,13 +249,14 @@ def test_check_says_how_far_it_got_as_it_goes(tmp_path: Path) -> None:
     )
     artifacts = tmp_path / "kept"
     proc = envfarm("check", str(tmp_path / "tasks"), "--runs", "1", "--artifacts", str(artifacts))
-    assert proc.returncode == 1, proc.stderr[-5000:]  # a failed build is the machine's fault
+    # a RUN that fails the same way twice is the task's fault (bad input), not the machine's
+    assert proc.returncode == 2, proc.stderr[-5000:]
     lines = proc.stderr.splitlines()
     image = next(n for n, line in enumerate(lines) if line.startswith("image check-e2e/sound: "))
     assert lines.index(f"artifacts under {artifacts}") < image
     table = next(n for n, line in enumerate(lines) if "envfarm check" in line)
     assert lines.index("sound check-e2e/sound") < table
-    unbuildable = [n for n, line in enumerate(lines) if line.startswith("error check-e2e/unb")]
+    unbuildable = [n for n, line in enumerate(lines) if line.startswith("unsound check-e2e/unb")]
     assert unbuildable, proc.stderr[-3000:]
     assert unbuildable[0] < table
     assert "build: " in lines[unbuildable[0]]
