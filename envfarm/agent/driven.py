@@ -22,9 +22,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from envfarm.agent.extra_tools import ExtraTools, run_extra_tool
+from envfarm.agent.extra_tools import ExtraTools, offered_schemas, run_extra_tool
 from envfarm.agent.loop import AgentLimits, AgentRun
-from envfarm.agent.tools import SUBMIT, ToolContext, parse_arguments, run_tool, tool_schemas
+from envfarm.agent.tools import SUBMIT, ToolContext, parse_arguments, run_tool
 from envfarm.errors import EnvfarmError, SessionAbandoned, SessionEnded
 from envfarm.models.trajectory import AgentOutcome, StopReason, ToolResult, Trajectory, Turn
 from envfarm.policy.base import ToolCallRaw
@@ -90,7 +90,7 @@ class Driver:
         extra_tools: ExtraTools | None = None,
     ) -> AgentRun:
         """The agent phase: serve actions until submit, a limit, or abandonment."""
-        schemas = [*tool_schemas(), *(extra_tools.schemas if extra_tools is not None else [])]
+        schemas = offered_schemas(extra_tools)
         messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
         turns: list[Turn] = []
         malformed = 0

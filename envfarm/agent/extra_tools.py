@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any, Protocol
 
-from envfarm.agent.tools import ToolContext, truncate
+from envfarm.agent.tools import ToolContext, tool_schemas, truncate
 from envfarm.models.trajectory import ToolResult
 from envfarm.policy.base import ToolCallRaw
 
@@ -23,6 +23,13 @@ class ExtraTools(Protocol):
     def offers(self, name: str) -> bool: ...
 
     async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]: ...
+
+
+def offered_schemas(extra: ExtraTools | None) -> list[dict[str, Any]]:
+    """The tools offered to the model: the built-in ones, then the task's own (the built-in
+    list itself when there are none, which callers must not modify)."""
+    own = extra.schemas if extra is not None else []
+    return [*tool_schemas(), *own] if own else tool_schemas()
 
 
 async def run_extra_tool(call: ToolCallRaw, tools: ExtraTools, ctx: ToolContext) -> ToolResult:

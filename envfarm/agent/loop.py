@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.agent.context import SUMMARY_REQUEST, ContextMeter, resumed_instruction
-from envfarm.agent.extra_tools import ExtraTools, run_extra_tool
+from envfarm.agent.extra_tools import ExtraTools, offered_schemas, run_extra_tool
 from envfarm.agent.tools import (
     SANITIZED_ARGUMENTS,
     SUBMIT,
@@ -36,7 +36,6 @@ from envfarm.agent.tools import (
     parse_arguments,
     run_tool,
     sanitized_message,
-    tool_schemas,
 )
 from envfarm.errors import ContextLengthExceeded
 from envfarm.models.token_layout import PromptCompactor
@@ -109,8 +108,7 @@ class Agent:
     @property
     def schemas(self) -> list[dict[str, Any]]:
         """The tools offered to the model: the built-in ones, then the task's own."""
-        extra = self.extra_tools.schemas if self.extra_tools is not None else []
-        return [*tool_schemas(), *extra] if extra else tool_schemas()
+        return offered_schemas(self.extra_tools)
 
     async def run(self, instruction: str) -> AgentRun:
         self.instruction = instruction
