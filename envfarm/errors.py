@@ -31,6 +31,7 @@
         SessionCapacity    every episode slot is taken: a step-API session must wait
       SessionAbandoned     a step-API session's trainer left before submitting (never graded)
       SessionEnded         an action arrived after a step-API session had ended
+      BatteryError         an audit battery file is malformed (names file and field)
 
 Foreign errors (docker, aiohttp, OS) are translated into this tree once, at the module that
 wraps the foreign library, with ``raise ... from exc``. Above that boundary only these types
@@ -206,6 +207,16 @@ class SessionAbandoned(EnvfarmError):
 
 class SessionEnded(EnvfarmError):
     """An action arrived after the session's agent phase had ended."""
+
+
+class BatteryError(EnvfarmError):
+    """An audit battery (``envfarm audit --battery``) is malformed: the message names the
+    file, the field and what is expected."""
+
+    def __init__(self, path: str, message: str, field: str | None = None) -> None:
+        self.path, self.field = path, field
+        where = f"{path}: {field}" if field else path
+        super().__init__(f"{where}: {message}")
 
 
 class KubeError(EnvfarmError):

@@ -18,6 +18,7 @@ import envfarm
 
 COMMANDS = {
     "run": "envfarm.cli.run:run",
+    "audit": "envfarm.cli.audit:audit",
     "check": "envfarm.cli.check:check",
     "regrade": "envfarm.cli.regrade:regrade",
     "gc": "envfarm.cli.gc:gc",

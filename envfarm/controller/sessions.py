@@ -114,6 +114,12 @@ class Sessions:
             max_retries=0,
             name=f"session {task.id}",
         )
+        return await self.start(task, request)
+
+    async def start(self, task: Task, request: JobRequest) -> Session:
+        """A session of ``task`` as ``request`` (a one-task job of the ``driven`` policy,
+        never retried) asks, once its environment is ready (``envfarm audit`` sets its own
+        turn limit and realism so)."""
         driver = Driver()
         lease = await self.worker.drive(task, request, driver)
         waits: set[asyncio.Future[Any]] = {asyncio.shield(driver.opened),
