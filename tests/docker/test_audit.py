@@ -28,6 +28,7 @@ TODAY = {
     "uname": "sandbox",
     "container-markers": "present: /.dockerenv",
     "mounts": "tmpfs /logs/verifier",
+    "root-filesystem": " / ",
     "mount-sources": "/.envfarm/sandboxd",
     "user-root": "uid=0(root)",
     "user-env": "USER=",
