@@ -31,6 +31,9 @@ ImageSource = Literal["local", "pull", "aliases"]
 IMAGE_SOURCES: tuple[ImageSource, ...] = ("local", "pull", "aliases")
 CleanRoom = Literal["restart", "fresh"]
 SidecarNetwork = Literal["public", "none"]
+Realism = Literal["workstation", "off"]
+"""``workstation``: the sandbox looks like a developer's machine (docs/sandbox.md); ``off``."""
+REALISM_CHOICES: tuple[str, ...] = get_args(Realism)
 DEFAULT_NETWORK_POOL = "198.18.0.0/15"
 DEFAULT_NETWORK_PREFIX = 27
 DEFAULT_SANDBOX_NAMESPACE = "envfarm-sandboxes"
@@ -87,6 +90,9 @@ class Settings(_Frozen):
     """``ENVFARM_SIDECAR_NETWORK``, ``--sidecar-network``: whether compose sidecars get outbound
     network access as under Harbor (``public``) or none (``none``); the agent's container is
     never given a network by it."""
+    realism: Realism = "off"
+    """``--realism``: the default profile of the sandboxes (``workstation`` hides the tells that
+    an environment is a sandbox, docs/sandbox.md#the-workstation-profile)."""
     runtime: str | None = None
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()
