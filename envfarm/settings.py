@@ -44,6 +44,7 @@ OFFLINE_ENV = "ENVFARM_OFFLINE"
 IMAGE_SOURCES_ENV = "ENVFARM_IMAGE_SOURCES"
 CLEAN_ROOM_ENV = "ENVFARM_CLEAN_ROOM"
 SIDECAR_NETWORK_ENV = "ENVFARM_SIDECAR_NETWORK"
+REALISM_ENV = "ENVFARM_REALISM"
 ALIASES_ENV = "ENVFARM_ALIASES"
 NETWORK_POOL_ENV = "ENVFARM_NETWORK_POOL"
 NETWORK_PREFIX_ENV = "ENVFARM_NETWORK_PREFIX"
@@ -91,8 +92,8 @@ class Settings(_Frozen):
     network access as under Harbor (``public``) or none (``none``); the agent's container is
     never given a network by it."""
     realism: Realism = "off"
-    """``--realism``: the default profile of the sandboxes (``workstation`` hides the tells that
-    an environment is a sandbox, docs/sandbox.md#the-workstation-profile)."""
+    """``ENVFARM_REALISM``, ``--realism``: the sandboxes' default profile (``workstation``
+    hides what tells a sandbox, docs/sandbox.md#the-workstation-profile)."""
     runtime: str | None = None
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()
@@ -173,9 +174,13 @@ def _choices(env: Mapping[str, str]) -> dict[str, Any]:
     sidecars = _text(env, SIDECAR_NETWORK_ENV).lower() or "public"
     if sidecars not in get_args(SidecarNetwork):
         _bad(SIDECAR_NETWORK_ENV, sidecars, "public or none")
+    realism = _text(env, REALISM_ENV).lower() or "off"
+    if realism not in REALISM_CHOICES:
+        _bad(REALISM_ENV, realism, "workstation or off")
     return {
         "verifier_network": network,
         "sidecar_network": sidecars,
+        "realism": realism,
         "clean_room": clean,
         "offline": _text(env, OFFLINE_ENV).lower() in _TRUE,
     }

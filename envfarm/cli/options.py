@@ -69,7 +69,8 @@ realism_option = click.option(
     default=None,
     help="The sandboxes' profile when a task sets none: workstation makes them look like a "
     "developer's machine (a user with a home and sudo, a terminal, developer tools, no "
-    "container or grading tells), off (the default) as they are (docs/sandbox.md).",
+    "container or grading tells), off (the default) as they are (also ENVFARM_REALISM; "
+    "docs/sandbox.md).",
 )
 
 
