@@ -31,6 +31,9 @@ ImageSource = Literal["local", "pull", "aliases"]
 IMAGE_SOURCES: tuple[ImageSource, ...] = ("local", "pull", "aliases")
 CleanRoom = Literal["restart", "fresh"]
 SidecarNetwork = Literal["public", "none"]
+Realism = Literal["workstation", "off"]
+"""``workstation``: the sandbox looks like a developer's machine (docs/sandbox.md); ``off``."""
+REALISM_CHOICES: tuple[str, ...] = get_args(Realism)
 DEFAULT_NETWORK_POOL = "198.18.0.0/15"
 DEFAULT_NETWORK_PREFIX = 27
 DEFAULT_SANDBOX_NAMESPACE = "envfarm-sandboxes"
@@ -41,6 +44,7 @@ OFFLINE_ENV = "ENVFARM_OFFLINE"
 IMAGE_SOURCES_ENV = "ENVFARM_IMAGE_SOURCES"
 CLEAN_ROOM_ENV = "ENVFARM_CLEAN_ROOM"
 SIDECAR_NETWORK_ENV = "ENVFARM_SIDECAR_NETWORK"
+REALISM_ENV = "ENVFARM_REALISM"
 ALIASES_ENV = "ENVFARM_ALIASES"
 NETWORK_POOL_ENV = "ENVFARM_NETWORK_POOL"
 NETWORK_PREFIX_ENV = "ENVFARM_NETWORK_PREFIX"
@@ -87,6 +91,9 @@ class Settings(_Frozen):
     """``ENVFARM_SIDECAR_NETWORK``, ``--sidecar-network``: whether compose sidecars get outbound
     network access as under Harbor (``public``) or none (``none``); the agent's container is
     never given a network by it."""
+    realism: Realism = "off"
+    """``ENVFARM_REALISM``, ``--realism``: the sandboxes' default profile (``workstation``
+    hides what tells a sandbox, docs/sandbox.md#the-workstation-profile)."""
     runtime: str | None = None
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()
@@ -167,9 +174,13 @@ def _choices(env: Mapping[str, str]) -> dict[str, Any]:
     sidecars = _text(env, SIDECAR_NETWORK_ENV).lower() or "public"
     if sidecars not in get_args(SidecarNetwork):
         _bad(SIDECAR_NETWORK_ENV, sidecars, "public or none")
+    realism = _text(env, REALISM_ENV).lower() or "off"
+    if realism not in REALISM_CHOICES:
+        _bad(REALISM_ENV, realism, "workstation or off")
     return {
         "verifier_network": network,
         "sidecar_network": sidecars,
+        "realism": realism,
         "clean_room": clean,
         "offline": _text(env, OFFLINE_ENV).lower() in _TRUE,
     }

@@ -26,6 +26,7 @@ from envfarm.cli.options import (
     command_settings,
     judge_options,
     offline_option,
+    realism_option,
     sidecar_network_option,
     task_paths,
     verifier_network_option,
@@ -75,6 +76,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 @offline_option
 @verifier_network_option
 @sidecar_network_option
+@realism_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--compare-modes",
@@ -113,9 +115,13 @@ def check(
     offline: bool | None,
     verifier_network: str | None,
     sidecar_network: str | None,
+    realism: str | None,
 ) -> None:
     settings = command_settings(
-        offline=offline, verifier_network=verifier_network, sidecar_network=sidecar_network
+        offline=offline,
+        verifier_network=verifier_network,
+        sidecar_network=sidecar_network,
+        realism=realism,
     )
     tasks, errors = discover_tasks(list(paths))
     try:

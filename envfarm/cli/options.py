@@ -63,6 +63,16 @@ sidecar_network_option = click.option(
     "keeps no network unless its task asks; docs/security.md).",
 )
 
+realism_option = click.option(
+    "--realism",
+    type=click.Choice(["workstation", "off"]),
+    default=None,
+    help="The sandboxes' profile when a task sets none: workstation makes them look like a "
+    "developer's machine (a user with a home and sudo, a terminal, developer tools, no "
+    "container or grading tells), off (the default) as they are (also ENVFARM_REALISM; "
+    "docs/sandbox.md).",
+)
+
 
 def command_settings(**flags: Any) -> Settings:
     """The environment's settings with the command's flags (None: not given) in their

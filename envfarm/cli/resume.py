@@ -16,13 +16,13 @@ from typing import Any
 
 import click
 
-from envfarm.settings import VERIFIER_NETWORK_CHOICES, Settings
+from envfarm.settings import REALISM_CHOICES, VERIFIER_NETWORK_CHOICES, Settings
 from envfarm.store.engine import STORE_FILE, default_url
 from envfarm.store.store import Store
 
 MANIFEST = "run.json"
 SECRETS = ("api_key", "judge_api_key")
-KEPT = ("offline", "verifier_network", "sidecar_network")
+KEPT = ("offline", "verifier_network", "sidecar_network", "realism")
 """Flags whose effect is saved as a setting (the environment's value counts too)."""
 RESUMING = "envfarm.resuming"
 
@@ -40,6 +40,7 @@ def save_manifest(out: Path, params: dict[str, Any], settings: Settings) -> None
         "offline": settings.offline,
         "verifier_network": settings.verifier_network,
         "sidecar_network": settings.sidecar_network,
+        "realism": settings.realism,
     }
     manifest = {"params": saved, "settings": kept}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -60,11 +61,14 @@ def load_manifest(out: Path, secrets: dict[str, str | None]) -> dict[str, Any]:
             raise ValueError(f"verifier_network {settings['verifier_network']!r}")
         if settings.get("sidecar_network") not in (None, "public", "none"):
             raise ValueError(f"sidecar_network {settings['sidecar_network']!r}")
+        if settings.get("realism") not in (None, *REALISM_CHOICES):
+            raise ValueError(f"realism {settings['realism']!r}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise click.BadParameter(f"{path}: unreadable ({exc})", param_hint="--resume") from exc
     params["offline"] = True if settings.get("offline") else None
     params["verifier_network"] = settings.get("verifier_network")
     params["sidecar_network"] = settings.get("sidecar_network")
+    params["realism"] = settings.get("realism")
     params["paths"] = tuple(Path(p) for p in params["paths"])
     params["out_dir"] = out
     for name in ("policies",):

@@ -90,6 +90,7 @@ def run(
     offline: bool | None,
     verifier_network: str | None,
     sidecar_network: str | None,
+    realism: str | None,
 ) -> None:
     if resume is not None:
         secrets = {"api_key": api_key, "judge_api_key": judge_api_key}
@@ -101,6 +102,7 @@ def run(
         offline=offline,
         verifier_network=verifier_network,
         sidecar_network=sidecar_network,
+        realism=realism,
         runtime=runtime,
     )
     tasks, errors = discover_tasks(list(paths))

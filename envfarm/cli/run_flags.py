@@ -11,6 +11,7 @@ import click
 from envfarm.cli.options import (
     judge_options,
     offline_option,
+    realism_option,
     sidecar_network_option,
     verifier_network_option,
 )
@@ -45,6 +46,7 @@ FLAGS: list[Callable[[Any], Any]] = [
     offline_option,
     verifier_network_option,
     sidecar_network_option,
+    realism_option,
     click.option("--model", default=None, help="Model name sent to the endpoint."),
     click.option(
         "--api-key",

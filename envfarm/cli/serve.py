@@ -28,6 +28,7 @@ from envfarm.api.server import ApiServer
 from envfarm.cli.options import (
     command_settings,
     offline_option,
+    realism_option,
     sidecar_network_option,
     verifier_network_option,
 )
@@ -51,10 +52,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def controller_options(command: F) -> F:
     """``--db``, ``--data-dir``, ``--tasks``, ``--concurrency``, ``--warm-pool``, and the
     defaults of every job's plan: ``--runtime``, ``--allow-runtime``, ``--verifier-network``,
-    ``--offline`` (the settings flags, handed to the command as ``**flags``)."""
+    ``--realism``, ``--offline`` (the settings flags, handed to the command as ``**flags``)."""
     options = [
         verifier_network_option,
         sidecar_network_option,
+        realism_option,
         offline_option,
         click.option("--request-ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Kubernetes: what each environment pod requests of its CPU, memory "

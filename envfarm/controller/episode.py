@@ -166,6 +166,7 @@ class EpisodeRunner:
             trajectory.timings.total_s = time.monotonic() - started
             return trajectory
         plans.append(plan)
+        trajectory.provenance.realism = plan.sandbox.realism
         if self.agent_layers is not None:
             with phase(trajectory, "build"):
                 request = replace(request, image=await self.agent_layers.image(request.image))

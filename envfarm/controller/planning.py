@@ -27,6 +27,7 @@ def job_choices(request: JobRequest) -> JobChoices:
         sidecar_network=request.sidecar_network,
         runtime=request.runtime,
         request_ratio=request.request_ratio,
+        realism=request.realism,
         max_turns=request.max_turns,
         context_budget=request.context_budget,
     )

@@ -135,6 +135,10 @@ class JobRequest(Wire):
     """Kubernetes: what each environment pod requests of its limits (None: the server's,
     0.5 by default). Requests equal to limits leave no headroom: a pod that meets its limit
     is throttled or killed where one with headroom would have gone on."""
+    realism: Literal["workstation", "off"] | None = None
+    """The sandboxes' profile (docs/sandbox.md): ``workstation`` makes them look like a
+    developer's machine, ``off`` leaves them as they are; None: the server's default. A task's
+    own ``[environment] realism`` wins."""
     runtime: str | None = Field(default=None, min_length=1, max_length=100)
     """The sandboxes' container runtime (Docker) or RuntimeClass (Kubernetes); None: the
     server's. A server refuses any other than its own unless it allows it (``--allow-runtime``);

@@ -188,6 +188,8 @@ class Provenance(WireModel):
     image_id: str | None = None
     envfarm_version: str
     seed: int | None = None
+    realism: Literal["workstation", "off"] | None = None
+    """The sandbox's profile as the plan decided it (docs/sandbox.md); None: no plan was made."""
 
 
 StopReason = Literal["submitted", "no_tool_call", "max_turns", "timeout", "context_length", "error"]

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.settings import CleanRoom
+from envfarm.settings import CleanRoom, Realism
 from envfarm.spec.compose import ComposeSpec
 from envfarm.spec.config import ArtifactSpec, EnvironmentConfig, EnvironmentMode, VerifierConfig
 from envfarm.spec.mcp import McpServer
@@ -71,6 +71,8 @@ class SandboxSpec(_Frozen):
     clean_room: CleanRoom = "restart"
     agent_timeout_s: float
     verifier_timeout_s: float
+    realism: Realism = "off"
+    """``workstation``: the sandboxes look like a developer's machine (docs/sandbox.md)."""
     request_ratio: float = 0.5
     """Kubernetes: the share of its limits a pod requests (CPU, memory, disk)."""
 
@@ -159,6 +161,7 @@ class JobChoices(_Frozen):
     sidecar_network: Literal["public", "none"] | None = None
     runtime: str | None = None
     request_ratio: float | None = None
+    realism: Realism | None = None
     max_turns: int = 50
     context_budget: int | None = None
     command_timeout_s: float = 120.0

@@ -9,6 +9,9 @@ The verifier's network: the task's own ``network_mode`` when it sets one; a ``sh
 runs in the agent's container and keeps its (no) network; else ``task-default`` gives a fresh
 verifier container Harbor's ``public`` network and ``none`` keeps it offline.
 
+The realism profile (``workstation`` or ``off``, docs/sandbox.md) follows the rule as it is:
+the task's ``[environment] realism``, else the job's, else the default.
+
 The runtime: a task that asks for gVisor gets the chosen runtime when that is gVisor, else the
 engine's gVisor runtime, else it is refused; a runtime gVisor registered with
 ``--network=none`` cannot give the network a task needs, and a gVisor sandbox keeps the
@@ -29,7 +32,7 @@ from envfarm.plan.models import (
     SandboxSpec,
     VerifierPlan,
 )
-from envfarm.settings import Settings
+from envfarm.settings import Realism, Settings
 from envfarm.spec.task import Task
 
 DEFAULT_AGENT_TIMEOUT_S = 1800.0
@@ -82,6 +85,7 @@ def plan_episode(
         source="job" if job.request_ratio else "default",
         reason=f"Kubernetes pods request {ratio:g} of their limits",
     )
+    realism, decided["sandbox.realism"] = _realism(task, job, settings)
     gvisor = _is_gvisor(runtime, facts)
     if gvisor:
         _check_gvisor(task, runtime or "", facts, network_set=config.verifier_network_set())
@@ -98,6 +102,7 @@ def plan_episode(
         agent_timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
         verifier_timeout_s=config.verifier.timeout_sec,
         request_ratio=ratio,
+        realism=realism,
     )
     budgets = (b for b in (job.context_budget, config.agent.context_budget_tokens) if b)
     agent = AgentPlan(
@@ -165,6 +170,15 @@ def _verifier_network(task: Task, job: JobChoices, settings: Settings) -> tuple[
 
 def _net(network: bool) -> str:
     return "network" if network else "no network"
+
+
+def _realism(task: Task, job: JobChoices, settings: Settings) -> tuple[Realism, Decision]:
+    asked = task.config.environment.realism
+    if asked is not None:
+        return asked, Decision(source="task", reason=f"the task asks for realism {asked!r}")
+    source: DecisionSource = "job" if job.realism is not None else "default"
+    realism = job.realism or settings.realism
+    return realism, Decision(source=source, reason=f"realism {realism!r}")
 
 
 def _runtime(

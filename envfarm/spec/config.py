@@ -171,6 +171,9 @@ class EnvironmentConfig(Table):
     runtime: Literal["gvisor"] | None = None
     """envfarm extension: ``"gvisor"`` runs the task's sandboxes under gVisor whatever the
     run's runtime (docs/sandbox.md); unset, the run decides (``envfarm run --runtime``)."""
+    realism: Literal["workstation", "off"] | None = None
+    """envfarm extension: the sandboxes' profile whatever the run's (docs/sandbox.md); unset,
+    the run decides (``envfarm run --realism``)."""
 
 
 class SolutionConfig(Table):

@@ -82,6 +82,11 @@
  * what is below it, the path kept), never following a symlink and never descending into a
  * mount. Both run as root, in the loop: nothing else runs in the container when grading asks
  * for them. sweep (sweep.c) kills every other process of the container, for grading in place.
+ *
+ * Options come from argv and from the environment variable INIT_OPTS (the same words, space
+ * separated), which the helper removes from its environment before it starts anything: the
+ * workstation profile starts it as /sbin/init with no arguments, so its command line tells
+ * nothing. --hide-container removes /.dockerenv (docs/sandbox.md, the workstation profile).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -114,6 +119,7 @@
 #define DEFAULT_CAP (4u << 20)
 #define TERM_GRACE_S 2.0
 #define MAX_GROUPS 256
+#define OPTIONS_ENV "INIT_OPTS"
 
 extern char **environ;
 
@@ -1459,12 +1465,26 @@ int main(int argc, char **argv) {
         printf("envfarm-sandboxd protocol %d\n", PROTOCOL_VERSION);
         return 0;
     }
-    for (int i = 1; i + 1 < argc; i += 2) {
-        unsigned long long value = strtoull(argv[i + 1], NULL, 10);
-        if (!strcmp(argv[i], "--memory-limit-mb")) exec_memory_limit = value << 20;
-        if (!strcmp(argv[i], "--nproc-limit")) exec_nproc_limit = value;
-        if (!strcmp(argv[i], "--pids-limit")) pids_limit = (long)value;
-        if (!strcmp(argv[i], "--reserve-mb")) reserve_bytes = value << 20;
+    char *opts[64];
+    int nopts = 0;
+    for (int i = 1; i < argc && nopts < 64; i++) opts[nopts++] = argv[i];
+    const char *from_env = getenv(OPTIONS_ENV);
+    char *spare = from_env ? xstrdup(from_env) : NULL;
+    for (char *tok = spare ? strtok(spare, " ") : NULL; tok && nopts < 64; tok = strtok(NULL, " "))
+        opts[nopts++] = tok;
+    unsetenv(OPTIONS_ENV); /* the commands it starts inherit its environment */
+    for (int i = 0; i < nopts; i++) {
+        if (!strcmp(opts[i], "--hide-container")) {
+            unlink("/.dockerenv");
+            continue;
+        }
+        if (i + 1 >= nopts) break;
+        unsigned long long value = strtoull(opts[i + 1], NULL, 10);
+        if (!strcmp(opts[i], "--memory-limit-mb")) exec_memory_limit = value << 20;
+        if (!strcmp(opts[i], "--nproc-limit")) exec_nproc_limit = value;
+        if (!strcmp(opts[i], "--pids-limit")) pids_limit = (long)value;
+        if (!strcmp(opts[i], "--reserve-mb")) reserve_bytes = value << 20;
+        i++;
     }
     harden_helper();
     take_reserve();

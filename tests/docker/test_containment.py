@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Literal
 
 import pytest
 import pytest_asyncio
@@ -66,12 +67,22 @@ async def neighbour(base_image: str) -> AsyncIterator[str]:
         yield f"{address}:{NEIGHBOUR_PORT}"
 
 
-@pytest.mark.parametrize("runtime", [None, "runsc"], ids=["runc", "gvisor"])
+@pytest.mark.parametrize(
+    ("runtime", "realism"),
+    [(None, "off"), ("runsc", "off"), (None, "workstation")],
+    ids=["runc", "gvisor", "runc-workstation"],
+)
 async def test_a_root_agent_cannot_escape_or_reach_anything(
-    base_image: str, host_stand_in: str, neighbour: str, runtime: str | None
+    base_image: str,
+    host_stand_in: str,
+    neighbour: str,
+    runtime: str | None,
+    realism: Literal["workstation", "off"],
 ) -> None:
     targets = [host_stand_in, neighbour]
-    config = DockerSandboxConfig(image=base_image, runtime=runtime, run_id="test-containment")
+    config = DockerSandboxConfig(
+        image=base_image, runtime=runtime, run_id="test-containment", realism=realism
+    )
     async with DockerSandbox(config) as sandbox:
         result = await sandbox.exec(probe_command(targets), timeout=60)
         assert result.exit_code == 0, result.stderr

@@ -37,6 +37,14 @@ async def backend() -> DockerBackend:
     return DockerBackend()
 
 
+@pytest.fixture(autouse=True, params=["off", "workstation"])
+def realism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every hack under both profiles: the workstation's user, sudo and hidden grading paths
+    must not weaken grading (the episodes' plans read ``ENVFARM_REALISM``)."""
+    monkeypatch.setenv("ENVFARM_REALISM", request.param)
+    return str(request.param)
+
+
 def write(path: str, text: str) -> str:
     return f"mkdir -p $(dirname {path}) && cat > {path} <<'EOF'\n{text}EOF"
 

@@ -62,10 +62,10 @@ def make_task(root: Path, solve: str, environment: str) -> Path:
     return root
 
 
-async def run_oracle(root: Path, runtime: str | None) -> Trajectory:
+async def run_oracle(root: Path, runtime: str | None, realism: str = "off") -> Trajectory:
     task = load_task(root)
     backend = DockerBackend()
-    planner = Planner(backend, current().with_flags(runtime=runtime))
+    planner = Planner(backend, current().with_flags(runtime=runtime, realism=realism))
     image = await backend.prepare((await planner.plan(task)).sandbox)
     async with open_policy(PolicySpec(base_url="oracle")) as policy:
         runner = EpisodeRunner(
@@ -97,9 +97,15 @@ async def test_forking_until_pids_max_refuses_is_the_agents_outcome(
     assert PROCESSES_RECLAIMED in trajectory.reward.flags
 
 
-@pytest.mark.parametrize("runtime", [None, "runsc"], ids=["runc", "gvisor"])
+@pytest.mark.parametrize(
+    ("runtime", "realism"),
+    [(None, "off"), ("runsc", "off"), (None, "workstation")],
+    ids=["runc", "gvisor", "runc-workstation"],
+)
 async def test_filling_the_disk_quota_is_the_agents_outcome(
-    tmp_path: Path, runtime: str | None
+    tmp_path: Path, runtime: str | None, realism: str
 ) -> None:
-    root = make_task(tmp_path / f"disk-excess-{runtime or 'runc'}", DISK, "storage_mb = 64\n")
-    assert_graded(await run_oracle(root, runtime))
+    """Under the workstation profile the verifier's logs have no tmpfs: the reserve holds."""
+    name = f"disk-excess-{runtime or 'runc'}-{realism}"
+    root = make_task(tmp_path / name, DISK, "storage_mb = 64\n")
+    assert_graded(await run_oracle(root, runtime, realism))

@@ -152,11 +152,13 @@ async def test_the_spec_becomes_the_request_with_keys_from_secrets() -> None:
 async def test_the_networks_and_the_runtime_are_the_jobs_own() -> None:
     api, jobs = MemoryKubeApi(), Jobs()
     spec = {"tasks": {"ids": ["beta"]}, "policy": {"baseUrl": "oracle"},
-            "verifierNetwork": "none", "sidecarNetwork": "none", "runtime": "gvisor"}  # fmt: skip
+            "verifierNetwork": "none", "sidecarNetwork": "none", "runtime": "gvisor",
+            "realism": "workstation"}  # fmt: skip
     created = await api.create(ROLLOUT_JOBS, NS, {"metadata": {"name": "rj"}, "spec": spec})
     request = await RolloutJobReconciler(api, jobs, "http://api").request(created)
     assert (request["verifier_network"], request["sidecar_network"]) == ("none", "none")
     assert request["runtime"] == "gvisor"
+    assert request["realism"] == "workstation"
     unset = {**spec, "verifierNetwork": None, "sidecarNetwork": None}
     created = await api.create(ROLLOUT_JOBS, NS, {"metadata": {"name": "rk"}, "spec": unset})
     request = await RolloutJobReconciler(api, jobs, "http://api").request(created)

@@ -97,6 +97,32 @@ def test_the_sidecars_network_job_over_default_never_the_agents(
 
 
 @pytest.mark.parametrize(
+    ("toml", "job", "default", "realism", "source"),
+    [
+        ("", None, "off", "off", "default"),
+        ("", None, "workstation", "workstation", "default"),
+        ("", "workstation", "off", "workstation", "job"),
+        ("", "off", "workstation", "off", "job"),
+        ('[environment]\nrealism = "workstation"\n', "off", "off", "workstation", "task"),
+        ('[environment]\nrealism = "off"\n', "workstation", "workstation", "off", "task"),
+    ],
+)
+def test_the_realism_task_over_job_over_default(
+    tmp_path: Path,
+    toml: str,
+    job: Literal["workstation", "off"] | None,
+    default: Literal["workstation", "off"],
+    realism: str,
+    source: str,
+) -> None:
+    task = make_task(tmp_path / "t", toml)
+    plan = plan_episode(task, JobChoices(realism=job), Settings(realism=default))
+    assert plan.sandbox.realism == realism
+    assert plan.decided["sandbox.realism"].source == source
+    assert realism in plan.decided["sandbox.realism"].reason
+
+
+@pytest.mark.parametrize(
     ("toml", "job", "default", "runtime", "source"),
     [
         ("", None, None, None, "default"),

@@ -96,6 +96,7 @@ class DockerBackend(SandboxBackend, AgentImages):
             command=env.main_command,
             restart_clean_room=spec.clean_room == "restart",
             sidecar_network=spec.sidecar_network,
+            realism=spec.realism,
         )
         if env.compose is None and limits.healthcheck is None:
             if not shared:

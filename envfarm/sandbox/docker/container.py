@@ -49,6 +49,7 @@ from envfarm.sandbox.docker.sandboxd import (
     helper_mounts,
     upload_helper,
 )
+from envfarm.sandbox.docker.workstation import INIT_PATH
 
 GONE_SETTLE_S = 2.0
 
@@ -70,6 +71,15 @@ class SandboxContainer:
         """The helper's read-only bind mounts (none when it was uploaded instead)."""
         self._helper: Path | None = None
         self._helper_socket: socket.socket | None = None
+
+    @property
+    def workstation(self) -> bool:
+        """The helper is uploaded to ``INIT_PATH``, never bind-mounted (``workstation.py``)."""
+        return self.config.realism == "workstation" and self.config.channel
+
+    @property
+    def helper_path(self) -> str:
+        return INIT_PATH if self.workstation else HELPER_PATH
 
     @property
     def id(self) -> str:
@@ -94,7 +104,7 @@ class SandboxContainer:
         if self.config.channel or self.gvisor:  # gVisor: for the helper's companions
             self._helper = await ensure_helper()
         try:
-            if self._helper is not None:
+            if self._helper is not None and not self.workstation:
                 self.helper_mounts = await asyncio.to_thread(
                     functools.partial(
                         helper_mounts, self._helper, self.config.image, gvisor=self.gvisor
@@ -118,11 +128,15 @@ class SandboxContainer:
                 join_default_bridge(container.id or "")
             if self._helper is not None and cfg.channel:
                 attached = attach_helper(
-                    container, self._helper, upload=not self.helper_mounts, gvisor=self.gvisor
+                    container,
+                    self._helper,
+                    upload=not self.helper_mounts,
+                    gvisor=self.gvisor,
+                    path=self.helper_path,
                 )
                 self._helper_socket, self.default_user, self.set_home = attached
             elif self._helper is not None and not self.helper_mounts:
-                upload_helper(container, self._helper, gvisor=self.gvisor)
+                upload_helper(container, self._helper, gvisor=self.gvisor, path=self.helper_path)
         except (docker.errors.DockerException, SandboxError):
             container.remove(force=True, v=True)
             _live.pop(str(container.id), None)
@@ -242,7 +256,7 @@ class SandboxContainer:
 
     async def raise_if_gone(self, exc: Exception) -> None:
         assert self.container is not None
-        helper = HELPER_PATH if self.channel else None
+        helper = self.helper_path if self.channel else None
         gone = await asyncio.to_thread(gone_error, self.container, helper)
         if gone is not None:
             raise gone from exc

@@ -2,7 +2,8 @@
 concrete (every capability dropped but the task's few, no-new-privileges, memory = memory+swap,
 CPU and pids limits, a disk limit where the engine enforces one), envfarm's labels and the
 helper as the main process and init (``--init`` without it). Created, not run:
-``containers.run`` would pull a missing image."""
+``containers.run`` would pull a missing image. The workstation profile changes a few of them
+(``workstation.py``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from envfarm.sandbox.docker.networks import network_options
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import HELPER_PATH
 from envfarm.sandbox.docker.storage import storage_options
+from envfarm.sandbox.docker.workstation import LOGS_RESERVE_MB, workstation_create
 
 
 def create_container(
@@ -39,7 +41,9 @@ def create_container(
         kwargs.update(stdin_open=True, user="0:0", log_config=LogConfig(type="none"))
     kwargs["mounts"] = helper_mounts
     probe = {LABEL_MANAGED: "true", LABEL_KIND: "probe", LABEL_OWNER: owner_label()}
+    workstation = cfg.realism == "workstation" and cfg.channel
     reserve = GRADING_RESERVE_MB if cfg.channel and cfg.storage_mb is not None else 0
+    reserve += LOGS_RESERVE_MB if workstation and reserve else 0
     storage_mb = cfg.storage_mb + reserve if cfg.storage_mb is not None else None
     kwargs.update(storage_options(storage_mb, cfg.image, probe))
     limits = limits_and_helper(HELPER_PATH, cfg.memory_mb, cfg.pids_limit, gvisor=gvisor)
@@ -47,14 +51,15 @@ def create_container(
     if "storage_opt" in kwargs and cfg.channel:  # room for grading on a full disk
         kwargs["tmpfs"] = VERIFIER_TMPFS
         helper = [*helper, "--reserve-mb", str(reserve)]
+    kwargs.update(hostname="sandbox", environment=cfg.env)
+    if workstation:
+        helper, kwargs = workstation_create(kwargs, helper, cfg.env)
     return docker_client().containers.create(
         cfg.image,
         command=helper if cfg.channel else ["sleep", "infinity"],
         entrypoint=[],
         init=not cfg.channel,  # the helper is the container's init (sweep.c)
-        hostname="sandbox",
         working_dir=cfg.workdir,
-        environment=cfg.env,
         volumes=cfg.volumes,
         **network_options(cfg.network, cfg.network_name, cfg.network_aliases),
         cap_drop=["ALL"],

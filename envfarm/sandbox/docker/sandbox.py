@@ -132,7 +132,8 @@ class DockerSandbox(
             await self._container.explain_gone(exc)
 
     async def walk_files(self) -> bytes:
-        scratch = f"{HELPER_DIR}/walk-{uuid.uuid4().hex}"
+        where = "/tmp/.envfarm-" if self._container.workstation else f"{HELPER_DIR}/"
+        scratch = f"{where}walk-{uuid.uuid4().hex}"
         return await self._container.require_channel().listing("/", scratch)
 
     async def remove_files(self, paths: list[str], *, contents: Sequence[str] = ()) -> None:

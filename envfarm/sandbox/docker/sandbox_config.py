@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.sandbox.hardening import DEFAULT_CAPS
+from envfarm.settings import Realism
 
 
 class DockerSandboxConfig(BaseModel):
@@ -51,6 +52,8 @@ class DockerSandboxConfig(BaseModel):
     restart_clean_room: bool = True
     """A clean room may be this container, swept or restarted (``DockerSandbox.end_processes``,
     ``restart_clean``, ``grading/cleanroom/inplace.py``); False: always a fresh container."""
+    realism: Realism = "off"
+    """``workstation``: the container looks like a developer's machine (``workstation.py``)."""
     command: list[str] | None = None
     """The compose ``main`` service's ``command``; None: Harbor's idle command. The image's
     entrypoint and this command run as a supervised process (``mainprocess.py``); channel

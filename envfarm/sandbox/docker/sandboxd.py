@@ -159,23 +159,25 @@ def _store(content: bytes, target: Path, mode: int) -> None:
         raise ImageError(f"cannot cache the sandbox helper at {target}: {exc}") from exc
 
 
-@functools.lru_cache(maxsize=4)
-def helper_archive(binary: Path, gvisor: bool = False) -> bytes:
-    """A tar of ``HELPER_DIR`` holding the helper (and, for gVisor, its companions), ready for
-    ``put_archive`` at ``/``."""
-    files = [(HELPER_PATH, binary, 0o755)]
+@functools.lru_cache(maxsize=8)
+def helper_archive(binary: Path, gvisor: bool = False, path: str = HELPER_PATH) -> bytes:
+    """A tar holding the helper at ``path`` (and, for gVisor, its companions in
+    ``HELPER_DIR``), ready for ``put_archive`` at ``/``; its files dated as the binary is."""
+    files = [(path, binary, 0o755)]
     if gvisor:
         compat, preload = companions(binary)
         files += [(COMPAT_PATH, compat, 0o644), (PRELOAD_PATH, preload, 0o644)]
+    mtime = binary.stat().st_mtime
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        folder = tarfile.TarInfo(HELPER_DIR.lstrip("/"))
-        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
-        archive.addfile(folder)
-        for path, source, mode in files:
+        if any(name.startswith(f"{HELPER_DIR}/") for name, _, _ in files):
+            folder = tarfile.TarInfo(HELPER_DIR.lstrip("/"))
+            folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o755, mtime
+            archive.addfile(folder)
+        for name, source, mode in files:
             content = source.read_bytes()
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode = len(content), mode
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode, info.mtime = len(content), mode, mtime
             archive.addfile(info, io.BytesIO(content))
     return buffer.getvalue()
 
@@ -243,14 +245,21 @@ def helper_mounts(binary: Path, image: str, *, gvisor: bool = False) -> list[Mou
     ]
 
 
-def upload_helper(container: Container, binary: Path, *, gvisor: bool = False) -> None:
+def upload_helper(
+    container: Container, binary: Path, *, gvisor: bool = False, path: str = HELPER_PATH
+) -> None:
     """Before start: put the helper (and for gVisor its companions) in the container."""
-    if not container.put_archive("/", helper_archive(binary, gvisor)):
+    if not container.put_archive("/", helper_archive(binary, gvisor, path)):
         raise SandboxStartError("the engine refused the upload of the sandbox helper")
 
 
 def attach_helper(
-    container: Container, binary: Path, *, upload: bool, gvisor: bool = False
+    container: Container,
+    binary: Path,
+    *,
+    upload: bool,
+    gvisor: bool = False,
+    path: str = HELPER_PATH,
 ) -> Attachment:
     """Before start: put the helper (and for gVisor its companions) in the container
     (``upload``: unless they are bind-mounted), attach to the helper's stdin and stdout, and
@@ -262,7 +271,7 @@ def attach_helper(
     env = container.attrs["Config"].get("Env") or []
     set_home = not any(item.startswith("HOME=") for item in env)
     if upload:
-        upload_helper(container, binary, gvisor=gvisor)
+        upload_helper(container, binary, gvisor=gvisor, path=path)
     params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
     attached = docker_client().api.attach_socket(str(container.id), params=params)
     raw = getattr(attached, "_sock", attached)
