@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.audit.battery import CompareRule, MatchRule, Probe, Severity
+from envfarm.settings import Realism
 
 Verdict = Literal["tell", "clean", "error"]
 EVIDENCE_CHARS = 600
@@ -41,7 +42,8 @@ class ProbeResult(BaseModel):
 class TaskAudit(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task: str
-    realism: str | None = None
+    realism: Realism | None = None
+    """The profile the episode ran with, as its plan decided."""
     job_id: str | None = None
     episode_id: str | None = None
     error: str | None = None

@@ -30,23 +30,23 @@ from envfarm.controller.sessions import Session, Sessions, SessionStartError
 from envfarm.controller.worker import WorkerConfig
 from envfarm.errors import EnvfarmError
 from envfarm.models.jobs import JobPolicy, JobRequest
-from envfarm.settings import Settings, current
+from envfarm.settings import Realism, Settings, current
 from envfarm.spec.task import Task, discover_tasks
 
 IN_MEMORY = "sqlite://"
 ABANDONED = "the audit's battery is done (an audit is never graded)"
 
 
-def audit_request(task: Task, battery: Battery, realism: str | None) -> JobRequest:
+def audit_request(task: Task, battery: Battery, realism: Realism | None) -> JobRequest:
     """The one request an audit's episode is made from: a driven one-episode job, never
-    retried, whose turn limit outlasts the battery. ``realism``: the profile to audit,
-    passed on as ``envfarm run --realism`` passes it."""
-    del realism  # wired when JobRequest has its realism field
+    retried, whose turn limit outlasts the battery. ``realism``: the job's profile (None:
+    the settings' default); a task's own ``[environment] realism`` wins, as in any job."""
     return JobRequest(
         tasks=[task.id],
         policy=JobPolicy(base_url=DRIVEN_POLICY),
         max_retries=0,
         max_turns=len(battery.probes) + 1,
+        realism=realism,
         name=f"audit {task.id}",
     )
 
@@ -55,7 +55,7 @@ async def audit_tasks(
     tasks: Sequence[Task],
     battery: Battery | None = None,
     *,
-    realism: str | None = None,
+    realism: Realism | None = None,
     settings: Settings | None = None,
     concurrency: int = 1,
     on_task: Callable[[TaskAudit], None] | None = None,
@@ -92,7 +92,7 @@ async def audit_task(
     task: Task | Path,
     battery: Battery | None = None,
     *,
-    realism: str | None = None,
+    realism: Realism | None = None,
     settings: Settings | None = None,
 ) -> AuditReport:
     """One task's audit (a task directory is loaded first): for tests and scripts."""
@@ -105,7 +105,7 @@ async def audit_task(
 
 
 async def _audit(
-    sessions: Sessions, task: Task, battery: Battery, realism: str | None
+    sessions: Sessions, task: Task, battery: Battery, realism: Realism | None
 ) -> TaskAudit:
     audit = TaskAudit(task=task.id, realism=realism)
     try:
@@ -120,7 +120,9 @@ async def _audit(
     try:
         await _probe(session, battery, audit)
     finally:
-        await session.abandon(ABANDONED)
+        trajectory = await session.abandon(ABANDONED)
+    if trajectory is not None:  # the profile the plan decided (a task's own wins)
+        audit.realism = trajectory.provenance.realism
     return audit
 
 

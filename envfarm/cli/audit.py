@@ -12,8 +12,9 @@ from envfarm.audit.battery import Battery, load_battery
 from envfarm.audit.host import probe_host
 from envfarm.audit.report import AuditReport, ProbeResult, TaskAudit
 from envfarm.audit.runner import audit_tasks
-from envfarm.cli.options import command_settings, offline_option, task_paths
+from envfarm.cli.options import command_settings, offline_option, realism_option, task_paths
 from envfarm.errors import EnvfarmError
+from envfarm.settings import Realism
 from envfarm.spec.task import discover_tasks
 
 AUDIT_HELP = """Look for tells: what a model can see, one command away, that it runs in a
@@ -36,12 +37,7 @@ Exit status: 0 no tell; 1 some tell; 2 some input was bad (a task, a battery fil
 
 @click.command(help=AUDIT_HELP)
 @task_paths
-@click.option(
-    "--realism",
-    type=click.Choice(["workstation", "off"]),
-    default=None,
-    help="The environment profile to audit (default: the tasks' and the environment's).",
-)
+@realism_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report on stdout.")
 @click.option(
     "--battery",
@@ -63,7 +59,7 @@ Exit status: 0 no tell; 1 some tell; 2 some input was bad (a task, a battery fil
 @offline_option
 def audit(
     paths: tuple[Path, ...],
-    realism: str | None,
+    realism: Realism | None,
     as_json: bool,
     batteries: tuple[Path, ...],
     compare_host: bool,

@@ -60,6 +60,7 @@ def envfarm(*args: str) -> subprocess.CompletedProcess[str]:
 async def test_the_audit_finds_todays_tells_on_the_default_profile() -> None:
     report = await audit_task(TASK, realism="off")
     [audit] = report.tasks
+    assert audit.realism == "off"
     assert audit.error is None
     assert audit.episode_id
     assert [p.id for p in audit.probes] == [p.id for p in load_battery().probes]
