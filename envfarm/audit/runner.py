@@ -35,6 +35,8 @@ from envfarm.spec.task import Task, discover_tasks
 
 IN_MEMORY = "sqlite://"
 ABANDONED = "the audit's battery is done (an audit is never graded)"
+TIMED_OUT = "[command timed out after"
+"""How the ``bash`` tool's output says it killed a command (``agent/tools.py``)."""
 
 
 def audit_request(task: Task, battery: Battery, realism: Realism | None) -> JobRequest:
@@ -128,14 +130,19 @@ async def _audit(
 
 async def _probe(session: Session, battery: Battery, audit: TaskAudit) -> None:
     for probe in battery.probes:
-        if session.done:
+        if session.done or audit.error:
             audit.probes.append(judge(probe, "", None, "the agent phase ended before this probe"))
             continue
         arguments = {"command": probe.command, "timeout": probe.timeout_s}
-        step = await session.step("bash", arguments)
+        try:
+            step = await session.step("bash", arguments)
+        except EnvfarmError as exc:  # the sandbox failed: infrastructure, not the task's
+            audit.error = f"the environment failed at probe {probe.id!r}: {exc}"
+            audit.probes.append(judge(probe, "", None, str(exc)))
+            continue
         result = step.result
         error = result.error
-        if error is None and result.exit_code is None:
+        if error is None and (result.exit_code is None or TIMED_OUT in result.output):
             error = f"timed out after {probe.timeout_s:g}s"
         judged = judge(probe, result.output, result.exit_code, error)
         judged.duration_s = result.duration_s

@@ -94,7 +94,10 @@ def test_the_command_reports_json_and_exits_by_what_it_found(tmp_path: Path) -> 
     only.write_text(
         disabled + '[[probe]]\nid = "shell"\ncategory = "user"\nreference = "bash is there"\n'
         "command = 'echo \"$BASH_VERSION\"'\nrule = { kind = \"absent\", pattern = '^5\\.' }\n"
+        '[[probe]]\nid = "slow"\ncategory = "user"\nreference = "-"\ncommand = "sleep 30"\n'
+        'timeout_s = 1\nrule = { kind = "absent", pattern = "never" }\n'
     )
     clean = envfarm(str(TASK), "--battery", str(only))
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "0 tell(s) in 1 audited task(s), 1 probes each" in clean.stdout
+    assert "ERROR slow [user, medium]\n    | timed out after 1s" in clean.stdout
+    assert "0 tell(s) in 1 audited task(s), 2 probes each; 1 probe error(s)" in clean.stdout
