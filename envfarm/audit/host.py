@@ -1,5 +1,5 @@
-"""The battery run on the machine that runs the audit (``--compare-host``): an extra column
-for comparison, never the reference (our hosts run as root, without a terminal)."""
+"""The battery run on the machine that runs the audit (``--compare-host``): shown beside
+each tell for comparison, never the reference (servers run as root, without a terminal)."""
 
 from __future__ import annotations
 

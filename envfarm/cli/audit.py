@@ -27,8 +27,8 @@ judged against what a developer's workstation shows (docs/audit.md); every tell 
 with the output that showed it.
 
 --battery FILE merges probes of a TOML file into the shipped battery by id (docs/audit.md).
---compare-host also runs the battery on this machine, as an extra column (a host is no
-reference: servers run as root without a terminal).
+--compare-host also runs the battery on this machine and shows its verdict under each tell,
+never counted (a host is no reference: servers run as root without a terminal).
 
 Exit status: 0 no tell; 1 some tell; 2 some input was bad (a task, a battery file);
 3 an environment did not start (infrastructure), so its task was not audited.
