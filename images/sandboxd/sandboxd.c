@@ -86,7 +86,8 @@
  * Options come from argv and from the environment variable INIT_OPTS (the same words, space
  * separated), which the helper removes from its environment before it starts anything: the
  * workstation profile starts it as /sbin/init with no arguments, so its command line tells
- * nothing. --hide-container removes /.dockerenv (docs/sandbox.md, the workstation profile).
+ * nothing. --hide-container removes /.dockerenv, --sudo serves the sudo client (elevate.c;
+ * docs/sandbox.md, the workstation profile).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -1197,6 +1198,7 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 /* ---------------------------------------------------------------- requests */
 
 #include "relay.c"
+#include "elevate.c"
 
 /* What finished commands left running, killed when the container is short of processes
  * (fewer than `min_free` below --pids-limit), so that grading can start its own: the agent's
@@ -1426,12 +1428,14 @@ static void shutdown_now(int code) {
 static void reap(void) {
     int status;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        elevate_reaped(pid, status);
         for (job *j = jobs; j; j = j->next)
             if (j->pid == pid) {
                 j->exited = 1;
                 j->status = status;
             }
+    }
 }
 
 /* Parse and dispatch every complete frame in `in`; fatal on a malformed stream. */
@@ -1466,7 +1470,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     char *opts[64];
-    int nopts = 0;
+    int nopts = 0, sudo = 0;
     for (int i = 1; i < argc && nopts < 64; i++) opts[nopts++] = argv[i];
     const char *from_env = getenv(OPTIONS_ENV);
     char *spare = from_env ? xstrdup(from_env) : NULL;
@@ -1476,6 +1480,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nopts; i++) {
         if (!strcmp(opts[i], "--hide-container")) {
             unlink("/.dockerenv");
+            continue;
+        }
+        if (!strcmp(opts[i], "--sudo")) {
+            sudo = 1;
             continue;
         }
         if (i + 1 >= nopts) break;
@@ -1488,6 +1496,7 @@ int main(int argc, char **argv) {
     }
     harden_helper();
     take_reserve();
+    if (sudo) elevate_listen();
     umask(022);
     saved_ngroups = getgroups(MAX_GROUPS, saved_groups);
     if (saved_ngroups < 0) saved_ngroups = 0;
@@ -1516,7 +1525,7 @@ int main(int argc, char **argv) {
         if (term_deadline && (!jobs || now_s() >= term_deadline)) shutdown_now(128 + term_signal);
         size_t njobs = 0;
         for (job *j = jobs; j; j = j->next) njobs++;
-        size_t need = 2 + 2 * njobs + ndrains + relay_nfds();
+        size_t need = 2 + 2 * njobs + ndrains + relay_nfds() + elevate_nfds();
         if (need > fds_cap) fds = xrealloc(fds, (fds_cap = need * 2) * sizeof *fds);
         size_t n = 0;
         fds[n++] = (struct pollfd){signal_pipe[0], POLLIN, 0};
@@ -1526,6 +1535,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < ndrains; i++) fds[n++] = (struct pollfd){drains[i], POLLIN, 0};
         size_t relay_at = n;
         n += relay_fill(fds + n);
+        size_t elevate_at = n;
+        n += elevate_fill(fds + n);
         double wait = -1, now = now_s();
         for (transfer *t = transfers; t; t = t->next)
             if (!t->writing) wait = 0;
@@ -1543,6 +1554,7 @@ int main(int argc, char **argv) {
             while (read(signal_pipe[0], sink, sizeof sink) > 0) {
             }
         }
+        elevate_service(fds + elevate_at); /* before reap: it keeps the order fill made */
         reap();
         size_t k = 2;
         for (job *j = jobs; j; j = j->next)
