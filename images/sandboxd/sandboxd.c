@@ -86,8 +86,8 @@
  * Options come from argv and from the environment variable INIT_OPTS (the same words, space
  * separated), which the helper removes from its environment before it starts anything: the
  * workstation profile starts it as /sbin/init with no arguments, so its command line tells
- * nothing. --hide-container removes /.dockerenv, --sudo serves the sudo client (elevate.c;
- * docs/sandbox.md, the workstation profile).
+ * nothing. --hide-container removes /.dockerenv, --sudo serves the sudo client (elevate.c),
+ * --tty gives each exec a terminal as stdin (open_tty; docs/sandbox.md, the workstation profile).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -652,6 +652,7 @@ typedef struct job {
     int truncated[2];
     int exited, status, timed_out;
     int supervised; /* started with `log`: the image's entrypoint, never reclaimed */
+    int tty;        /* the master of the pty that is the command's stdin (--tty); -1: none */
     double started, deadline; /* deadline 0: none */
     struct job *next;
 } job;
@@ -821,6 +822,32 @@ static void limit_exec_memory(void) {
 
 static int make_parents(const char *dir);
 
+static int tty_stdin;       /* --tty: each command's stdin is a terminal of its own */
+static int child_stdin = -1; /* the pty's side the next command gets as stdin */
+
+/* A pty whose slave becomes the command's stdin (no controlling terminal: nothing gets SIGHUP
+ * when the helper closes the master as the command ends), sized like a terminal window, with an
+ * end-of-file already typed: a command reading stdin gets EOF, as from /dev/null, while isatty,
+ * tty and stty size see a terminal. Output stays on pipes, byte for byte. bash makes the pty its
+ * controlling terminal, so its exit would send SIGHUP to what it left in the background: the
+ * command starts with SIGHUP ignored, as under nohup, and background work lives on as it does
+ * without a terminal. */
+static int open_tty(int *slave) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) return -1;
+    char *name = grantpt(master) || unlockpt(master) ? NULL : ptsname(master);
+    *slave = name ? open(name, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+    if (*slave < 0) {
+        close(master);
+        return -1;
+    }
+    struct winsize size = {.ws_row = 40, .ws_col = 120};
+    ioctl(*slave, TIOCSWINSZ, &size);
+    (void)!write(master, "\x04", 1);
+    set_nonblocking(master);
+    return master;
+}
+
 /* Runs in the forked child; never returns. */
 static void exec_child(const jv *req, int out_w, int err_w) {
     setsid();
@@ -830,7 +857,8 @@ static void exec_child(const jv *req, int out_w, int err_w) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    int devnull = open("/dev/null", O_RDONLY);
+    if (child_stdin >= 0) signal(SIGHUP, SIG_IGN); /* bash takes the pty as its terminal */
+    int devnull = child_stdin >= 0 ? child_stdin : open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(out_w, 1);
     dup2(err_w, 2);
@@ -918,10 +946,15 @@ static void start_job(long long id, const jv *req) {
         close(out[1]);
         goto fail;
     }
+    const char *logged = jstr(req, "log");
+    int master = tty_stdin && !(logged && *logged) ? open_tty(&child_stdin) : -1;
     pid_t pid = fork();
     if (pid == 0) exec_child(req, out[1], err[1]);
     close(out[1]);
     close(err[1]);
+    if (child_stdin >= 0) close(child_stdin);
+    child_stdin = -1;
+    if (pid < 0 && master >= 0) close(master);
     if (pid < 0) {
         close(out[0]);
         close(err[0]);
@@ -933,6 +966,7 @@ static void start_job(long long id, const jv *req) {
     j->pid = pid;
     const char *log = jstr(req, "log");
     j->supervised = log && *log;
+    j->tty = master;
     j->fd[0] = out[0];
     j->fd[1] = err[0];
     set_nonblocking(out[0]);
@@ -985,6 +1019,8 @@ static int pump(job *j, int stream, int bound) {
 }
 
 static void finish_job(job *j) {
+    if (j->tty >= 0) close(j->tty);
+    j->tty = -1;
     for (int s = 0; s < 2; s++) {
         if (j->fd[s] < 0) continue;
         if (pump(j, s, 1)) {
@@ -1480,6 +1516,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nopts; i++) {
         if (!strcmp(opts[i], "--hide-container")) {
             unlink("/.dockerenv");
+            continue;
+        }
+        if (!strcmp(opts[i], "--tty")) {
+            tty_stdin = 1;
             continue;
         }
         if (!strcmp(opts[i], "--sudo")) {

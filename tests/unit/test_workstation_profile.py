@@ -31,7 +31,7 @@ def test_the_helper_is_init_with_no_arguments_and_no_grading_tmpfs() -> None:
     assert created["cgroupns"] == "private"
     env = created["environment"]
     assert env["TERM"] == "dumb"  # the task's own wins
-    assert env[OPTIONS_ENV].split() == [*helper[1:], "--hide-container", "--sudo"]
+    assert env[OPTIONS_ENV].split() == [*helper[1:], "--hide-container", "--sudo", "--tty"]
     assert "cpuset_cpus" not in created  # as many CPUs as the engine has, or more
 
 

@@ -123,7 +123,7 @@ def workstation_create(
 ) -> tuple[list[str], dict[str, Any]]:
     """The helper's command and the create arguments of a workstation container, from those of
     an ordinary one: ``helper`` is its command line (path first), ``kwargs`` the rest."""
-    options = " ".join([*helper[1:], HIDE_CONTAINER, "--sudo"])
+    options = " ".join([*helper[1:], HIDE_CONTAINER, "--sudo", "--tty"])
     kwargs = {key: value for key, value in kwargs.items() if key != "tmpfs"}
     environment = {**SESSION_ENV, **env, OPTIONS_ENV: options}
     kwargs.update(hostname=HOSTNAME, cgroupns="private", environment=environment)
