@@ -67,6 +67,7 @@ def cpuset(cpus: float, engine_cpus: int) -> str | None:
     return ",".join(str((start + i) % engine_cpus) for i in range(want))
 
 
+SHM_DIR = "/dev/shm"
 _KEPT = ("Vmalloc", "Huge", "DirectMap", "Percpu", "Unevictable", "Mlocked", "Writeback")
 
 
@@ -97,8 +98,12 @@ def meminfo_text(memory_mb: int, host: str) -> str:
 
 def meminfo_mount(memory_mb: int, cache: Path) -> Mount | None:
     """A read-only bind mount of a generated ``/proc/meminfo`` (runc allows one over it); None
-    when this machine has no ``/proc/meminfo`` to start from."""
-    target = cache / "meminfo" / f"meminfo-{memory_mb}"
+    when this machine has no ``/proc/meminfo`` to start from. The file lives in ``/dev/shm``
+    where there is one: ``/proc/self/mountinfo`` shows a bind mount's source path, and a tmpfs
+    path with a neutral name tells less than envfarm's cache directory."""
+    shm = Path(SHM_DIR)
+    folder = shm if shm.is_dir() and os.access(shm, os.W_OK) else cache / "meminfo"
+    target = folder / f"meminfo-{memory_mb}"
     if not target.is_file():
         try:
             host = Path("/proc/meminfo").read_text(encoding="ascii")

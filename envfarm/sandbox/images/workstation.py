@@ -13,7 +13,8 @@ are and a second episode reuses it. As root, ``SCRIPT``:
   system directory): most tasks' files assume root, and an agent that cannot write its own
   working tree would fail for reasons that have nothing to do with the model;
 - lets git work in repositories of another owner (``safe.directory``), since the verifier runs
-  as root in the user's tree.
+  as root in the user's tree;
+- writes an ``/etc/machine-id`` where the image has none, as a first boot does.
 
 ``sudo`` is not installed: the helper serves it (``images/sandboxd/sudo.c``), no setuid binary.
 """
@@ -107,6 +108,10 @@ case "$WORKDIR" in
      fi ;;
 esac
 if command -v git >/dev/null 2>&1; then git config --system --add safe.directory '*'; fi
+if [ ! -s /etc/machine-id ]; then
+  od -An -N16 -tx1 /dev/urandom 2>/dev/null | tr -d ' \n' > /etc/machine-id || true
+  echo >> /etc/machine-id
+fi
 """
 
 
