@@ -6,7 +6,9 @@ samples so that load on the machine weighs on both alike:
   - cold start, from creating a sandbox to its first exec done, vs `docker run --rm IMAGE true`
     (and, for reference, the same with `--network none`, which envfarm's sandboxes use);
   - a 1 MiB and a 20 MiB file written and read back vs `docker cp` in and out;
-  - acquiring a started sandbox from a warm pool (an example task's environment).
+  - acquiring a started sandbox from a warm pool (an example task's environment);
+  - exec of `true` in a sandbox of the workstation profile against one of the default profile
+    (both through the channel), and of `sudo true` there (the helper runs it as root).
 Prints a table (p50, p99, ratio = baseline p50 / envfarm p50, so above 1 means envfarm is
 faster), then, as its last line, one JSON object with the headline figures.
 
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
-from envfarm.sandbox.docker.images.task_images import ensure_base_image
+from envfarm.sandbox.docker.images.task_images import ensure_base_image, ensure_recipe_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper
 from envfarm.sandbox.pool import WarmPools
@@ -87,6 +89,22 @@ async def bench_exec(image: str, n: int) -> tuple[list[float], list[float]]:
             await sandbox.exec("true")
             await cli("exec", cid, "true")
         return await alternate(n, lambda: sandbox.exec("true"), lambda: cli("exec", cid, "true"))
+
+
+async def bench_realism(image: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Exec `true` under the workstation profile (ours) and the default (the baseline), and
+    `sudo true` under the profile against `true` there, on ``image``: the python:3.11-slim
+    substitute, whose own LANG the profile keeps (an image without one gets LANG=C.UTF-8,
+    and bash then loads the locale on every command, which costs milliseconds)."""
+    workstation = DockerSandboxConfig(image=image, run_id="bench", realism="workstation")
+    async with DockerSandbox(_config(image)) as plain, DockerSandbox(workstation) as real:
+        for _ in range(10):
+            await plain.exec("true")
+            await real.exec("true")
+            await real.exec("sudo true")
+        profile = await alternate(n, lambda: real.exec("true"), lambda: plain.exec("true"))
+        sudo = await alternate(n, lambda: real.exec("sudo true"), lambda: real.exec("true"))
+    return {"profile": profile, "sudo": sudo}
 
 
 async def bench_start(image: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
@@ -170,6 +188,7 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
     image = (await ensure_base_image()).tag
     await ensure_helper()
     exec_times = await bench_exec(image, n_exec)
+    realism = await bench_realism((await ensure_recipe_image("python-slim")).tag, n_exec)
     starts = await bench_start(image, n_start)
     warm = await bench_warm_acquire(n_start)
     files = {
@@ -188,6 +207,8 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
     )
     for label, (ours, base) in files.items():
         print(row(f"{label} write+read", ours, base, "`docker cp` in + out"))
+    print(row("exec `true`, workstation profile", *realism["profile"], "default profile"))
+    print(row("`sudo true`, workstation profile", *realism["sudo"], "`true` there"))
     cold = starts["bare"][0] + starts["offline"][0]
     figures = {
         "exec_p50_ms": percentile(exec_times[0], 50),
@@ -204,10 +225,16 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
         "docker_cp_1mib_p50_ms": percentile(files["1 MiB"][1], 50),
         "file_20mib_p50_ms": percentile(files["20 MiB"][0], 50),
         "docker_cp_20mib_p50_ms": percentile(files["20 MiB"][1], 50),
+        "workstation_exec_p50_ms": percentile(realism["profile"][0], 50),
+        "default_exec_p50_ms": percentile(realism["profile"][1], 50),
+        "workstation_sudo_p50_ms": percentile(realism["sudo"][0], 50),
     }
     exec_p50, cold_p50 = figures["exec_p50_ms"] or 1.0, figures["cold_start_p50_ms"] or 1.0
     figures["exec_speedup"] = (figures["docker_exec_p50_ms"] or 0.0) / exec_p50
     figures["cold_start_vs_docker_run"] = cold_p50 / (figures["docker_run_p50_ms"] or 1.0)
+    figures["workstation_exec_ratio"] = (figures["workstation_exec_p50_ms"] or 0.0) / (
+        figures["default_exec_p50_ms"] or 1.0
+    )
     print(json.dumps({key: _rounded(value) for key, value in figures.items()}))
 
 

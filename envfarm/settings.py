@@ -34,6 +34,8 @@ SidecarNetwork = Literal["public", "none"]
 Realism = Literal["workstation", "off"]
 """``workstation``: the sandbox looks like a developer's machine (docs/sandbox.md); ``off``."""
 REALISM_CHOICES: tuple[str, ...] = get_args(Realism)
+WORKSTATION_USER = "alex"
+"""The developer the agent works as under the workstation profile."""
 DEFAULT_NETWORK_POOL = "198.18.0.0/15"
 DEFAULT_NETWORK_PREFIX = 27
 DEFAULT_SANDBOX_NAMESPACE = "envfarm-sandboxes"

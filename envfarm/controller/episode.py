@@ -45,6 +45,7 @@ from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
 from envfarm.sandbox.files import upload_dir
+from envfarm.sandbox.images.workstation import workstation_images
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.mcp import mcp_section
 from envfarm.spec.task import Task
@@ -167,9 +168,19 @@ class EpisodeRunner:
             return trajectory
         plans.append(plan)
         trajectory.provenance.realism = plan.sandbox.realism
+        prepared = request.image
+        if plan.sandbox.realism == "workstation":
+            with phase(trajectory, "build"):
+                layers = workstation_images(self.backend)
+                image = await layers.with_workstation(prepared, plan.agent.workdir)
+                request = replace(request, image=image)
+            if trajectory.error:
+                trajectory.timings.total_s = time.monotonic() - started
+                return trajectory
         if self.agent_layers is not None:
             with phase(trajectory, "build"):
-                request = replace(request, image=await self.agent_layers.image(request.image))
+                image = await self.agent_layers.image(request.image or prepared)
+                request = replace(request, image=image)
             if trajectory.error:
                 trajectory.timings.total_s = time.monotonic() - started
                 return trajectory
@@ -353,7 +364,8 @@ class EpisodeRunner:
 
     def _tool_context(self, task: Task, plan: EpisodePlan) -> ToolContext:
         env = dict(task.config.solution.env) if self.policy.needs_solution else {}
-        return ToolContext(workdir=plan.agent.workdir, user=plan.agent.user, env=env)
+        user = plan.agent.oracle_user if self.policy.needs_solution else plan.agent.user
+        return ToolContext(workdir=plan.agent.workdir, user=user, env=env)
 
     def _sampling(self, seed: int | None) -> SamplingParams:
         return self.sampling if seed is None else self.sampling.model_copy(update={"seed": seed})

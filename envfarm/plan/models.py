@@ -94,6 +94,11 @@ class AgentPlan(_Frozen):
     task's and the job's)."""
     workdir: str | None = None
     user: str | None = None
+    """The task's ``[agent] user``, else the workstation profile's developer, else None (the
+    image's ``USER``)."""
+    oracle_user: str | None = None
+    """Who the oracle's commands run as: the task's ``[agent] user``, else None (the image's
+    ``USER``, root by default), whatever the profile: the oracle validates the task."""
     mcp_servers: list[McpServer] = Field(default_factory=list)
 
 

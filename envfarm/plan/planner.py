@@ -32,7 +32,7 @@ from envfarm.plan.models import (
     SandboxSpec,
     VerifierPlan,
 )
-from envfarm.settings import Realism, Settings
+from envfarm.settings import WORKSTATION_USER, Realism, Settings
 from envfarm.spec.task import Task
 
 DEFAULT_AGENT_TIMEOUT_S = 1800.0
@@ -111,7 +111,8 @@ def plan_episode(
         command_timeout_s=job.command_timeout_s,
         context_budget=min(budgets, default=None),
         workdir=config.environment.workdir,
-        user=config.agent.user,
+        user=config.agent.user or (WORKSTATION_USER if realism == "workstation" else None),
+        oracle_user=config.agent.user,
         mcp_servers=config.environment.mcp_servers,
     )
     verifier = VerifierPlan(

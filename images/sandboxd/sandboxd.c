@@ -86,7 +86,8 @@
  * Options come from argv and from the environment variable INIT_OPTS (the same words, space
  * separated), which the helper removes from its environment before it starts anything: the
  * workstation profile starts it as /sbin/init with no arguments, so its command line tells
- * nothing. --hide-container removes /.dockerenv (docs/sandbox.md, the workstation profile).
+ * nothing. --hide-container removes /.dockerenv, --sudo serves the sudo client (elevate.c),
+ * --tty gives each exec a terminal as stdin (open_tty; docs/sandbox.md, the workstation profile).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -651,6 +652,7 @@ typedef struct job {
     int truncated[2];
     int exited, status, timed_out;
     int supervised; /* started with `log`: the image's entrypoint, never reclaimed */
+    int tty;        /* the master of the pty that is the command's stdin (--tty); -1: none */
     double started, deadline; /* deadline 0: none */
     struct job *next;
 } job;
@@ -820,6 +822,32 @@ static void limit_exec_memory(void) {
 
 static int make_parents(const char *dir);
 
+static int tty_stdin;       /* --tty: each command's stdin is a terminal of its own */
+static int child_stdin = -1; /* the pty's side the next command gets as stdin */
+
+/* A pty whose slave becomes the command's stdin (no controlling terminal: nothing gets SIGHUP
+ * when the helper closes the master as the command ends), sized like a terminal window, with an
+ * end-of-file already typed: a command reading stdin gets EOF, as from /dev/null, while isatty,
+ * tty and stty size see a terminal. Output stays on pipes, byte for byte. bash makes the pty its
+ * controlling terminal, so its exit would send SIGHUP to what it left in the background: the
+ * command starts with SIGHUP ignored, as under nohup, and background work lives on as it does
+ * without a terminal. */
+static int open_tty(int *slave) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) return -1;
+    char *name = grantpt(master) || unlockpt(master) ? NULL : ptsname(master);
+    *slave = name ? open(name, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+    if (*slave < 0) {
+        close(master);
+        return -1;
+    }
+    struct winsize size = {.ws_row = 40, .ws_col = 120};
+    ioctl(*slave, TIOCSWINSZ, &size);
+    (void)!write(master, "\x04", 1);
+    set_nonblocking(master);
+    return master;
+}
+
 /* Runs in the forked child; never returns. */
 static void exec_child(const jv *req, int out_w, int err_w) {
     setsid();
@@ -829,7 +857,8 @@ static void exec_child(const jv *req, int out_w, int err_w) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    int devnull = open("/dev/null", O_RDONLY);
+    if (child_stdin >= 0) signal(SIGHUP, SIG_IGN); /* bash takes the pty as its terminal */
+    int devnull = child_stdin >= 0 ? child_stdin : open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(out_w, 1);
     dup2(err_w, 2);
@@ -917,10 +946,15 @@ static void start_job(long long id, const jv *req) {
         close(out[1]);
         goto fail;
     }
+    const char *logged = jstr(req, "log");
+    int master = tty_stdin && !(logged && *logged) ? open_tty(&child_stdin) : -1;
     pid_t pid = fork();
     if (pid == 0) exec_child(req, out[1], err[1]);
     close(out[1]);
     close(err[1]);
+    if (child_stdin >= 0) close(child_stdin);
+    child_stdin = -1;
+    if (pid < 0 && master >= 0) close(master);
     if (pid < 0) {
         close(out[0]);
         close(err[0]);
@@ -932,6 +966,7 @@ static void start_job(long long id, const jv *req) {
     j->pid = pid;
     const char *log = jstr(req, "log");
     j->supervised = log && *log;
+    j->tty = master;
     j->fd[0] = out[0];
     j->fd[1] = err[0];
     set_nonblocking(out[0]);
@@ -984,6 +1019,8 @@ static int pump(job *j, int stream, int bound) {
 }
 
 static void finish_job(job *j) {
+    if (j->tty >= 0) close(j->tty);
+    j->tty = -1;
     for (int s = 0; s < 2; s++) {
         if (j->fd[s] < 0) continue;
         if (pump(j, s, 1)) {
@@ -1197,6 +1234,7 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 /* ---------------------------------------------------------------- requests */
 
 #include "relay.c"
+#include "elevate.c"
 
 /* What finished commands left running, killed when the container is short of processes
  * (fewer than `min_free` below --pids-limit), so that grading can start its own: the agent's
@@ -1426,12 +1464,14 @@ static void shutdown_now(int code) {
 static void reap(void) {
     int status;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        elevate_reaped(pid, status);
         for (job *j = jobs; j; j = j->next)
             if (j->pid == pid) {
                 j->exited = 1;
                 j->status = status;
             }
+    }
 }
 
 /* Parse and dispatch every complete frame in `in`; fatal on a malformed stream. */
@@ -1466,7 +1506,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     char *opts[64];
-    int nopts = 0;
+    int nopts = 0, sudo = 0;
     for (int i = 1; i < argc && nopts < 64; i++) opts[nopts++] = argv[i];
     const char *from_env = getenv(OPTIONS_ENV);
     char *spare = from_env ? xstrdup(from_env) : NULL;
@@ -1476,6 +1516,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nopts; i++) {
         if (!strcmp(opts[i], "--hide-container")) {
             unlink("/.dockerenv");
+            continue;
+        }
+        if (!strcmp(opts[i], "--tty")) {
+            tty_stdin = 1;
+            continue;
+        }
+        if (!strcmp(opts[i], "--sudo")) {
+            sudo = 1;
             continue;
         }
         if (i + 1 >= nopts) break;
@@ -1488,6 +1536,7 @@ int main(int argc, char **argv) {
     }
     harden_helper();
     take_reserve();
+    if (sudo) elevate_listen();
     umask(022);
     saved_ngroups = getgroups(MAX_GROUPS, saved_groups);
     if (saved_ngroups < 0) saved_ngroups = 0;
@@ -1516,7 +1565,7 @@ int main(int argc, char **argv) {
         if (term_deadline && (!jobs || now_s() >= term_deadline)) shutdown_now(128 + term_signal);
         size_t njobs = 0;
         for (job *j = jobs; j; j = j->next) njobs++;
-        size_t need = 2 + 2 * njobs + ndrains + relay_nfds();
+        size_t need = 2 + 2 * njobs + ndrains + relay_nfds() + elevate_nfds();
         if (need > fds_cap) fds = xrealloc(fds, (fds_cap = need * 2) * sizeof *fds);
         size_t n = 0;
         fds[n++] = (struct pollfd){signal_pipe[0], POLLIN, 0};
@@ -1526,6 +1575,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < ndrains; i++) fds[n++] = (struct pollfd){drains[i], POLLIN, 0};
         size_t relay_at = n;
         n += relay_fill(fds + n);
+        size_t elevate_at = n;
+        n += elevate_fill(fds + n);
         double wait = -1, now = now_s();
         for (transfer *t = transfers; t; t = t->next)
             if (!t->writing) wait = 0;
@@ -1543,6 +1594,7 @@ int main(int argc, char **argv) {
             while (read(signal_pipe[0], sink, sizeof sink) > 0) {
             }
         }
+        elevate_service(fds + elevate_at); /* before reap: it keeps the order fill made */
         reap();
         size_t k = 2;
         for (job *j = jobs; j; j = j->next)

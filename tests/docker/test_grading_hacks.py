@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.testing.scripted import Step
 from tests.docker.grading_tasks import (
     FIXED_CALC,
     TESTS_BY_SCRIPT,
     TESTS_IN_REPO,
-    bash,
     make_task,
     run_episode,
 )
+from tests.docker.grading_tasks import bash as as_agent
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -37,12 +39,21 @@ async def backend() -> DockerBackend:
     return DockerBackend()
 
 
+_SUDO = {"on": False}
+
+
 @pytest.fixture(autouse=True, params=["off", "workstation"])
 def realism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every hack under both profiles: the workstation's user, sudo and hidden grading paths
-    must not weaken grading (the episodes' plans read ``ENVFARM_REALISM``)."""
+    must not weaken grading (the episodes' plans read ``ENVFARM_REALISM``). There the agent
+    is a user, and tries each hack as root through ``sudo``."""
     monkeypatch.setenv("ENVFARM_REALISM", request.param)
+    monkeypatch.setitem(_SUDO, "on", request.param == "workstation")
     return str(request.param)
+
+
+def bash(command: str) -> Step:
+    return as_agent(f"sudo bash -c {shlex.quote(command)}" if _SUDO["on"] else command)
 
 
 def write(path: str, text: str) -> str:
@@ -195,9 +206,9 @@ async def test_git_history_mining_is_flagged(backend: DockerBackend, tmp_path: P
         backend,
         task,
         [
-            bash("cd /app && git log --oneline -3"),
-            bash("cd /app && git log --all --oneline"),
-            bash("cd /app && git show fix:calc.py > calc.py"),
+            as_agent("cd /app && git log --oneline -3"),  # the developer's own tree
+            as_agent("cd /app && git log --all --oneline"),
+            as_agent("cd /app && git show fix:calc.py > calc.py"),
         ],
     )
     reward = trajectory.reward

@@ -7,8 +7,11 @@ import json
 import pytest
 import pytest_asyncio
 
+from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.images.task_images import ensure_recipe_image
+from envfarm.sandbox.docker.images.workstation_layer import build_workstation_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.settings import WORKSTATION_USER
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -72,3 +75,37 @@ async def test_a_workstation_shows_no_container_helper_or_grading_tell(python_im
     assert all(env[name] for name in ("USER", "SHELL", "TERM", "LANG")), env
     assert env["INIT_OPTS"] is None
     assert seen["grading"] == []
+
+
+async def test_the_developer_has_a_home_tools_sudo_and_views_that_fit(python_image: str) -> None:
+    prepared = PreparedImage(tag=python_image, image_id=python_image)
+    image = await build_workstation_image(prepared, "/app")
+    config = DockerSandboxConfig(
+        image=image.image_id or image.tag,
+        cpus=1,
+        memory_mb=1024,
+        run_id="test-workstation",
+        realism="workstation",
+    )
+    async with DockerSandbox(config) as sandbox:
+
+        async def run(command: str) -> str:
+            result = await sandbox.exec(command, user=WORKSTATION_USER, timeout=60)
+            assert result.exit_code == 0, (command, result.stderr)
+            return result.stdout
+
+        assert (await run("id -un; echo $HOME")).split() == ["alex", "/home/alex"]
+        assert "Alex Morgan" in await run("git config user.name")
+        assert await run("test -s ~/.bash_history && test -f ~/.bashrc && echo ok") == "ok\n"
+        tools = "make gcc vim nano less man file unzip ssh wget curl git sudo"
+        assert await run(f"for t in {tools}; do command -v $t >/dev/null || echo $t; done") == ""
+        assert await run("sudo id -u; sudo sh -c 'exit 3' || echo $?") == "0\n3\n"
+        assert await run("echo in | sudo cat") == "in\n"
+        # no setuid: every process keeps no-new-privileges, root's too
+        assert await run("sudo grep -c 'NoNewPrivs:.1' /proc/self/status") == "1\n"
+        assert await run("stat -c %A $(command -v sudo)") == "-rwxr-xr-x\n"
+        assert await run("nproc") == "1\n"
+        assert await run("awk '/MemTotal/ {print $2}' /proc/meminfo") == f"{1024 * 1024}\n"
+        timed_out = await sandbox.exec("sudo sleep 300", user=WORKSTATION_USER, timeout=1)
+        assert timed_out.exit_code != 0
+        assert await run("sleep 0.5; pgrep -x sleep || true") == ""

@@ -26,15 +26,17 @@ from envfarm.sandbox.docker.images.agent_layer import build_agent_image
 from envfarm.sandbox.docker.images.buildlog import BuildLog
 from envfarm.sandbox.docker.images.environment_images import build_environment_images
 from envfarm.sandbox.docker.images.recipes import ensure_base_image
+from envfarm.sandbox.docker.images.workstation_layer import build_workstation_image
 from envfarm.sandbox.docker.limits import clamp_limits, engine_capacity
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.runtimes import gvisor_runtime, registered_runtimes
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.images.agent_layer import AgentImages, AgentLayer
+from envfarm.sandbox.images.workstation import WorkstationImages
 from envfarm.settings import ImageSource, current
 
 
-class DockerBackend(SandboxBackend, AgentImages):
+class DockerBackend(SandboxBackend, AgentImages, WorkstationImages):
     name = "docker"
 
     def __init__(self, image_sources: list[ImageSource] | None = None) -> None:
@@ -107,6 +109,9 @@ class DockerBackend(SandboxBackend, AgentImages):
 
     async def with_agent(self, image: PreparedImage, layer: AgentLayer) -> PreparedImage:
         return await build_agent_image(image, layer)
+
+    async def with_workstation(self, image: PreparedImage, workdir: str | None) -> PreparedImage:
+        return await build_workstation_image(image, workdir)
 
     async def reap(self) -> list[str]:
         return await asyncio.to_thread(reap_orphans)

@@ -49,7 +49,7 @@ from envfarm.sandbox.docker.sandboxd import (
     helper_mounts,
     upload_helper,
 )
-from envfarm.sandbox.docker.workstation import INIT_PATH
+from envfarm.sandbox.docker.workstation import INIT_PATH, meminfo_mount
 
 GONE_SETTLE_S = 2.0
 
@@ -69,6 +69,8 @@ class SandboxContainer:
         self.gvisor = False
         self.helper_mounts: list[Mount] = []
         """The helper's read-only bind mounts (none when it was uploaded instead)."""
+        self.profile_mounts: list[Mount] = []
+        """The workstation profile's (``workstation.py``)."""
         self._helper: Path | None = None
         self._helper_socket: socket.socket | None = None
 
@@ -104,12 +106,17 @@ class SandboxContainer:
         if self.config.channel or self.gvisor:  # gVisor: for the helper's companions
             self._helper = await ensure_helper()
         try:
-            if self._helper is not None and not self.workstation:
-                self.helper_mounts = await asyncio.to_thread(
+            if self._helper is not None:
+                mounts = await asyncio.to_thread(
                     functools.partial(
                         helper_mounts, self._helper, self.config.image, gvisor=self.gvisor
                     )
                 )
+                if not self.workstation:
+                    self.helper_mounts = mounts
+                elif mounts:  # the engine sees this machine's files
+                    found = meminfo_mount(self.config.memory_mb, self._helper.parent)
+                    self.profile_mounts = [found] if found is not None else []
             self.container = await asyncio.to_thread(self._create_container)
         except docker.errors.ImageNotFound as exc:
             self._close_helper_socket()
@@ -121,7 +128,8 @@ class SandboxContainer:
     def _create_container(self) -> Container:
         """Create, not run: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
-        container = create_container(cfg, self.helper_mounts, gvisor=self.gvisor)
+        mounts = [*self.helper_mounts, *self.profile_mounts]
+        container = create_container(cfg, mounts, gvisor=self.gvisor)
         _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:
@@ -132,11 +140,13 @@ class SandboxContainer:
                     self._helper,
                     upload=not self.helper_mounts,
                     gvisor=self.gvisor,
-                    path=self.helper_path,
+                    workstation=self.workstation,
                 )
                 self._helper_socket, self.default_user, self.set_home = attached
             elif self._helper is not None and not self.helper_mounts:
-                upload_helper(container, self._helper, gvisor=self.gvisor, path=self.helper_path)
+                upload_helper(
+                    container, self._helper, gvisor=self.gvisor, workstation=self.workstation
+                )
         except (docker.errors.DockerException, SandboxError):
             container.remove(force=True, v=True)
             _live.pop(str(container.id), None)

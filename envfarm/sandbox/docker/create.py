@@ -53,7 +53,7 @@ def create_container(
         helper = [*helper, "--reserve-mb", str(reserve)]
     kwargs.update(hostname="sandbox", environment=cfg.env)
     if workstation:
-        helper, kwargs = workstation_create(kwargs, helper, cfg.env)
+        helper, kwargs = workstation_create(kwargs, helper, cfg.env, cfg.cpus)
     return docker_client().containers.create(
         cfg.image,
         command=helper if cfg.channel else ["sleep", "infinity"],

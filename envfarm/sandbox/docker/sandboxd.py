@@ -49,6 +49,7 @@ from envfarm.sandbox.docker.images.build import BuildSpec, LogFn, exclusive, run
 from envfarm.sandbox.docker.images.hostconfig import read_host_config
 from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER, owner_label
+from envfarm.sandbox.docker.workstation import INIT_PATH
 from envfarm.sandbox.images.helper import RECIPE_FILES, helper_key, recipe_dir
 
 HELPER_DIR = "/.envfarm"
@@ -59,6 +60,8 @@ BUILD_TIMEOUT_S = 900.0
 _BUILT_DIR = "/out"
 _HELPER_NAME = "sandboxd"
 _COMPAT_NAME = "gvisor-compat.so"
+_SUDO_NAME = "sudo"
+SUDO_PATH = "/usr/bin/sudo"
 
 
 def cache_dir() -> Path:
@@ -84,8 +87,17 @@ def companions(binary: Path) -> Companions:
     )
 
 
+def sudo_client(binary: Path) -> Path:
+    """The workstation profile's ``sudo`` (``images/sandboxd/sudo.c``), cached beside the helper."""
+    return binary.with_name(f"sudo-{binary.name}")
+
+
 def _cached(target: Path) -> bool:
-    return target.is_file() and all(path.is_file() for path in companions(target))
+    return (
+        target.is_file()
+        and sudo_client(target).is_file()
+        and all(path.is_file() for path in companions(target))
+    )
 
 
 async def ensure_helper(*, on_log: LogFn | None = None) -> Path:
@@ -117,6 +129,7 @@ async def ensure_helper(*, on_log: LogFn | None = None) -> Path:
         compat, preload = companions(target)
         await asyncio.to_thread(_store, built[_COMPAT_NAME], compat, 0o644)
         await asyncio.to_thread(_store, f"{COMPAT_PATH}\n".encode(), preload, 0o644)
+        await asyncio.to_thread(_store, built[_SUDO_NAME], sudo_client(target), 0o755)
         await asyncio.to_thread(_store, built[_HELPER_NAME], target, 0o755)
     return target
 
@@ -134,7 +147,7 @@ def _extract_built(tag: str) -> dict[str, bytes]:
                     extracted = archive.extractfile(member) if member.isfile() else None
                     if extracted is not None:
                         built[Path(member.name).name] = extracted.read()
-            missing = {_HELPER_NAME, _COMPAT_NAME} - set(built)
+            missing = {_HELPER_NAME, _COMPAT_NAME, _SUDO_NAME} - set(built)
             if missing:
                 raise ImageError(
                     f"the helper build left no {', '.join(sorted(missing))} in {_BUILT_DIR}"
@@ -160,10 +173,13 @@ def _store(content: bytes, target: Path, mode: int) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def helper_archive(binary: Path, gvisor: bool = False, path: str = HELPER_PATH) -> bytes:
-    """A tar holding the helper at ``path`` (and, for gVisor, its companions in
-    ``HELPER_DIR``), ready for ``put_archive`` at ``/``; its files dated as the binary is."""
-    files = [(path, binary, 0o755)]
+def helper_archive(binary: Path, gvisor: bool = False, workstation: bool = False) -> bytes:
+    """A tar holding the helper (at ``INIT_PATH`` with the ``sudo`` client for the workstation
+    profile) and, for gVisor, its companions in ``HELPER_DIR``, ready for ``put_archive`` at
+    ``/``; its files dated as the binary is."""
+    files = [(HELPER_PATH, binary, 0o755)]
+    if workstation:
+        files = [(INIT_PATH, binary, 0o755), (SUDO_PATH, sudo_client(binary), 0o755)]
     if gvisor:
         compat, preload = companions(binary)
         files += [(COMPAT_PATH, compat, 0o644), (PRELOAD_PATH, preload, 0o644)]
@@ -246,10 +262,10 @@ def helper_mounts(binary: Path, image: str, *, gvisor: bool = False) -> list[Mou
 
 
 def upload_helper(
-    container: Container, binary: Path, *, gvisor: bool = False, path: str = HELPER_PATH
+    container: Container, binary: Path, *, gvisor: bool = False, workstation: bool = False
 ) -> None:
     """Before start: put the helper (and for gVisor its companions) in the container."""
-    if not container.put_archive("/", helper_archive(binary, gvisor, path)):
+    if not container.put_archive("/", helper_archive(binary, gvisor, workstation)):
         raise SandboxStartError("the engine refused the upload of the sandbox helper")
 
 
@@ -259,7 +275,7 @@ def attach_helper(
     *,
     upload: bool,
     gvisor: bool = False,
-    path: str = HELPER_PATH,
+    workstation: bool = False,
 ) -> Attachment:
     """Before start: put the helper (and for gVisor its companions) in the container
     (``upload``: unless they are bind-mounted), attach to the helper's stdin and stdout, and
@@ -271,7 +287,7 @@ def attach_helper(
     env = container.attrs["Config"].get("Env") or []
     set_home = not any(item.startswith("HOME=") for item in env)
     if upload:
-        upload_helper(container, binary, gvisor=gvisor, path=path)
+        upload_helper(container, binary, gvisor=gvisor, workstation=workstation)
     params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
     attached = docker_client().api.attach_socket(str(container.id), params=params)
     raw = getattr(attached, "_sock", attached)

@@ -11,7 +11,15 @@ from pathlib import Path
 from envfarm.errors import ImageError
 from envfarm.sandbox.images.aliases import images_dir
 
-RECIPE_FILES = ("sandboxd.c", "relay.c", "sweep.c", "gvisor_compat.c", "Dockerfile")
+RECIPE_FILES = (
+    "sandboxd.c",
+    "relay.c",
+    "elevate.c",
+    "sweep.c",
+    "gvisor_compat.c",
+    "sudo.c",
+    "Dockerfile",
+)
 
 
 def recipe_dir() -> Path:
