@@ -30,7 +30,6 @@ _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
     "clean or separate verifier runs in a fresh container of the task's environment)",
     ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
     ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
-    ("environment", "skills_dir"): f"agent skills are {NOT_YET}; remove it",
 }
 _OWN_IMAGE = ("verifier", "environment")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)

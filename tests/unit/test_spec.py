@@ -285,7 +285,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
         ("[environment]\ngpus = 1\n", "environment.gpus"),
         ('[environment]\ngpu_types = ["H100"]\n', "environment.gpu_types"),
         ('[environment.tpu]\ntype = "v5e"\n', "environment.tpu"),
-        ('[environment]\nskills_dir = "/skills"\n', "environment.skills_dir"),
     ],
 )
 def test_unsupported_fields_are_refused(toml: str, field: str) -> None:
