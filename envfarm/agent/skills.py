@@ -1,12 +1,12 @@
 """A task's agent skills (``environment.skills_dir``), given to the agent as Harbor 0.26 does.
 
-The skills are directories holding a ``SKILL.md`` (YAML front matter with ``name`` and
+The skills are directories ``<skill>/SKILL.md`` (YAML front matter with ``name`` and
 ``description``) under ``skills_dir`` in the task's environment, usually put there by its
 Dockerfile. Harbor hands them to each agent its own way:
 
 - its own loop (Terminus 2), envfarm's built-in loop here, appends an ``<available_skills>``
   section to the instruction, one ``<skill>`` each with its name, description and the path of
-  its ``SKILL.md``, read from the environment when the agent starts (``skills_section``);
+  its ``<skill>/SKILL.md``, read from the environment when the agent starts (``skills_section``);
 - an installed agent that reads skills from a directory of its own gets ``skills_dir``'s
   contents copied there, as the agent's user, before it runs (``copy_command``; the agent
   spec's ``skills``: Codex reads ``$HOME/.agents/skills``);
@@ -29,7 +29,7 @@ READ_TIMEOUT_S = 10.0
 
 
 def front_matter(text: str) -> tuple[str, str] | None:
-    """(name, description) of a ``SKILL.md``; None without both."""
+    """(name, description) of a ``<skill>/SKILL.md``; None without both."""
     match = _FRONT_MATTER.match(text)
     if match is None:
         return None

@@ -1,7 +1,7 @@
 """``COPY``/``ADD`` to ``.`` for the engine's classic builder, read as BuildKit reads it.
 
 BuildKit (Harbor's builder) takes a destination of exactly ``.`` as the working directory,
-whatever the number of sources: ``COPY server.py persona.md .`` builds. The classic builder
+whatever the number of sources: ``COPY app.cfg notes .`` builds. The classic builder
 refuses several sources (or a wildcard matching several files) unless the destination ends in
 ``/``. Such a destination is given its ``/``, which both builders read the same way, so the
 image is the one BuildKit builds. Heredoc ``COPY`` lines are left as written.
