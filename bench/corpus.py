@@ -225,6 +225,19 @@ _SUBSTITUTE_MISMATCH = re.compile(
     r"Building wheel for [\w.-]+ .*error",
 )
 LINT_MARKER = "\n--- envfarm check --no-run ---\n"
+_SUBSTITUTIONS = re.compile(r"^substitutions: (.+)$", re.MULTILINE)
+# A substitute standing in for a version no offline source provides (docs/images.md).
+_NO_SOURCE = re.compile(r"no (?:Debian|Ubuntu) release has this|no offline source", re.IGNORECASE)
+_ORACLE_FAILS = re.compile(r"^oracle fails\b")
+_CREDENTIAL = re.compile(r"\$\{(\w*(?:API_KEY|TOKEN|SECRET)\w*)(?::-[^}]*)?\}")
+
+
+def _host_credentials(task: Path) -> list[str]:
+    """The host variables holding credentials that the task's ``task.toml`` asks for
+    (``${ANTHROPIC_API_KEY}``, say): services of its own that a sandbox here never reaches."""
+    path = task / "task.toml"
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return sorted(set(_CREDENTIAL.findall(text)))
 
 
 # A request for a package index's ``/simple/NAME/`` page (PyPI's API, whatever the host): the
@@ -311,6 +324,9 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
     evidence = "\n".join([first, *out.build, *out.verifier])
     problems = "\n".join(out.problems)
     substituted = [w for w in out.warnings if _SUBSTITUTE.search(w)]
+    # a failed build lists its substitutions on a line of its own, not as warnings
+    substituted += [s for s in _SUBSTITUTIONS.findall(text) if "instead" in s]
+    evidence += "\n" + "\n".join(_SUBSTITUTIONS.findall(text))
 
     if re.search(r"docker\.sock|Docker socket", first, re.IGNORECASE):
         return Verdict("refused", first_line(first))
@@ -376,10 +392,24 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
     if substituted and (m := _SUBSTITUTE_MISMATCH.search(evidence)):
         used = [w for w in substituted if "instead" in w] or substituted
         what = re.sub(r"^.*?(?:-> recipe [\w.-]+: |^build: (?:service \S+ )?)", "", used[0])
+        what = re.sub(r" by envfarm's recipe ", " -> ", what.split("); ")[0])
         failed = m.group(0)
         if failed.startswith("/sdists-") or "wheel" in failed or "metadata" in failed:
             failed = "a pinned package has no wheel there and its source build fails"
+        if _NO_SOURCE.search(used[0]):  # no offline source has the named image's version
+            shown = first_line(what, 110)
+            return Verdict("offline", f"no offline source has the image ({shown}): {failed}")
         return Verdict("envfarm", f"substitute differs ({first_line(what, 110)}): {failed}")
+    if (
+        _ORACLE_FAILS.search(first)
+        and (names := _host_credentials(task))
+        and _NET_FAILURES.search(evidence) is None
+    ):
+        return Verdict(
+            "offline",
+            f"the oracle needs services the task reaches with the host's {', '.join(names)} "
+            "(never passed to a sandbox, and the services are unreachable here)",
+        )
     return Verdict("unclassified", first_line(first))
 
 
