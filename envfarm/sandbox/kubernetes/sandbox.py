@@ -29,10 +29,11 @@ from envfarm.errors import (
     SandboxError,
     SandboxGone,
     SandboxStartError,
+    TaskConfigError,
 )
 from envfarm.k8s.api import PODS, KubeObject
 from envfarm.plan.models import SandboxSpec
-from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
+from envfarm.sandbox.base import ExecResult, Sandbox, VerifierImage, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.health import healthcheck_budget_s
 from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
@@ -191,9 +192,17 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
                 f"could not switch {self.name} to the verifier's network: {exc}"
             ) from exc
 
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
-        spec with ``network``; with sidecars, a verifier container in this pod."""
+        spec with ``network``; with sidecars, a verifier container in this pod. A verifier
+        image of its own is refused: the pod's images come from envfarm's registry, which
+        builds none from a task's ``tests/``."""
+        if image is not None:
+            raise TaskConfigError(
+                f"task {image.task_id}: a verifier image of its own ([verifier.environment], or "
+                "a Dockerfile in tests/ in separate mode) is not supported on Kubernetes; run "
+                "the task on the Docker backend"
+            )
         if self._channel is None or self._retired:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
         if self.spec.environment.compose is not None and self.spec.environment.compose.sidecars:
