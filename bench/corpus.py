@@ -25,12 +25,15 @@ guessed:
 - ``task``: the task's own fault: nop reaching the maximum, a missing COPY source, a required
   file missing.
 - ``offline``: needs a host these machines cannot reach (name resolution or connection
-  failures, with the host when the output names it), or a base image no offline source
-  provides.
+  failures, with the host when the output names it), a base image no offline source
+  provides (a substitute standing in for a Python version no reachable archive has), or
+  services the task reaches with the host's API keys or tokens, which no sandbox is given.
 - ``refused``: documented refusals (mounting the host's Docker socket).
 - ``unclassified``: none of the above matched; the reason is the message itself.
 
-Prints a table and a summary line; the last line is one JSON object with the counts. Usage:
+``check`` runs with this process's environment: set ``ENVFARM_UBUNTU_ARCHIVE`` for the
+``python:3.12`` substitutes (docs/images.md). Prints a table and a summary line; the last line
+is one JSON object with the counts. Usage:
 
   python bench/corpus.py --root DIR [--list bench/corpus.txt] [--only PATTERN]
                          [--timeout-s 1200] [--budget-s N] [--out results.jsonl]
