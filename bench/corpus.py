@@ -23,7 +23,8 @@ guessed:
   busy in the verifier, a FROM read out of a heredoc, a substitute base whose packages differ
   from the image the task names.
 - ``task``: the task's own fault: nop reaching the maximum, a missing COPY source, a required
-  file missing.
+  file missing, a reference solution that scores below the maximum on the task's own graded
+  scale while every test passes.
 - ``offline``: needs a host these machines cannot reach (name resolution or connection
   failures, with the host when the output names it), a base image no offline source
   provides (a substitute standing in for a Python version no reachable archive has), or
@@ -403,6 +404,14 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
             shown = first_line(what, 110)
             return Verdict("offline", f"no offline source has the image ({shown}): {failed}")
         return Verdict("envfarm", f"substitute differs ({first_line(what, 110)}): {failed}")
+    partial = re.match(r"oracle fails: the oracle reaches (0\.\d+), not the maximum 1$", first)
+    verifier = "\n".join(out.verifier)
+    if partial and re.search(r"\d+ passed", verifier) and not re.search(r"\d+ failed", verifier):
+        return Verdict(
+            "task",
+            f"its reference solution scores {partial.group(1)} on the task's own graded scale "
+            "(every test passes)",
+        )
     if (
         _ORACLE_FAILS.search(first)
         and (names := _host_credentials(task))
