@@ -29,7 +29,6 @@ from envfarm.errors import (
     SandboxError,
     SandboxGone,
     SandboxStartError,
-    TaskConfigError,
 )
 from envfarm.k8s.api import PODS, KubeObject
 from envfarm.plan.models import SandboxSpec
@@ -42,6 +41,7 @@ from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.podstate import describe, ephemeral_verdict, start_verdict
 from envfarm.sandbox.kubernetes.verifier_pod import (
     VERIFIER_CONTAINER,
+    refuse_own_image,
     verifier_container,
     verifier_pod,
 )
@@ -194,15 +194,8 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
 
     async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
-        spec with ``network``; with sidecars, a verifier container in this pod. A verifier
-        image of its own is refused: the pod's images come from envfarm's registry, which
-        builds none from a task's ``tests/``."""
-        if image is not None:
-            raise TaskConfigError(
-                f"task {image.task_id}: a verifier image of its own ([verifier.environment], or "
-                "a Dockerfile in tests/ in separate mode) is not supported on Kubernetes; run "
-                "the task on the Docker backend"
-            )
+        spec with ``network``; with sidecars, a verifier container in this pod (no own image)."""
+        refuse_own_image(image)
         if self._channel is None or self._retired:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
         if self.spec.environment.compose is not None and self.spec.environment.compose.sidecars:
