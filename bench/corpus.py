@@ -23,14 +23,18 @@ guessed:
   busy in the verifier, a FROM read out of a heredoc, a substitute base whose packages differ
   from the image the task names.
 - ``task``: the task's own fault: nop reaching the maximum, a missing COPY source, a required
-  file missing.
+  file missing, a reference solution that scores below the maximum on the task's own graded
+  scale while every test passes.
 - ``offline``: needs a host these machines cannot reach (name resolution or connection
-  failures, with the host when the output names it), or a base image no offline source
-  provides.
+  failures, with the host when the output names it), a base image no offline source
+  provides (a substitute standing in for a Python version no reachable archive has), or
+  services the task reaches with the host's API keys or tokens, which no sandbox is given.
 - ``refused``: documented refusals (mounting the host's Docker socket).
 - ``unclassified``: none of the above matched; the reason is the message itself.
 
-Prints a table and a summary line; the last line is one JSON object with the counts. Usage:
+``check`` runs with this process's environment: set ``ENVFARM_UBUNTU_ARCHIVE`` for the
+``python:3.12`` substitutes (docs/images.md). Prints a table and a summary line; the last line
+is one JSON object with the counts. Usage:
 
   python bench/corpus.py --root DIR [--list bench/corpus.txt] [--only PATTERN]
                          [--timeout-s 1200] [--budget-s N] [--out results.jsonl]
@@ -225,6 +229,19 @@ _SUBSTITUTE_MISMATCH = re.compile(
     r"Building wheel for [\w.-]+ .*error",
 )
 LINT_MARKER = "\n--- envfarm check --no-run ---\n"
+_SUBSTITUTIONS = re.compile(r"^substitutions: (.+)$", re.MULTILINE)
+# A substitute standing in for a version no offline source provides (docs/images.md).
+_NO_SOURCE = re.compile(r"no (?:Debian|Ubuntu) release has this|no offline source", re.IGNORECASE)
+_ORACLE_FAILS = re.compile(r"^oracle fails\b")
+_CREDENTIAL = re.compile(r"\$\{(\w*(?:API_KEY|TOKEN|SECRET)\w*)(?::-[^}]*)?\}")
+
+
+def _host_credentials(task: Path) -> list[str]:
+    """The host variables holding credentials that the task's ``task.toml`` asks for
+    (``${ANTHROPIC_API_KEY}``, say): services of its own that a sandbox here never reaches."""
+    path = task / "task.toml"
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return sorted(set(_CREDENTIAL.findall(text)))
 
 
 # A request for a package index's ``/simple/NAME/`` page (PyPI's API, whatever the host): the
@@ -311,6 +328,9 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
     evidence = "\n".join([first, *out.build, *out.verifier])
     problems = "\n".join(out.problems)
     substituted = [w for w in out.warnings if _SUBSTITUTE.search(w)]
+    # a failed build lists its substitutions on a line of its own, not as warnings
+    substituted += [s for s in _SUBSTITUTIONS.findall(text) if "instead" in s]
+    evidence += "\n" + "\n".join(_SUBSTITUTIONS.findall(text))
 
     if re.search(r"docker\.sock|Docker socket", first, re.IGNORECASE):
         return Verdict("refused", first_line(first))
@@ -376,10 +396,32 @@ def _classify(task: Path, rc: int | None, text: str, timeout_s: float) -> Verdic
     if substituted and (m := _SUBSTITUTE_MISMATCH.search(evidence)):
         used = [w for w in substituted if "instead" in w] or substituted
         what = re.sub(r"^.*?(?:-> recipe [\w.-]+: |^build: (?:service \S+ )?)", "", used[0])
+        what = re.sub(r" by envfarm's recipe ", " -> ", what.split("); ")[0])
         failed = m.group(0)
         if failed.startswith("/sdists-") or "wheel" in failed or "metadata" in failed:
             failed = "a pinned package has no wheel there and its source build fails"
+        if _NO_SOURCE.search(used[0]):  # no offline source has the named image's version
+            shown = first_line(what, 110)
+            return Verdict("offline", f"no offline source has the image ({shown}): {failed}")
         return Verdict("envfarm", f"substitute differs ({first_line(what, 110)}): {failed}")
+    partial = re.match(r"oracle fails: the oracle reaches (0\.\d+), not the maximum 1$", first)
+    verifier = "\n".join(out.verifier)
+    if partial and re.search(r"\d+ passed", verifier) and not re.search(r"\d+ failed", verifier):
+        return Verdict(
+            "task",
+            f"its reference solution scores {partial.group(1)} on the task's own graded scale "
+            "(every test passes)",
+        )
+    if (
+        _ORACLE_FAILS.search(first)
+        and (names := _host_credentials(task))
+        and _NET_FAILURES.search(evidence) is None
+    ):
+        return Verdict(
+            "offline",
+            f"the oracle needs services the task reaches with the host's {', '.join(names)} "
+            "(never passed to a sandbox, and the services are unreachable here)",
+        )
     return Verdict("unclassified", first_line(first))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from envfarm.agent.capture.server import CaptureServer
 from envfarm.agent.capture.session import CaptureLimits, CaptureSession
 from envfarm.agent.loop import AgentRun
+from envfarm.agent.skills import copy_command
 from envfarm.agent.specs import MCP_ENV, AgentSpec
 from envfarm.errors import TaskSpecError
 from envfarm.models.trajectory import AgentOutcome, StopReason
@@ -50,18 +51,27 @@ async def run_installed(
     workdir: str,
     user: str | None,
     mcp_servers: list[McpServer] | None = None,
+    skills_dir: str | None = None,
 ) -> InstalledRun:
     servers = mcp_servers or []
-    refusal = spec.mcp_refusal(servers)
+    refusal = spec.refusal(servers, skills_dir)
     if refusal is not None:
-        raise TaskSpecError("task.toml: environment.mcp_servers", refusal)
+        field = "mcp_servers" if spec.mcp_refusal(servers) else "skills_dir"
+        raise TaskSpecError(f"task.toml: environment.{field}", refusal)
     instruction = spec.agent_instruction(instruction, servers)
     session = CaptureSession(policy, sampling=sampling, limits=limits)
     async with CaptureServer(session, model=MODEL_ALIAS, listen=False) as server:
         forward = await port_forwarding(sandbox).serve_port(server.protocol)
         try:
             result = await _run(
-                spec, session, sandbox, instruction, forward.port, workdir, user, servers
+                spec,
+                session,
+                sandbox,
+                instruction,
+                forward.port,
+                workdir,
+                user,
+                (servers, skills_dir),
             )
         finally:
             await forward.aclose()
@@ -93,9 +103,11 @@ async def _run(
     port: int,
     workdir: str,
     user: str | None,
-    servers: list[McpServer],
+    given: tuple[list[McpServer], str | None],
 ) -> ExecResult | None:
-    """The agent's exec result, or None when the session's end stopped it first."""
+    """The agent's exec result, or None when the session's end stopped it first. ``given``:
+    the task's MCP servers and skills directory."""
+    servers, skills_dir = given
     declared = json.dumps([server.model_dump(exclude_defaults=True) for server in servers])
     values = {
         "instruction": instruction,
@@ -105,6 +117,8 @@ async def _run(
         "mcp_servers": declared,
     }
     command = spec.fill(spec.run.command, **values)
+    if skills_dir and spec.skills:
+        command = f"{copy_command(skills_dir, spec.skills)} && {command}"
     env = {key: spec.fill(value, **values) for key, value in spec.run.env.items()}
     if servers:
         env.setdefault(MCP_ENV, declared)

@@ -75,6 +75,10 @@ class AgentSpec(BaseModel):
     section Harbor's own loops append to the instruction; ``config``, the agent configures its
     MCP client itself from ``{mcp_servers}`` or ``$ENVFARM_MCP_SERVERS`` (both JSON); ``none``,
     it cannot, and a task that declares MCP servers is refused for it."""
+    skills: str = ""
+    """Where the agent reads agent skills (``$HOME`` expands): the task's ``skills_dir`` is
+    copied there before it runs (``agent/skills.py``); empty, it takes none, and a task with a
+    ``skills_dir`` is refused for it, as Harbor refuses it for an agent without skills."""
 
     def mcp_refusal(self, servers: list[McpServer]) -> str | None:
         """Why this agent cannot run a task with ``servers``; None when it can."""
@@ -86,6 +90,20 @@ class AgentSpec(BaseModel):
             "(its spec has no `mcp`); use the built-in agent or an agent spec with "
             'mcp = "instruction" or "config"'
         )
+
+    def skills_refusal(self, skills_dir: str | None) -> str | None:
+        """Why this agent cannot run a task with ``skills_dir``; None when it can."""
+        if not skills_dir or self.skills:
+            return None
+        return (
+            f"the task gives the agent skills (environment.skills_dir = {skills_dir!r}) and "
+            f"agent {self.name} cannot take them (its spec has no `skills`); use the built-in "
+            "agent or an agent spec with `skills`"
+        )
+
+    def refusal(self, servers: list[McpServer], skills_dir: str | None) -> str | None:
+        """Why this agent cannot run a task; None when it can."""
+        return self.mcp_refusal(servers) or self.skills_refusal(skills_dir)
 
     def agent_instruction(self, instruction: str, servers: list[McpServer]) -> str:
         return instruction + mcp_section(servers) if self.mcp == "instruction" else instruction

@@ -15,10 +15,12 @@ from envfarm.spec.task import Task
 
 
 def triage_mcp_tasks(tasks: list[Task], agent: AgentSpec, bad_inputs: dict[str, str]) -> list[Task]:
-    """Tasks whose MCP servers the installed agent cannot use are refused, as Harbor does."""
+    """Tasks whose MCP servers or skills the installed agent cannot use are refused, as Harbor
+    does."""
     runnable = []
     for task in tasks:
-        refusal = agent.mcp_refusal(task.config.environment.mcp_servers)
+        environment = task.config.environment
+        refusal = agent.refusal(environment.mcp_servers, environment.skills_dir)
         if refusal is None:
             runnable.append(task)
             continue

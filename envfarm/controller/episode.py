@@ -22,6 +22,7 @@ from envfarm.agent.driven import Driver
 from envfarm.agent.extra_tools import ExtraTools
 from envfarm.agent.loop import Agent, AgentLimits, AgentRun
 from envfarm.agent.mcp_tools import McpTools
+from envfarm.agent.skills import skills_section
 from envfarm.agent.tools import ToolContext
 from envfarm.controller.installed_agents import AgentLayers, run_agent
 from envfarm.controller.phases import error_info, phase
@@ -244,11 +245,12 @@ class EpisodeRunner:
                 await self._installed(request, plan, sandbox, traj)
             else:
                 servers = plan.agent.mcp_servers
-                instruction = task.instruction + mcp_section(servers)
+                skills = await skills_section(sandbox, task.config.environment.skills_dir)
+                instruction = task.instruction + mcp_section(servers) + skills
                 async with McpTools(servers, sandbox) as mcp:
                     if steps is not None:
                         steps.agent.extra_tools = mcp
-                        run = await steps.run(mcp_section(servers))
+                        run = await steps.run(mcp_section(servers) + skills)
                     elif request.driver is not None:
                         run = await self._driven(
                             request.driver, instruction, task, plan, sandbox, traj, mcp

@@ -73,6 +73,7 @@ async def run_agent(
         workdir=config.environment.workdir or "/",
         user=config.agent.user,
         mcp_servers=config.environment.mcp_servers,
+        skills_dir=config.environment.skills_dir,
     )
     trajectory.messages, trajectory.turns, trajectory.outcome = run.messages, run.turns, run.outcome
     trajectory.agent = AgentInfo(

@@ -9,7 +9,8 @@ applied: last, after any rubric scores were combined) and ``save`` (artifacts, b
 teardown). ``grade`` runs the verifier
 where ``[verifier].environment_mode`` says: in the agent's sandbox (``shared``), or in a fresh
 one from ``VerifierPhases.fresh_verifier`` that receives the agent's outcome (``clean``,
-``separate``: ``cleanroom/receive.py``). Grading alone decides the verifier's container, mode and
+``separate``: ``cleanroom/receive.py``; of the verifier's own image where the task has one,
+``verifier/own_image.py``). Grading alone decides the verifier's container, mode and
 network: in shared mode the agent's sandbox switches to the verifier phase's network before
 anything of the verifier runs (``after_agent``); a fresh verifier starts with it. Any ``Grader`` is
 called the same way; its reward still gets the flags.
@@ -51,6 +52,7 @@ from envfarm.grading.tamper.inspection import Inspection
 from envfarm.grading.tamper.snapshot import Snapshot
 from envfarm.grading.tamper.workspace import unified_diff
 from envfarm.grading.verifier.collect import CopiedPath, HookResult, collect
+from envfarm.grading.verifier.own_image import own_image
 from envfarm.grading.verifier.service_artifacts import copy_from_services, service_specs
 from envfarm.grading.verifier.verdict import (
     VerifierOutput,
@@ -161,7 +163,7 @@ class EpisodeGrading:
         if restartable is not None:
             await self._after_agent_in_place(turns, restartable)
             return
-        if self.mode != "shared":
+        if self.mode != "shared" and own_image(self.plan) is None:
             await verifier_phases(self.sandbox).prepare_fresh_verifier(
                 network=self.verifier_network
             )
@@ -282,7 +284,8 @@ class EpisodeGrading:
             raise GradingError("clean-room grading: the workdir was not captured")
         phases = verifier_phases(self.sandbox)
         with self.log.timed("fork"):
-            verifier = await phases.fresh_verifier(network=self.verifier_network)
+            image = own_image(self.plan)
+            verifier = await phases.fresh_verifier(network=self.verifier_network, image=image)
         # the fresh verifier is removed with the agent's sandbox, after the result is recorded
         with self.log.timed("apply"):
             if self.carry is not None:

@@ -17,6 +17,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -98,6 +99,20 @@ class Sandbox(ABC):
         await self.stop()
 
 
+class VerifierImage(BaseModel):
+    """A verifier's image of its own (Harbor's ``[verifier.environment]``, separate mode): a
+    ``Dockerfile`` in the task's ``tests/``, built with ``tests/`` as its context
+    (``context``), or the image ``reference`` names; either holds the tests itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_id: str
+    content_hash: str
+    context: Path | None = None
+    reference: str | None = None
+    build_timeout_s: float = 600.0
+
+
 class VerifierPhases(ABC):
     """The optional capability of a sandbox that grading uses around the verifier."""
 
@@ -119,9 +134,11 @@ class VerifierPhases(ABC):
         return []
 
     @abstractmethod
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
         """A fresh, started sandbox of this one's environment, for a verifier that trusts
-        nothing the agent touched (docs/grading.md, clean-room grading), with ``network``.
+        nothing the agent touched (docs/grading.md, clean-room grading), with ``network``;
+        of ``image`` instead of the environment's where given (a backend that cannot: a
+        ``TaskConfigError`` saying so).
 
         It runs the same image with the same limits and hardening, and shares this sandbox's
         sidecars, network and volumes (a database keeps what the agent did to it), but none of

@@ -12,7 +12,7 @@ The tables of ``[verifier]`` are in ``spec.verifier_config`` and the value types
 share in ``spec.config_values``; every model is importable from here.
 
 Refused is only a Harbor feature envfarm cannot honour yet whose absence would change what the
-task means (a verifier image of its own, allowlisted networks, GPUs, skills...): "not supported
+task means (allowlisted networks, GPUs...): "not supported
 by envfarm yet", naming the field and why, instead of running a different task than its author
 wrote. Such keys with an empty value are harmless and dropped.
 
@@ -168,6 +168,9 @@ class EnvironmentConfig(Table):
         default_factory=list
     )
     """``[[environment.mcp_servers]]``: MCP servers offered to the agent (``spec.mcp``)."""
+    skills_dir: str | None = None
+    """Agent skills in the environment, handed to the agent as Harbor does (``agent/skills.py``;
+    empty: none)."""
     runtime: Literal["gvisor"] | None = None
     """envfarm extension: ``"gvisor"`` runs the task's sandboxes under gVisor whatever the
     run's runtime (docs/sandbox.md); unset, the run decides (``envfarm run --runtime``)."""

@@ -26,13 +26,12 @@ from envfarm.spec.errors_fmt import Issue, issues_from_validation, spec_error, t
 from envfarm.spec.tolerated import take_misread, take_unknown, unknown_message
 
 _UNSUPPORTED_KEYS: dict[tuple[str, ...], str] = {
-    ("verifier", "environment"): f"a verifier image of its own is {NOT_YET}; remove it (a "
-    "clean or separate verifier runs in a fresh container of the task's environment)",
     ("environment", "gpu_types"): f"GPUs are {NOT_YET}; remove it",
     ("environment", "tpu"): f"TPUs are {NOT_YET}; remove it",
-    ("environment", "skills_dir"): f"agent skills are {NOT_YET}; remove it",
 }
-_OWN_IMAGE = ("verifier", "environment")
+_STEP_IMAGE = (
+    f"a step's verifier image of its own is {NOT_YET}; give the task one ([verifier.environment])"
+)
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(?:I?B)?", re.IGNORECASE)
 _MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
@@ -123,7 +122,7 @@ def _harbor_compat(raw: dict[str, Any]) -> _Compat:
     for index, step in enumerate(out.data.get("steps") or []):
         verifier = step.get("verifier") if isinstance(step, dict) else None
         if isinstance(verifier, dict) and verifier.pop("environment", {}) not in ({}, None):
-            out.refuse(f"steps[{index}].verifier.environment", _UNSUPPORTED_KEYS[_OWN_IMAGE])
+            out.refuse(f"steps[{index}].verifier.environment", _STEP_IMAGE)
     if "version" in out.data:
         version = out.data.pop("version")
         kept = out.data.setdefault("schema_version", version)
@@ -135,6 +134,9 @@ def _harbor_compat(raw: dict[str, Any]) -> _Compat:
             )
         else:
             out.translated["schema_version"] = f"version = {version!r}"
+    verifier = out.data.get("verifier")
+    if isinstance(verifier, dict) and isinstance(verifier.get("environment"), dict):
+        _verifier_environment(verifier, out)
     env = out.data.get("environment")
     if isinstance(env, dict):
         if "allow_internet" in env:
@@ -143,6 +145,32 @@ def _harbor_compat(raw: dict[str, Any]) -> _Compat:
             if old in env:
                 _translate_size(env, old, new, out)
     return out
+
+
+def _verifier_environment(verifier: dict[str, Any], out: _Compat) -> None:
+    """``[verifier.environment]`` as Harbor reads it: it implies ``environment_mode =
+    "separate"`` (any other mode contradicts it), and its network is the verifier's."""
+    own = verifier["environment"]
+    mode = verifier.setdefault("environment_mode", "separate")
+    if mode != "separate":
+        out.refuse(
+            "verifier.environment",
+            f'a verifier image of its own runs in environment_mode = "separate", not {mode!r}',
+        )
+    if "allow_internet" in own:
+        _translate_allow_internet(own, out)
+    network = own.pop("network_mode", None)
+    if network is not None and verifier.setdefault("network_mode", network) != network:
+        out.refuse(
+            "verifier.environment.network_mode",
+            f"{network!r} contradicts verifier.network_mode = {verifier['network_mode']!r}",
+        )
+    for key in ("os", "gpus", "gpu_types", "tpu", "allowed_hosts", "mcp_servers", "skills_dir"):
+        if own.pop(key, None) not in (None, [], {}, "", 0, "linux"):
+            out.refuse(f"verifier.environment.{key}", f"a verifier image's {key} is {NOT_YET}")
+    for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+        if old in own:
+            _translate_size(own, old, new, out)
 
 
 @dataclass(frozen=True)

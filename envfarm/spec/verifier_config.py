@@ -134,6 +134,22 @@ class CollectHook(Table):
     user: UserName = None
 
 
+class VerifierEnvironment(Table):
+    """``[verifier.environment]``: the image of a verifier of its own (Harbor's separate verifier
+    environment): ``docker_image``, else a ``Dockerfile`` in the task's ``tests/``, built with
+    ``tests/`` as its context and holding the tests itself (``grading/verifier/own_image.py``).
+    The keys of ``[environment]`` are accepted; the verifier's network is ``[verifier]``'s (an
+    ``allow_internet`` here becomes its ``network_mode``), its limits the task's."""
+
+    docker_image: Annotated[str, Field(min_length=1)] | None = None
+    build_timeout_sec: Seconds = 600
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    env: EnvVars = Field(default_factory=dict)
+    workdir: str | None = None
+
+
 class VerifierConfig(Table):
     timeout_sec: Seconds = 600
     env: EnvVars = Field(default_factory=dict)
@@ -145,7 +161,9 @@ class VerifierConfig(Table):
     agent changed in the workdir and the declared ``artifacts``, with the workdir's original
     test files. ``shared`` (Harbor's default): the agent's container, after the agent.
     ``separate``: a fresh main container that receives only the declared ``artifacts`` and
-    ``/logs/artifacts``. Fresh containers share the sidecars, network and volumes."""
+    ``/logs/artifacts``; of the verifier's own image where the task has one (``environment``,
+    or a ``Dockerfile`` in ``tests/``). Fresh containers share the sidecars, network and volumes."""
+    environment: VerifierEnvironment | None = None
     network_mode: NetworkMode = None
     allowed_hosts: AllowedHosts = Field(default_factory=list)
     rubrics: Annotated[list[RubricItem], AfterValidator(_unique_rubric_names)] = Field(

@@ -19,6 +19,7 @@ from envfarm.sandbox.base import (
     PreparedImage,
     Sandbox,
     SandboxBackend,
+    VerifierImage,
     VerifierPhases,
 )
 
@@ -99,7 +100,7 @@ class FakeSandbox(Sandbox, VerifierPhases):
         self._check()
         self.network = network
 
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
         """A new sandbox from ``factory`` (its own empty files), started; this one stops."""
         self._check()
         if self.factory is None:

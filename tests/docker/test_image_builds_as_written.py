@@ -104,6 +104,16 @@ async def test_run_heredocs_build_as_buildkit_builds_them(
     assert "No such file" in _run(built.tag, "sh", "-c", "ls /.envfarm-heredoc* 2>&1; true")
 
 
+async def test_a_copy_of_several_sources_to_dot_builds_as_buildkit_builds_it(
+    tmp_path: Path, created_tags: list[str]
+) -> None:
+    root = tmp_path / "copy-to-dot"
+    shutil.copytree(FIXTURES / "copy-to-dot", root)
+    built = await _build(root, "copy-to-dot", created_tags)
+    shown = _run(built.tag, "sh", "-c", "cd /app && ls server.py persona.md one.cfg sub/notes.txt")
+    assert shown.split() == ["one.cfg", "persona.md", "server.py", "sub/notes.txt"]
+
+
 async def test_a_missing_copy_source_is_the_tasks_fault_and_built_once(
     tmp_path: Path, created_tags: list[str]
 ) -> None:

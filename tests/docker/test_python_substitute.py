@@ -5,6 +5,7 @@ interpreter's, and `python -m venv` works."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,15 @@ def _run(image: str, command: str) -> str:
     [
         ("python-slim-trixie", "3.13", ["pip"]),
         ("python-slim", "3.11", ["pip", "setuptools", "wheel"]),
+        pytest.param(
+            "python312-slim",
+            "3.12",
+            ["pip"],
+            marks=pytest.mark.skipif(
+                not os.environ.get("ENVFARM_UBUNTU_ARCHIVE"),
+                reason="Python 3.12 comes from the Ubuntu archive ENVFARM_UBUNTU_ARCHIVE names",
+            ),
+        ),
     ],
 )
 async def test_the_substitute_is_laid_out_like_the_official_image(

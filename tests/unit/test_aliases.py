@@ -8,11 +8,13 @@ import pytest
 
 from envfarm.errors import ImageError, UnknownBaseImage
 from envfarm.sandbox.images.aliases import (
+    AliasMatch,
     alias_table_markdown,
     images_dir,
     load_alias_table,
     match_alias,
     normalize_reference,
+    recipe_args,
     unknown_base,
 )
 from envfarm.sandbox.images.task_image import dockerfile_bases, rewrite_dockerfile, task_image_tag
@@ -256,3 +258,21 @@ def test_substitutes_keep_the_debian_release_the_tag_names(reference: str, recip
     match = match_alias(reference)
     assert match is not None
     assert match.recipe == recipe
+
+
+def test_an_alias_that_requires_a_setting_applies_only_where_it_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENVFARM_UBUNTU_ARCHIVE", raising=False)
+    assert (match_alias("python:3.12-slim") or _none()).recipe == "python-slim-trixie"
+    monkeypatch.setenv("ENVFARM_UBUNTU_ARCHIVE", "http://archive.invalid/ubuntu")
+    found = match_alias("python:3.12.4-slim-bookworm") or _none()
+    assert found.recipe == "python312-slim"
+    assert "CPython 3.12" in found.warnings[0]
+    recipe = load_alias_table().recipes["python312-slim"]
+    assert recipe_args(recipe)["UBUNTU_ARCHIVE"] == "http://archive.invalid/ubuntu"
+    assert (match_alias("python:3.14-slim") or _none()).recipe == "python-slim-trixie"
+
+
+def _none() -> AliasMatch:
+    raise AssertionError("no alias matched")

@@ -272,7 +272,6 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
             '[[steps]]\nname = "a"\n[steps.verifier.environment]\ncpus = 2\n',
             "steps[0].verifier.environment",
         ),
-        ("[verifier.environment]\ncpus = 2\n", "verifier.environment"),
         (
             '[[verifier.collect]]\ncommand = "pg_dump"\nservice = "db"\n',
             "verifier.collect[0].service",
@@ -285,13 +284,28 @@ def test_translated_value_out_of_range_names_its_origin() -> None:
         ("[environment]\ngpus = 1\n", "environment.gpus"),
         ('[environment]\ngpu_types = ["H100"]\n', "environment.gpu_types"),
         ('[environment.tpu]\ntype = "v5e"\n', "environment.tpu"),
-        ('[environment]\nskills_dir = "/skills"\n', "environment.skills_dir"),
     ],
 )
 def test_unsupported_fields_are_refused(toml: str, field: str) -> None:
     error = config_error(toml)
     assert error.field == field
     assert NOT_YET in error.detail
+
+
+def test_a_verifier_image_of_its_own_implies_separate_mode_and_gives_its_network() -> None:
+    config = parse('[verifier.environment]\nallow_internet = false\ndocker_image = "x:1"\n')
+    assert config.verifier.environment_mode == "separate"
+    assert config.verifier.network_mode == "no-network"
+    assert config.verifier.environment is not None
+    assert config.verifier.environment.docker_image == "x:1"
+
+
+def test_a_verifier_image_of_its_own_contradicts_another_mode() -> None:
+    error = config_error(
+        '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ncpus = 2\n'
+    )
+    assert error.field == "verifier.environment"
+    assert "separate" in error.detail
 
 
 @pytest.mark.parametrize("mode", ["clean", "shared", "separate"])

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from envfarm.errors import GradingError
 from envfarm.grading.base import Graded, Grader
+from envfarm.grading.verifier.own_image import own_image
 from envfarm.grading.verifier.report_checks import EXIT_CODE_FILE
 from envfarm.grading.verifier.reports import CONVENTIONAL_REPORTS
 from envfarm.grading.verifier.verdict import (
@@ -65,9 +66,12 @@ class TestScriptGrader(Grader):
         verifier = plan.config
         fresh_logs = f"rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR}"
         await free_disk_reserve(sandbox)
-        await upload_dir(
-            sandbox, plan.tests_dir, TESTS_DIR, first=fresh_logs, identity=plan.task_hash
-        )
+        if own_image(plan) is None:
+            await upload_dir(
+                sandbox, plan.tests_dir, TESTS_DIR, first=fresh_logs, identity=plan.task_hash
+            )
+        else:  # the verifier's own image holds the tests
+            await sandbox.exec(fresh_logs, timeout=60.0)
         env = {**plan.env, **expand_env(verifier.env, os.environ)}
         result = await sandbox.exec(
             f"bash {TESTS_DIR}/test.sh > {VERIFIER_DIR}/{STDOUT_FILE} 2>&1",

@@ -113,7 +113,8 @@ class CleanRooms(Generic[Room]):
         if created is not None:
             with contextlib.suppress(SandboxError):  # not created: one is created now
                 room = await created
-        if room is None or room.config.network != network:  # another one: removed later
+        # one made for another network or image is not this one: removed later
+        if room is None or (room.config.network, room.config.image) != (network, config.image):
             room = await self._create(config, network)
         await room.start()
         if self._settle is not None:

@@ -39,6 +39,7 @@ from envfarm.sandbox.base import (
     Sandbox,
     ServiceFiles,
     Swept,
+    VerifierImage,
     VerifierPhases,
 )
 from envfarm.sandbox.channel.client import Channel
@@ -177,8 +178,8 @@ class DockerEnvironment(
     def shared_paths(self) -> list[str]:
         return self.main.shared_paths()
 
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
-        return await self.main.fresh_verifier(network=network)
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
+        return await self.main.fresh_verifier(network=network, image=image)
 
     def grades_in_place(self) -> bool:
         return self.main.grades_in_place()

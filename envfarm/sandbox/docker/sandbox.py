@@ -35,6 +35,7 @@ from envfarm.sandbox.base import (
     ProcessReclaim,
     Sandbox,
     Swept,
+    VerifierImage,
     VerifierPhases,
 )
 from envfarm.sandbox.channel.client import Channel
@@ -46,6 +47,7 @@ from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, image_conf
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig as DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import HELPER_DIR
 from envfarm.sandbox.docker.sweep import sweep_in_place
+from envfarm.sandbox.docker.verifier_image import verifier_image_tag
 
 
 class DockerSandbox(
@@ -251,16 +253,19 @@ class DockerSandbox(
         """The ``volume:/path[:mode]`` volumes: a fresh verifier mounts the same ones."""
         return [spec.split(":")[1] for spec in self.config.volumes if spec.count(":") >= 1]
 
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
         """Kill this container (it stays until teardown), then hand out a fresh one of the same
         configuration (image, limits, aliases, volumes) with ``network``: the one
         ``prepare_fresh_verifier`` started (finishing its start during the kill), or one started
-        now."""
+        now. With ``image``, of that image (built first: ``verifier_image.py``)."""
         if self._container.container is None:
             raise SandboxError("sandbox is not started")
+        config = self.config
+        if image is not None:
+            config = config.model_copy(update={"image": await verifier_image_tag(image)})
         if self._container.channel is not None:
             self._container.channel.close()
-        return await self._clean_rooms.hand_out(self.config, network, self._container.kill)
+        return await self._clean_rooms.hand_out(config, network, self._container.kill)
 
     async def _teardown(self) -> None:
         rooms = await self._clean_rooms.drain()

@@ -6,7 +6,10 @@ neither a local image nor pullable (the order is ``sources.py``'s). Names are no
 first (a Docker Hub mirror prefix such as ``docker.io/library/`` or
 ``public.ecr.aws/docker/library/`` dropped, ``:latest`` added, a ``@sha256:`` digest stripped
 with a warning because no local image can honour it), then matched against exact names, then
-against the table's regular expressions in file order.
+against the table's regular expressions in file order. An alias that ``requires`` environment
+variables applies only where they are set (else the next alias that matches does): a recipe
+whose source the host must name, such as ``ENVFARM_UBUNTU_ARCHIVE`` for the Python 3.12 taken
+from Ubuntu 24.04's archive. A recipe's ``args`` may use ``${VAR}`` (``recipe_args``).
 
 Users extend the table without editing envfarm: every file named by ``ENVFARM_ALIASES``
 (``os.pathsep``-separated) and ``$XDG_CONFIG_HOME/envfarm/aliases.toml`` is read after the
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -46,6 +50,7 @@ class Recipe(BaseModel):
     suite: str | None = None
     """Root recipes only: the Debian release (``bookworm``, ``trixie``)."""
     args: dict[str, str] = {}
+    """Build args; ``${VAR}`` is the environment's value (``recipe_args``)."""
 
 
 class Alias(BaseModel):
@@ -55,6 +60,12 @@ class Alias(BaseModel):
     names: list[str] = []
     patterns: list[str] = []
     warning: str | None = None
+    requires: list[str] = []
+    """Environment variables that must be set (non-empty) for this alias to apply."""
+
+    def applies(self, env: Mapping[str, str] | None = None) -> bool:
+        env = os.environ if env is None else env
+        return all(env.get(name) for name in self.requires)
 
 
 class AliasTable(BaseModel):
@@ -87,7 +98,8 @@ class AliasTable(BaseModel):
             for name in alias.names:
                 if normalize_reference(name, self.mirror_prefixes)[0] != name or name in seen:
                     raise ValueError(f"alias name {name!r} is duplicated or not normalised")
-                seen.add(name)
+                if not alias.requires:  # a conditional alias falls back to a later one
+                    seen.add(name)
             for pattern in alias.patterns:
                 re.compile(pattern)
         return self
@@ -220,11 +232,10 @@ def match_alias(reference: str, table: AliasTable | None = None) -> AliasMatch |
     """The alias for ``reference``, or None when the table has none."""
     table = table or load_alias_table()
     name, warnings = normalize_reference(reference, table.mirror_prefixes)
-    found = next((a for a in table.aliases if name in a.names), None)
+    aliases = [alias for alias in table.aliases if alias.applies()]
+    found = next((a for a in aliases if name in a.names), None)
     if found is None:
-        found = next(
-            (a for a in table.aliases if any(re.fullmatch(p, name) for p in a.patterns)), None
-        )
+        found = next((a for a in aliases if any(re.fullmatch(p, name) for p in a.patterns)), None)
     if found is None:
         return None
     if pinned_by_digest(reference):
@@ -237,6 +248,15 @@ def match_alias(reference: str, table: AliasTable | None = None) -> AliasMatch |
     return AliasMatch(reference=reference, name=name, recipe=found.recipe, warnings=warnings)
 
 
+def recipe_args(recipe: Recipe, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The recipe's build args, ``${VAR}`` replaced by the environment's value ("" if unset)."""
+    env = os.environ if env is None else env
+    return {
+        key: re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), value)
+        for key, value in recipe.args.items()
+    }
+
+
 def alias_table_markdown(table: AliasTable | None = None) -> str:
     """The alias table as the Markdown table of docs/images.md (a test keeps them in sync)."""
     table = table or load_alias_table()
@@ -246,6 +266,8 @@ def alias_table_markdown(table: AliasTable | None = None) -> str:
         entries += [f"pattern `{pattern}`" for pattern in alias.patterns]
         for entry in entries:
             note = (alias.warning or "").removeprefix("{name}: ").replace("|", "\\|")
+            if alias.requires:
+                note = f"where {', '.join(alias.requires)} is set: {note}"
             rows.append(f"| {entry} | {alias.recipe} | {note} |")
     return "\n".join(rows) + "\n"
 

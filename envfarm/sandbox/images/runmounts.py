@@ -24,6 +24,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from envfarm.sandbox.images.copydests import copy_destinations
 from envfarm.sandbox.images.dockerlines import Source, instructions
 from envfarm.sandbox.images.heredocs import shell_text, wrapped_run
 
@@ -65,8 +66,8 @@ def _flags(args: str) -> tuple[list[str], str]:
 
 
 def classic_dockerfile(text: str, where: str) -> tuple[str, list[str]]:
-    """``text`` with every shell-form ``RUN --mount``/``--network`` and every ``RUN`` heredoc
-    rewritten (``heredocs.py``), and warnings."""
+    """``text`` with every shell-form ``RUN --mount``/``--network``, every ``RUN`` heredoc
+    (``heredocs.py``) and every ``COPY`` to ``.`` rewritten, and warnings."""
     source = Source.of(text)
     warnings = classic_source(source, where)
     return source.text, warnings
@@ -74,7 +75,8 @@ def classic_dockerfile(text: str, where: str) -> tuple[str, list[str]]:
 
 def classic_source(source: Source, where: str) -> list[str]:
     """``classic_dockerfile`` on a ``Source``, in place: each rewritten line keeps the origin
-    of the line it replaces."""
+    of the line it replaces. ``COPY``/``ADD`` to ``.`` get their ``/`` (``copydests.py``)."""
+    copy_destinations(source)
     warnings: list[str] = []
     count = 0
     for inst in reversed(instructions(source.text)):

@@ -32,7 +32,7 @@ from envfarm.errors import (
 )
 from envfarm.k8s.api import PODS, KubeObject
 from envfarm.plan.models import SandboxSpec
-from envfarm.sandbox.base import ExecResult, Sandbox, VerifierPhases
+from envfarm.sandbox.base import ExecResult, Sandbox, VerifierImage, VerifierPhases
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.health import healthcheck_budget_s
 from envfarm.sandbox.kubernetes.environment_pods import EnvironmentPods
@@ -41,6 +41,7 @@ from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK
 from envfarm.sandbox.kubernetes.podstate import describe, ephemeral_verdict, start_verdict
 from envfarm.sandbox.kubernetes.verifier_pod import (
     VERIFIER_CONTAINER,
+    refuse_own_image,
     verifier_container,
     verifier_pod,
 )
@@ -191,9 +192,10 @@ class KubernetesSandbox(Sandbox, VerifierPhases):
                 f"could not switch {self.name} to the verifier's network: {exc}"
             ) from exc
 
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
         """Delete this pod (its processes end with it) and start the verifier's from the same
-        spec with ``network``; with sidecars, a verifier container in this pod."""
+        spec with ``network``; with sidecars, a verifier container in this pod (no own image)."""
+        refuse_own_image(image)
         if self._channel is None or self._retired:
             raise SandboxError(f"sandbox {self.name or '(not created)'} is not started")
         if self.spec.environment.compose is not None and self.spec.environment.compose.sidecars:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from envfarm.errors import TaskConfigError
 from envfarm.k8s.api import KubeObject
+from envfarm.sandbox.base import VerifierImage
 from envfarm.sandbox.kubernetes.podcontainers import MAIN_CONTAINER
 from envfarm.sandbox.kubernetes.podspec import LABEL_NETWORK, label_value
 
@@ -59,3 +61,14 @@ def verifier_container(pod: KubeObject) -> dict[str, Any]:
     container = {k: v for k, v in copy.deepcopy(main).items() if k not in _NOT_EPHEMERAL}
     container["name"] = VERIFIER_CONTAINER
     return container
+
+
+def refuse_own_image(image: VerifierImage | None) -> None:
+    """A verifier image of its own is refused here: the pods' images come from envfarm's
+    registry, which builds none from a task's ``tests/``."""
+    if image is not None:
+        raise TaskConfigError(
+            f"task {image.task_id}: a verifier image of its own ([verifier.environment], or "
+            "a Dockerfile in tests/ in separate mode) is not supported on Kubernetes; run "
+            "the task on the Docker backend"
+        )

@@ -31,6 +31,7 @@ from envfarm.sandbox.base import (
     ProcessLogs,
     Sandbox,
     SandboxBackend,
+    VerifierImage,
     VerifierPhases,
     verifier_phases,
 )
@@ -222,8 +223,9 @@ class PlacedSandbox(Sandbox, VerifierPhases, ProcessLogs):
         if isinstance(inner, VerifierPhases):
             await self._guard(inner.prepare_fresh_verifier(network=network))
 
-    async def fresh_verifier(self, *, network: bool) -> Sandbox:
-        return await self._guard(verifier_phases(self._sandbox()).fresh_verifier(network=network))
+    async def fresh_verifier(self, *, network: bool, image: VerifierImage | None = None) -> Sandbox:
+        inner = verifier_phases(self._sandbox())
+        return await self._guard(inner.fresh_verifier(network=network, image=image))
 
     async def process_logs(self) -> dict[str, bytes]:
         inner = self._inner

@@ -36,7 +36,7 @@ from envfarm.sandbox.docker.images.build import (
 from envfarm.sandbox.docker.images.hostconfig import HostConfig, read_host_config
 from envfarm.sandbox.docker.images.local import local_image
 from envfarm.sandbox.docker.labels import image_labels
-from envfarm.sandbox.images.aliases import images_dir, load_alias_table
+from envfarm.sandbox.images.aliases import images_dir, load_alias_table, recipe_args
 
 LABEL_RECIPE = "io.envfarm.recipe"
 BASE_TIMEOUT_S = 1800.0
@@ -75,7 +75,7 @@ def recipe_image_tag(recipe: str, host: HostConfig | None = None) -> str:
     assert spec.dockerfile is not None
     assert spec.parent is not None
     parent = recipe_image_tag(spec.parent, host)
-    args = " ".join(f"{key}={value}" for key, value in sorted(spec.args.items()))
+    args = " ".join(f"{key}={value}" for key, value in sorted(recipe_args(spec).items()))
     dockerfile = images_dir() / spec.dockerfile
     context = [  # the files a recipe COPYs (entry points): changing one rebuilds the image
         f"{path.name}\n{_read(path)}"
@@ -160,7 +160,7 @@ async def ensure_recipe_image(
             dockerfile=dockerfile,
             tag=tag,
             labels=image_labels("alias", **{LABEL_RECIPE: recipe}),
-            buildargs={"BASE": parent.tag, **spec.args, **host.proxy_env},
+            buildargs={"BASE": parent.tag, **recipe_args(spec), **host.proxy_env},
             timeout=timeout,
         )
         image_id = await run_build(build, on_log)
