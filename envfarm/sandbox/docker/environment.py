@@ -80,7 +80,10 @@ class DockerEnvironment(
         env_id: str | None = None,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
+        seed_from: str | None = None,
     ) -> None:
+        """``seed_from``: a frozen environment whose volumes this one's start as copies of
+        (``fork.py``)."""
         self.env_id = env_id or uuid.uuid4().hex[:12]
         self.environment = environment
         main = main_config(environment, config, self.env_id)
@@ -92,6 +95,7 @@ class DockerEnvironment(
             outbound=main.sidecar_network,
             service_images=service_images,
             sources=sources,
+            seed_from=seed_from,
         )
         self.main = DockerSandbox(main, settle=self.surroundings.settle)
 

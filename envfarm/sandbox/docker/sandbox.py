@@ -261,6 +261,13 @@ class DockerSandbox(
             self._container.channel.close()
         return await self._clean_rooms.hand_out(self.config, network, self._container.kill)
 
+    async def kill_now(self) -> None:
+        """Stop every process of the container now, its channel closed; it stays until
+        teardown (a warm environment is frozen so, ``fork.py``)."""
+        if self._container.channel is not None:
+            self._container.channel.close()
+        await self._container.kill()
+
     async def _teardown(self) -> None:
         rooms = await self._clean_rooms.drain()
         outcomes = await asyncio.gather(

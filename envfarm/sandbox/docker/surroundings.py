@@ -15,6 +15,10 @@ and, without network access, no default route, so it sees its sidecars and nothi
 ``drop_default_route`` takes the route away again when the
 network namespace is new (a restart) or the bridge was left (the verifier phase).
 
+An environment forked from a frozen one (``fork.py``, ``seed_from``) starts the same way, from
+the frozen one's snapshots, its volumes filled as copies of the frozen one's before anything
+mounts them.
+
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
 killed run left behind); ``remove`` and ``sweep`` remove it, ``remove_now`` at interpreter exit.
 Docker calls run on the environments' pool (``engine_pool.py``).
@@ -47,6 +51,7 @@ from envfarm.sandbox.docker.labels import (
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
+from envfarm.sandbox.docker.snapshots import copy_volumes
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 
@@ -64,8 +69,11 @@ class Surroundings:
         outbound: bool = True,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
+        seed_from: str | None = None,
     ) -> None:
         self.environment = environment
+        self.seed_from = seed_from
+        """A frozen environment (``fork.py``) whose volumes this one's start as copies of."""
         self.env_id = env_id
         self.run_id = run_id
         self.network_name = network_name
@@ -120,6 +128,8 @@ class Surroundings:
         await asyncio.gather(
             *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
+        if self.seed_from is not None:
+            await self._seed_volumes(self.seed_from)
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
 
@@ -145,6 +155,14 @@ class Surroundings:
             healthy[service.name].set()
 
         await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+
+    async def _seed_volumes(self, parent: str) -> None:
+        """Each volume a copy of the frozen environment ``parent``'s of the same name."""
+        prefix = f"envfarm-{self.env_id}-"
+        pairs = [(f"envfarm-{parent}-{v.removeprefix(prefix)}", v) for v in self.volumes]
+        helper = (await ensure_base_image()).tag
+        labels = self.labels("helper")
+        await blocking(copy_volumes, pairs, helper, labels)
 
     async def settle(self, main: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
