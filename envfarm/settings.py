@@ -87,6 +87,9 @@ class Settings(_Frozen):
     """``ENVFARM_SIDECAR_NETWORK``, ``--sidecar-network``: whether compose sidecars get outbound
     network access as under Harbor (``public``) or none (``none``); the agent's container is
     never given a network by it."""
+    fork: Literal["auto", "off"] = "auto"
+    """``--fork``: whether a group's sandboxes are copies of one warm environment where the
+    engine can (``auto``) or each started cold (``off``); a job's ``fork`` wins."""
     runtime: str | None = None
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ from envfarm.check.steps import step_cell
 from envfarm.check.verdicts import TaskCheck
 from envfarm.cli.options import (
     command_settings,
+    fork_option,
     judge_options,
     offline_option,
     sidecar_network_option,
@@ -75,6 +76,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 @offline_option
 @verifier_network_option
 @sidecar_network_option
+@fork_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--compare-modes",
@@ -113,9 +115,13 @@ def check(
     offline: bool | None,
     verifier_network: str | None,
     sidecar_network: str | None,
+    fork: str | None,
 ) -> None:
     settings = command_settings(
-        offline=offline, verifier_network=verifier_network, sidecar_network=sidecar_network
+        offline=offline,
+        verifier_network=verifier_network,
+        sidecar_network=sidecar_network,
+        fork=fork,
     )
     tasks, errors = discover_tasks(list(paths))
     try:

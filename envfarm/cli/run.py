@@ -90,6 +90,7 @@ def run(
     offline: bool | None,
     verifier_network: str | None,
     sidecar_network: str | None,
+    fork: str | None,
 ) -> None:
     if resume is not None:
         secrets = {"api_key": api_key, "judge_api_key": judge_api_key}
@@ -102,6 +103,7 @@ def run(
         verifier_network=verifier_network,
         sidecar_network=sidecar_network,
         runtime=runtime,
+        fork=fork,
     )
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}

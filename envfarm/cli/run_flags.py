@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from envfarm.cli.options import (
+    fork_option,
     judge_options,
     offline_option,
     sidecar_network_option,
@@ -45,6 +46,7 @@ FLAGS: list[Callable[[Any], Any]] = [
     offline_option,
     verifier_network_option,
     sidecar_network_option,
+    fork_option,
     click.option("--model", default=None, help="Model name sent to the endpoint."),
     click.option(
         "--api-key",

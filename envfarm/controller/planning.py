@@ -27,6 +27,8 @@ def job_choices(request: JobRequest) -> JobChoices:
         sidecar_network=request.sidecar_network,
         runtime=request.runtime,
         request_ratio=request.request_ratio,
+        fork=request.fork,
+        group_size=request.group_size,
         max_turns=request.max_turns,
         context_budget=request.context_budget,
     )

@@ -135,6 +135,10 @@ class JobRequest(Wire):
     """Kubernetes: what each environment pod requests of its limits (None: the server's,
     0.5 by default). Requests equal to limits leave no headroom: a pod that meets its limit
     is throttled or killed where one with headroom would have gone on."""
+    fork: Literal["auto", "off"] | None = None
+    """``auto``: a group's sandboxes are copies of one warm environment where the engine can
+    fork it (docs/fork.md); ``off``: each starts cold; None: the server's (``--fork``, default
+    ``auto``)."""
     runtime: str | None = Field(default=None, min_length=1, max_length=100)
     """The sandboxes' container runtime (Docker) or RuntimeClass (Kubernetes); None: the
     server's. A server refuses any other than its own unless it allows it (``--allow-runtime``);

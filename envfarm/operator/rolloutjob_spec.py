@@ -31,6 +31,7 @@ OPTIONAL_FIELDS = (
     ("sidecarNetwork", "sidecar_network"),
     ("runtime", "runtime"),
     ("requestRatio", "request_ratio"),
+    ("fork", "fork"),
 )
 """The spec's fields that map one to one onto a job request's, when set (unset: the server's)."""
 ArchiveTasks = Callable[[bytes], Mapping[str, str]]

@@ -9,6 +9,10 @@ The verifier's network: the task's own ``network_mode`` when it sets one; a ``sh
 runs in the agent's container and keeps its (no) network; else ``task-default`` gives a fresh
 verifier container Harbor's ``public`` network and ``none`` keeps it offline.
 
+Forking (``sandbox/fork.py``): ``auto`` makes a group's sandboxes copies of one warm
+environment when the group has more than one, the engine can fork, and the task has services
+or a healthcheck (what takes time to start); ``off``, or anything else, starts each cold.
+
 The runtime: a task that asks for gVisor gets the chosen runtime when that is gVisor, else the
 engine's gVisor runtime, else it is refused; a runtime gVisor registered with
 ``--network=none`` cannot give the network a task needs, and a gVisor sandbox keeps the
@@ -82,6 +86,7 @@ def plan_episode(
         source="job" if job.request_ratio else "default",
         reason=f"Kubernetes pods request {ratio:g} of their limits",
     )
+    fork, decided["sandbox.fork"] = _fork(task, job, settings, facts)
     gvisor = _is_gvisor(runtime, facts)
     if gvisor:
         _check_gvisor(task, runtime or "", facts, network_set=config.verifier_network_set())
@@ -98,6 +103,7 @@ def plan_episode(
         agent_timeout_s=config.agent.timeout_sec or DEFAULT_AGENT_TIMEOUT_S,
         verifier_timeout_s=config.verifier.timeout_sec,
         request_ratio=ratio,
+        fork=fork,
     )
     budgets = (b for b in (job.context_budget, config.agent.context_budget_tokens) if b)
     agent = AgentPlan(
@@ -134,6 +140,30 @@ def plan_episode(
         verifier=verifier,
         decided=decided,
     )
+
+
+def _fork(
+    task: Task, job: JobChoices, settings: Settings, facts: EngineFacts
+) -> tuple[bool, Decision]:
+    """``auto`` forks a group of more than one from one warm environment when the engine
+    can and the task has something that takes time to start (services, a healthcheck)."""
+    choice = job.fork or settings.fork
+    source: DecisionSource = "job" if job.fork is not None else "default"
+    if choice == "off":
+        return False, Decision(source=source, reason="fork off: every sandbox starts cold")
+    if job.group_size < 2:
+        return False, Decision(source=source, reason="fork auto: a group of one starts cold")
+    if facts.fork_unsupported is not None:
+        reason = f"fork auto, but cold: {facts.fork_unsupported}"
+        return False, Decision(source=source, reason=reason)
+    if task.compose is None and task.config.environment.healthcheck is None:
+        reason = (
+            "fork auto, but cold: a single container without services or a healthcheck "
+            "starts as quickly as a copy would"
+        )
+        return False, Decision(source="task", reason=reason)
+    reason = f"fork auto: the group's {job.group_size} sandboxes are copies of one warm one"
+    return True, Decision(source=source, reason=reason)
 
 
 def _where(mode: str, settings: Settings) -> str:

@@ -53,7 +53,10 @@ class DockerBackend(SandboxBackend, AgentImages, Forking):
                 for name, r in registered.items()
             }
             self._facts = EngineFacts(
-                backend="Docker engine", runtimes=runtimes, gvisor_runtime=gvisor_runtime()
+                backend="Docker engine",
+                runtimes=runtimes,
+                gvisor_runtime=gvisor_runtime(),
+                fork_unsupported=None,
             )
         return self._facts
 

@@ -36,7 +36,7 @@ def commit(container_id: str, original: str, repository: str, labels: dict[str, 
     configuration and ``labels``; its id."""
     api = docker_client().api
     try:
-        config = dict(api.inspect_image(original).get("Config") or {})
+        config = dict(docker_client().images.get(original).attrs.get("Config") or {})
         config["Labels"] = {**(config.get("Labels") or {}), **labels}
         committed = api.commit(container_id, repository=repository, tag="latest", conf=config)
     except docker.errors.APIError as exc:
