@@ -1,6 +1,7 @@
 """Copies of one warm environment (``sandbox/docker/fork.py``) on the Docker engine: each
 answers from its own copy of the seeded database, and none sees another's writes, processes
-or network; the warm parent's snapshots are labelled for the reaper and removed on close."""
+or network; the warm parent's snapshots (the database's: nothing ran in the main container) are
+labelled for the reaper and removed on close."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.fork import DockerWarmParent
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_OWNER, owner_label
 from envfarm.sandbox.fork import WarmParent
 from envfarm.spec.task import load_task
@@ -93,7 +95,8 @@ async def test_copies_have_their_own_network_containers_and_volumes(
     assert own
     reach = await first.exec(f"timeout 3 bash -c '</dev/tcp/{address}/5432'", timeout=30)
     assert reach.exit_code != 0, "a copy reached its sibling's database"
-    labels = docker_client().images.get(str(parent.image_id)).labels
+    assert isinstance(parent, DockerWarmParent)
+    labels = docker_client().images.get(parent.service_images["db"]).labels
     assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
 
 
@@ -101,8 +104,8 @@ async def test_closing_the_parent_removes_its_snapshots(
     copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
 ) -> None:
     parent, first, second = copies
-    snapshot = parent.image_id
-    assert snapshot is not None
+    assert isinstance(parent, DockerWarmParent)
+    snapshot = parent.service_images["db"]
     await first.stop()
     await second.stop()
     await parent.close()

@@ -4,11 +4,13 @@
 volumes, sidecars healthy, the main container's entrypoint and healthcheck), then freezes it:
 each sidecar is stopped with its image's stop signal (a database shuts down cleanly, so a copy
 needs no recovery), the main container is killed, and every container's file system is
-committed (``snapshots.py``). A copy (``fork``) is a new ``DockerEnvironment`` of the same
-configuration whose containers start from those snapshots and whose volumes start as reflink
-copies of the frozen ones: its services start again on copied data (a database finds its data
-directory initialized and skips its seeding; ready in about a second), on its own network, with
-its own hostnames, container ids and volumes. The method is recorded as ``snapshot+restart``.
+committed (``snapshots.py``; a main container in which nothing of the image's own ran is
+not: its image already is what it holds). A copy (``fork``) is a new ``DockerEnvironment`` of
+the same configuration whose containers start from those snapshots and whose volumes start as
+reflink copies of the frozen ones: its services start again on copied data (a database finds
+its data directory initialized and skips its seeding; ready in about a second), on its own
+network, with its own hostnames, container ids and volumes. The method is recorded as
+``snapshot+restart``.
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the
@@ -124,8 +126,11 @@ class DockerWarmParent(WarmParent):
             self.parent.main.kill_now(), *(blocking(stop_container, i) for i in sidecars.values())
         )
         originals = self.parent.surroundings.service_images or {}
-        containers = {MAIN_SERVICE: (self.parent.container_id, self.config.image)}
-        containers |= {name: (i, originals[name]) for name, i in sidecars.items()}
+        containers = {name: (i, originals[name]) for name, i in sidecars.items()}
+        if self.parent.main.runs_own_process:
+            containers[MAIN_SERVICE] = (self.parent.container_id, self.config.image)
+        else:  # nothing ran in it that a copy should find done: its image is the snapshot
+            self.image_id = self.config.image
 
         async def snapshot(service: str, container_id: str, original: str) -> None:
             repository = f"{SNAPSHOT_REPOSITORY}/{self.parent_id}-{service}"

@@ -128,8 +128,9 @@ class Surroundings:
         await asyncio.gather(
             *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
-        if self.seed_from is not None:
-            await self._seed_volumes(self.seed_from)
+        seeding = None
+        if self.seed_from is not None:  # beside the starts that need no volume
+            seeding = asyncio.ensure_future(self._seed_volumes(self.seed_from))
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
 
@@ -139,6 +140,8 @@ class Surroundings:
                 await ready[dependency].wait()
 
         async def bring_up(service: ComposeService) -> None:
+            if seeding is not None and any(m.kind == "volume" for m in service.volumes):
+                await asyncio.shield(seeding)
             if service.name == MAIN_SERVICE:
                 # Nothing runs in main until the agent starts, so it is created at once; its
                 # dependencies gate its healthcheck and the agent, not its creation.
@@ -154,7 +157,15 @@ class Surroundings:
                 await sidecar_healthy(service, container_id)
             healthy[service.name].set()
 
-        await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+        try:
+            await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+        finally:
+            if seeding is not None:
+                await asyncio.wait([seeding])  # its copy ran to its end (``blocking``)
+                if not seeding.cancelled():
+                    seeding.exception()  # retrieved; raised below when nothing else failed
+        if seeding is not None:
+            seeding.result()
 
     async def _seed_volumes(self, parent: str) -> None:
         """Each volume a copy of the frozen environment ``parent``'s of the same name."""
