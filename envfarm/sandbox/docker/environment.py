@@ -81,9 +81,10 @@ class DockerEnvironment(
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
         seed_from: str | None = None,
+        baked: frozenset[str] = frozenset(),
     ) -> None:
         """``seed_from``: a frozen environment whose volumes this one's start as copies of
-        (``fork.py``)."""
+        (``fork.py``); ``baked``: named volumes its sidecars' images hold instead."""
         self.env_id = env_id or uuid.uuid4().hex[:12]
         self.environment = environment
         main = main_config(environment, config, self.env_id)
@@ -96,6 +97,7 @@ class DockerEnvironment(
             service_images=service_images,
             sources=sources,
             seed_from=seed_from,
+            baked=baked,
         )
         self.main = DockerSandbox(main, settle=self.surroundings.settle)
 
