@@ -7,17 +7,18 @@ whose PostgreSQL sidecar seeds 4 million rows at its first start):
     database): cold, N environments started at once; forked, one warm environment started and
     frozen, then N copies of it made at once (the warm one's start counted);
   - per copy, once forked: memory (the engine's figure for its containers, page cache
-    included) and disk (its containers' own writable layers; volumes are reflink copies whose
-    extents stay shared until written);
+    included) and disk (its containers' own writable layers, as the engine counts them; a
+    database's data is in its sidecar's snapshot, or a reflink copy, shared until written);
   - wall: a whole job, one group of N oracle episodes at concurrency N, ``fork off`` against
     ``fork auto``, from submission to the last trajectory (teardown in the background, as
     ``envfarm run`` does); the rewards of both must be the same.
 Cold runs stop at ``--cold-max`` (a cold group of 64 seeding at once takes many minutes on 2
-cores): above it only the forked figures are measured. Prints a table, one JSON object per N,
-and as its last line one JSON object: the figures of the largest N with both modes measured,
-``results`` holding every N.
+cores): above it only the forked figures are measured; whole jobs stop at ``--wall-max``.
+Prints a table, one JSON object per N, and as its last line one JSON object: the figures of the
+largest N with both modes measured, ``results`` holding every N.
 
-Usage: python bench/fork.py [--task DIR] [--n 1,4,16] [--cold-max 16] [--runtime runc]
+Usage: python bench/fork.py [--task DIR] [--n 1,4,16] [--cold-max 16] [--wall-max 64]
+                            [--runtime runc]
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ async def measure(
     n: int,
     cold: bool,
     probe: tuple[str, str],
+    wall: bool = True,
 ) -> dict[str, Any]:
     run_id = f"bench-fork-{uuid.uuid4().hex[:6]}"
     row: dict[str, Any] = {"n": n}
@@ -180,6 +182,9 @@ async def measure(
     await parent.close()
     if cold:
         row["ready_ratio"] = round(row["cold_ready_s"] / row["fork_ready_s"], 2)
+    if not wall:
+        return row
+    if cold:
         cold_wall, cold_rewards, _ = await job_wall(backend, task, n, "off")
         row["cold_wall_s"] = round(cold_wall, 2)
     fork_wall, fork_rewards, forked = await job_wall(backend, task, n, "auto")
@@ -191,7 +196,9 @@ async def measure(
     return row
 
 
-async def main(task_dir: Path, sizes: list[int], cold_max: int, runtime: str | None) -> None:
+async def main(
+    task_dir: Path, sizes: list[int], cold_max: int, runtime: str | None, wall_max: int
+) -> None:
     task = load_task(task_dir)
     backend = DockerBackend()
     planner = Planner(backend, job=JobChoices(runtime=runtime, group_size=2))
@@ -202,7 +209,7 @@ async def main(task_dir: Path, sizes: list[int], cold_max: int, runtime: str | N
     print(f"fork benchmark: task {task.id}, runtime {shown}, plan fork={spec.fork}")
     rows = []
     for n in sizes:
-        row = await measure(backend, task, spec, image, n, n <= cold_max, probe)
+        row = await measure(backend, task, spec, image, n, n <= cold_max, probe, n <= wall_max)
         rows.append(row)
         print(json.dumps({"task": task.id, "runtime": shown, **row}), flush=True)
     print(
@@ -213,7 +220,7 @@ async def main(task_dir: Path, sizes: list[int], cold_max: int, runtime: str | N
         print(
             f"{r['n']:>4} {r.get('cold_ready_s', '-'):>11} {r['fork_ready_s']:>11} "
             f"{r.get('ready_ratio', '-'):>6} {r.get('cold_wall_s', '-'):>10} "
-            f"{r['fork_wall_s']:>10} {r.get('wall_ratio', '-'):>6} "
+            f"{r.get('fork_wall_s', '-'):>10} {r.get('wall_ratio', '-'):>6} "
             f"{r['mem_per_copy_mb']:>8} {r['disk_per_copy_mb']:>8}"
         )
     both = [r for r in rows if "cold_ready_s" in r] or rows
@@ -225,7 +232,8 @@ if __name__ == "__main__":
     parser.add_argument("--task", type=Path, default=TASK)
     parser.add_argument("--n", default="1,4,16")
     parser.add_argument("--cold-max", type=int, default=16)
+    parser.add_argument("--wall-max", type=int, default=64)
     parser.add_argument("--runtime", default=None)
     args = parser.parse_args()
     sizes = [int(part) for part in args.n.split(",")]
-    asyncio.run(main(args.task.resolve(), sizes, args.cold_max, args.runtime))
+    asyncio.run(main(args.task.resolve(), sizes, args.cold_max, args.runtime, args.wall_max))
