@@ -81,10 +81,9 @@ class DockerEnvironment(
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
         seed_from: str | None = None,
-        baked: frozenset[str] = frozenset(),
     ) -> None:
         """``seed_from``: a frozen environment whose volumes this one's start as copies of
-        (``fork.py``); ``baked``: named volumes its sidecars' images hold instead."""
+        (``fork.py``)."""
         self.env_id = env_id or uuid.uuid4().hex[:12]
         self.environment = environment
         main = main_config(environment, config, self.env_id)
@@ -97,7 +96,6 @@ class DockerEnvironment(
             service_images=service_images,
             sources=sources,
             seed_from=seed_from,
-            baked=baked,
         )
         self.main = DockerSandbox(main, settle=self.surroundings.settle)
 

@@ -7,11 +7,10 @@ needs no recovery), the main container is killed, and every container's file sys
 committed (``snapshots.py``; a main container in which nothing of the image's own ran is
 not: its image already is what it holds). A copy (``fork``) is a new ``DockerEnvironment`` of
 the same configuration whose containers start from those snapshots and whose volumes start as
-reflink copies of the frozen ones (a named volume that one sidecar alone mounts is copied into
-that sidecar's snapshot instead, once, so that a copy gets it as a snapshot too): its services
-start again on copied data (a database finds its data directory initialized and skips its
-seeding; ready in about a second), on its own network, with its own hostnames, container ids
-and volumes. The method is recorded as ``snapshot+restart``.
+reflink copies of the frozen ones: its services start again on copied data (a database finds
+its data directory initialized and skips its seeding; ready in about a second), on its own
+network, with its own hostnames, container ids and volumes. The method is recorded as
+``snapshot+restart``.
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the
@@ -50,13 +49,7 @@ from envfarm.sandbox.docker.labels import (
 )
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
-from envfarm.sandbox.docker.snapshots import (
-    commit,
-    commit_with,
-    declared_volumes,
-    remove_image,
-    stop_container,
-)
+from envfarm.sandbox.docker.snapshots import commit, remove_image, stop_container
 from envfarm.sandbox.fork import WarmParent
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE
@@ -90,8 +83,6 @@ class DockerWarmParent(WarmParent):
         self.sources = sources
         self.service_images: dict[str, str] = {}
         self.snapshots: list[str] = []
-        self.baked: set[str] = set()
-        """Named volumes whose contents are in their sidecar's snapshot."""
 
     @classmethod
     async def make(
@@ -144,15 +135,7 @@ class DockerWarmParent(WarmParent):
         async def snapshot(service: str, container_id: str, original: str) -> None:
             repository = f"{SNAPSHOT_REPOSITORY}/{self.parent_id}-{service}"
             labels = self._labels(service)
-            bake = await self._bakeable(service, original)
-            if bake:
-                paths = [target for _, target in bake]
-                image = await blocking(
-                    commit_with, container_id, original, repository, labels, paths
-                )
-                self.baked |= {name for name, _ in bake}
-            else:
-                image = await blocking(commit, container_id, original, repository, labels)
+            image = await blocking(commit, container_id, original, repository, labels)
             self.snapshots.append(image)
             if service == MAIN_SERVICE:
                 self.image_id = image
@@ -160,27 +143,6 @@ class DockerWarmParent(WarmParent):
                 self.service_images[service] = image
 
         await asyncio.gather(*(snapshot(s, c, o) for s, (c, o) in containers.items()))
-
-    async def _bakeable(self, service: str, original: str) -> list[tuple[str, str]]:
-        """(volume, mount target) of each named volume that only ``service`` mounts, where its
-        image declares no ``VOLUME``: its contents go into the service's snapshot."""
-        compose = self.environment.compose
-        if compose is None or service == MAIN_SERVICE:
-            return []
-        users: dict[str, int] = {}
-        for each in compose.services.values():
-            for mount in each.volumes:
-                if mount.kind == "volume" and mount.source is not None:
-                    users[mount.source] = users.get(mount.source, 0) + 1
-        declared = {path.rstrip("/") for path in await blocking(declared_volumes, original)}
-        return [
-            (mount.source, mount.target)
-            for mount in compose.services[service].volumes
-            if mount.kind == "volume"
-            and mount.source is not None
-            and users[mount.source] == 1
-            and mount.target.rstrip("/") not in declared
-        ]
 
     async def fork(self) -> Sandbox:
         if self.image_id is None:
@@ -191,7 +153,6 @@ class DockerWarmParent(WarmParent):
             service_images=self.service_images,
             sources=self.sources,
             seed_from=self.parent_id,
-            baked=frozenset(self.baked),
         )
         await child.start()
         return child

@@ -44,50 +44,6 @@ def commit(container_id: str, original: str, repository: str, labels: dict[str, 
     return str(committed["Id"])
 
 
-def declared_volumes(image: str) -> set[str]:
-    """The paths ``image`` declares as ``VOLUME``s (a container gets an anonymous volume
-    there, whatever its image holds)."""
-    try:
-        config = docker_client().images.get(image).attrs.get("Config") or {}
-    except docker.errors.APIError as exc:
-        raise SandboxError(f"could not inspect image {image}: {exc}") from exc
-    return set(config.get("Volumes") or {})
-
-
-def commit_with(
-    container_id: str,
-    original: str,
-    repository: str,
-    labels: dict[str, str],
-    paths: list[str],
-) -> str:
-    """``commit``, with what is mounted at each of ``paths`` (volumes) copied into the image's
-    own file system: a container of it needs no volume there, and gets the data as a
-    snapshot of the image rather than a copy."""
-    base = commit(container_id, original, f"{repository}-base", labels)
-    api = docker_client().api
-    try:
-        staging = api.create_container(
-            base, command=["true"], entrypoint=[], network_disabled=True, labels=labels
-        )["Id"]
-    except docker.errors.APIError as exc:
-        raise SandboxError(f"could not stage a snapshot's volumes: {exc}") from exc
-    try:
-        for path in paths:
-            stream, _ = api.get_archive(container_id, path)
-            parent = path.rstrip("/").rpartition("/")[0] or "/"
-            if not api.put_archive(staging, parent, stream):
-                raise SandboxError(f"the engine refused the contents of {path} for a snapshot")
-        return commit(staging, original, repository, labels)
-    except docker.errors.APIError as exc:
-        raise SandboxError(f"could not copy {paths} into a snapshot: {exc}") from exc
-    finally:
-        with contextlib.suppress(docker.errors.APIError):
-            api.remove_container(staging, force=True, v=True)
-        with contextlib.suppress(docker.errors.APIError):
-            api.remove_image(f"{repository}-base:latest")  # untagged: the image keeps its layers
-
-
 def remove_image(image_id: str) -> None:
     try:
         docker_client().api.remove_image(image_id, force=True, noprune=False)

@@ -70,14 +70,10 @@ class Surroundings:
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
         seed_from: str | None = None,
-        baked: frozenset[str] = frozenset(),
     ) -> None:
         self.environment = environment
         self.seed_from = seed_from
         """A frozen environment (``fork.py``) whose volumes this one's start as copies of."""
-        self.baked = baked
-        """Named volumes whose contents a sidecar's image holds (a frozen environment's
-        snapshot): neither created nor mounted."""
         self.env_id = env_id
         self.run_id = run_id
         self.network_name = network_name
@@ -126,7 +122,7 @@ class Surroundings:
         wanted = {
             volume
             for service in compose.services.values()
-            for volume in self._volume_names(service).values()
+            for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
         }
         self.volumes = sorted(wanted)
         await asyncio.gather(
@@ -144,8 +140,7 @@ class Surroundings:
                 await ready[dependency].wait()
 
         async def bring_up(service: ComposeService) -> None:
-            mounts = self._unbaked(service).volumes
-            if seeding is not None and any(m.kind == "volume" for m in mounts):
+            if seeding is not None and any(m.kind == "volume" for m in service.volumes):
                 await asyncio.shield(seeding)
             if service.name == MAIN_SERVICE:
                 # Nothing runs in main until the agent starts, so it is created at once; its
@@ -208,11 +203,11 @@ class Surroundings:
         image = self.service_images.get(service.name)
         if image is None:
             raise SandboxError(f"service {service.name!r}: no image was prepared for it")
-        names = self._volume_names(service)
+        names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)
         container = await blocking(
             functools.partial(
                 sidecars.create_sidecar,
-                self._unbaked(service),
+                service,
                 image=image,
                 container_name=f"envfarm-{self.env_id}-{service.name}",
                 network=self.network_name or "",
@@ -226,18 +221,6 @@ class Surroundings:
         self.sidecar_ids[service.name] = container_id
         await blocking(sidecars.start_sidecar, container, service.name)
         return container_id
-
-    def _volume_names(self, service: ComposeService) -> dict[str, str]:
-        assert self.environment.compose is not None
-        named = [v for v in self.environment.compose.volumes if v not in self.baked]
-        return sidecars.volume_names(self.env_id, named, self._unbaked(service))
-
-    def _unbaked(self, service: ComposeService) -> ComposeService:
-        """``service`` without its mounts of baked volumes."""
-        if not self.baked:
-            return service
-        kept = [m for m in service.volumes if not (m.kind == "volume" and m.source in self.baked)]
-        return service.model_copy(update={"volumes": kept})
 
     async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
         container_id = self.sidecar_ids.get(service)
