@@ -62,6 +62,8 @@ async def test_every_copy_answers_from_the_seeded_data(
     for copy in (first, second):
         result = await copy.exec(COUNT, timeout=60)
         assert (result.exit_code, result.stdout.strip()) == (0, str(ROWS)), result.stderr
+        logs = bytes(docker_client().containers.get(copy.sidecar_ids["db"]).logs())
+        assert b"01-seed.sh" not in logs, "the copy seeded its database again"
 
 
 async def test_one_copys_writes_and_processes_are_invisible_to_another(
