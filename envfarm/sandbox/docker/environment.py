@@ -46,7 +46,7 @@ from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import main_config
-from envfarm.sandbox.docker.surroundings import Surroundings
+from envfarm.sandbox.docker.surroundings import Surroundings, VolumeSeed
 from envfarm.settings import ImageSource
 
 _live: dict[str, DockerEnvironment] = {}
@@ -80,7 +80,7 @@ class DockerEnvironment(
         env_id: str | None = None,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
-        seed_from: str | None = None,
+        seed_from: VolumeSeed | None = None,
     ) -> None:
         """``seed_from``: a frozen environment whose volumes this one's start as copies of
         (``fork.py``)."""

@@ -10,7 +10,8 @@ the same configuration whose containers start from those snapshots and whose vol
 reflink copies of the frozen ones: its services start again on copied data (a database finds
 its data directory initialized and skips its seeding; ready in about a second), on its own
 network, with its own hostnames, container ids and volumes. The method is recorded as
-``snapshot+restart``.
+``snapshot+restart``. The volume copies of copies asked for together (a group's) are made by
+one helper container.
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the
@@ -39,6 +40,7 @@ from envfarm.plan.models import EnvironmentSpec, SandboxSpec
 from envfarm.sandbox.base import Sandbox
 from envfarm.sandbox.docker.engine_pool import blocking
 from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.images.recipes import ensure_base_image
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -49,12 +51,14 @@ from envfarm.sandbox.docker.labels import (
 )
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
-from envfarm.sandbox.docker.snapshots import commit, remove_image, stop_container
+from envfarm.sandbox.docker.snapshots import commit, copy_volumes, remove_image, stop_container
 from envfarm.sandbox.fork import WarmParent
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE
 
 METHOD = "snapshot+restart"
+BATCH_S = 0.2
+"""How long a volume copy waits for others to be made by the same helper container."""
 SNAPSHOT_REPOSITORY = "envfarm-fork"
 
 
@@ -83,6 +87,8 @@ class DockerWarmParent(WarmParent):
         self.sources = sources
         self.service_images: dict[str, str] = {}
         self.snapshots: list[str] = []
+        self._pending: list[tuple[list[tuple[str, str]], asyncio.Future[None]]] = []
+        self._batching: asyncio.Task[None] | None = None
 
     @classmethod
     async def make(
@@ -152,10 +158,38 @@ class DockerWarmParent(WarmParent):
             self.environment,
             service_images=self.service_images,
             sources=self.sources,
-            seed_from=self.parent_id,
+            seed_from=self,
         )
         await child.start()
         return child
+
+    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
+        """The copies asked for within ``BATCH_S`` of each other made by one helper container
+        (copies of a group are asked for at once: one container instead of one each)."""
+        done = asyncio.get_running_loop().create_future()
+        self._pending.append((pairs, done))
+        if self._batching is None:
+            self._batching = asyncio.ensure_future(self._copy_batch())
+        await done
+
+    async def _copy_batch(self) -> None:
+        await asyncio.sleep(BATCH_S)
+        batch, self._pending, self._batching = self._pending, [], None
+        helper = (await ensure_base_image()).tag
+        labels = {**self._labels("helper"), LABEL_KIND: "helper"}
+        try:
+            await blocking(copy_volumes, [p for pairs, _ in batch for p in pairs], helper, labels)
+        except BaseException as exc:
+            failed = exc if isinstance(exc, Exception) else SandboxError("the copy was cancelled")
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(failed)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for _, done in batch:
+            if not done.done():
+                done.set_result(None)
 
     async def close(self) -> None:
         errors: list[SandboxError] = []

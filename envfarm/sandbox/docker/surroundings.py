@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
@@ -51,9 +51,18 @@ from envfarm.sandbox.docker.labels import (
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
-from envfarm.sandbox.docker.snapshots import copy_volumes
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
+
+
+class VolumeSeed(Protocol):
+    """A frozen environment whose volumes a new one's start as copies of (``fork.py``)."""
+
+    parent_id: str
+
+    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
+        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
+        ...
 
 
 class Surroundings:
@@ -69,7 +78,7 @@ class Surroundings:
         outbound: bool = True,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
-        seed_from: str | None = None,
+        seed_from: VolumeSeed | None = None,
     ) -> None:
         self.environment = environment
         self.seed_from = seed_from
@@ -167,13 +176,12 @@ class Surroundings:
         if seeding is not None:
             seeding.result()
 
-    async def _seed_volumes(self, parent: str) -> None:
-        """Each volume a copy of the frozen environment ``parent``'s of the same name."""
+    async def _seed_volumes(self, seed: VolumeSeed) -> None:
+        """Each volume a copy of the frozen environment's of the same name."""
         prefix = f"envfarm-{self.env_id}-"
-        pairs = [(f"envfarm-{parent}-{v.removeprefix(prefix)}", v) for v in self.volumes]
-        helper = (await ensure_base_image()).tag
-        labels = self.labels("helper")
-        await blocking(copy_volumes, pairs, helper, labels)
+        pairs = [(f"envfarm-{seed.parent_id}-{v.removeprefix(prefix)}", v) for v in self.volumes]
+        if pairs:
+            await seed.copy_volumes(pairs)
 
     async def settle(self, main: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
