@@ -96,6 +96,9 @@ class Settings(_Frozen):
     realism: Realism = "off"
     """``ENVFARM_REALISM``, ``--realism``: the sandboxes' default profile (``workstation``
     hides what tells a sandbox, docs/sandbox.md#the-workstation-profile)."""
+    fork: Literal["auto", "off"] = "auto"
+    """``--fork``: whether a group's sandboxes are copies of one warm environment where the
+    engine can (``auto``) or each started cold (``off``); a job's ``fork`` wins."""
     runtime: str | None = None
     """``--runtime``: the default container runtime (Docker) or RuntimeClass (Kubernetes)."""
     allowed_runtimes: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ from envfarm.check.steps import step_cell
 from envfarm.check.verdicts import TaskCheck
 from envfarm.cli.options import (
     command_settings,
+    fork_option,
     judge_options,
     offline_option,
     realism_option,
@@ -77,6 +78,7 @@ _STYLE = {"sound": "green", "unsound": "red", "error": "yellow", "lint-only": "g
 @verifier_network_option
 @sidecar_network_option
 @realism_option
+@fork_option
 @click.option("--no-run", is_flag=True, help="Lint only: no image build, no episodes.")
 @click.option(
     "--compare-modes",
@@ -116,12 +118,14 @@ def check(
     verifier_network: str | None,
     sidecar_network: str | None,
     realism: str | None,
+    fork: str | None,
 ) -> None:
     settings = command_settings(
         offline=offline,
         verifier_network=verifier_network,
         sidecar_network=sidecar_network,
         realism=realism,
+        fork=fork,
     )
     tasks, errors = discover_tasks(list(paths))
     try:

@@ -73,6 +73,15 @@ realism_option = click.option(
     "docs/sandbox.md).",
 )
 
+fork_option = click.option(
+    "--fork",
+    type=click.Choice(["auto", "off"]),
+    default=None,
+    help="auto (the default): a group's sandboxes are copies of one warm environment where "
+    "the engine can fork it (a task with services or a healthcheck, on Docker); off: each "
+    "starts cold. For serve, the default of jobs that set no fork (docs/fork.md).",
+)
+
 
 def command_settings(**flags: Any) -> Settings:
     """The environment's settings with the command's flags (None: not given) in their

@@ -91,6 +91,7 @@ def run(
     verifier_network: str | None,
     sidecar_network: str | None,
     realism: str | None,
+    fork: str | None,
 ) -> None:
     if resume is not None:
         secrets = {"api_key": api_key, "judge_api_key": judge_api_key}
@@ -104,6 +105,7 @@ def run(
         sidecar_network=sidecar_network,
         realism=realism,
         runtime=runtime,
+        fork=fork,
     )
     tasks, errors = discover_tasks(list(paths))
     bad_inputs = {error.path: str(error) for error in errors}

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from envfarm.cli.options import (
+    fork_option,
     judge_options,
     offline_option,
     realism_option,
@@ -47,6 +48,7 @@ FLAGS: list[Callable[[Any], Any]] = [
     verifier_network_option,
     sidecar_network_option,
     realism_option,
+    fork_option,
     click.option("--model", default=None, help="Model name sent to the endpoint."),
     click.option(
         "--api-key",

@@ -27,6 +27,7 @@ from envfarm.api.app import DEFAULT_MAX_BODY_BYTES
 from envfarm.api.server import ApiServer
 from envfarm.cli.options import (
     command_settings,
+    fork_option,
     offline_option,
     realism_option,
     sidecar_network_option,
@@ -57,6 +58,7 @@ def controller_options(command: F) -> F:
         verifier_network_option,
         sidecar_network_option,
         realism_option,
+        fork_option,
         offline_option,
         click.option("--request-ratio", type=click.FloatRange(0, 1, min_open=True), default=None,
                      help="Kubernetes: what each environment pod requests of its CPU, memory "

@@ -46,6 +46,7 @@ from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
 from envfarm.sandbox.files import upload_dir
+from envfarm.sandbox.fork import Forked, Forking, Forks
 from envfarm.sandbox.images.workstation import workstation_images
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.mcp import mcp_section
@@ -53,6 +54,15 @@ from envfarm.spec.task import Task
 
 log = logging.getLogger(__name__)
 SOLUTION_DIR = "/solution"
+
+
+@dataclass(frozen=True)
+class Provided:
+    """An episode's sandbox, whether it is started already, and its pristine image."""
+
+    sandbox: Sandbox
+    started: bool
+    pristine_image: str | None
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,8 @@ class EpisodeRunner:
     """Each task's plan in this job (``controller/planning.py``); None: one with the
     environment's settings and this runner's turns, timeouts and budget."""
     _retiring: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    _forks: Forks | None = field(default=None, init=False, repr=False)
+    _cold_reasons: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.planner is None:
@@ -128,9 +140,19 @@ class EpisodeRunner:
             self.planner = Planner(self.backend, job=choices)
 
     async def drain(self) -> None:
-        """Wait until every sandbox handed to the background has been removed."""
+        """Wait until every sandbox handed to the background has been removed, then remove
+        the job's warm environments (their copies are gone with their episodes)."""
         while self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
+        if self._forks is not None:
+            forks, self._forks = self._forks, None
+            await forks.close()
+            self._cold_reasons.update(forks.reasons)
+
+    @property
+    def cold_reasons(self) -> dict[str, str]:
+        """Task id -> why its episodes started cold though their plan forks."""
+        return self._cold_reasons | (self._forks.reasons if self._forks is not None else {})
 
     def _retire(self, sandbox: Sandbox, episode_id: str) -> None:
         async def remove() -> None:
@@ -186,16 +208,15 @@ class EpisodeRunner:
                 trajectory.timings.total_s = time.monotonic() - started
                 return trajectory
         assert request.image is not None
-        if self.pools is None:
-            sandbox = self.backend.create(plan.sandbox, request.image, run_id=self.run_id)
-        else:
-            with phase(trajectory, "provision"):
-                sandbox = await self.pools.acquire(plan.sandbox, request.image)
-            if trajectory.error:
-                trajectory.timings.total_s = time.monotonic() - started
-                return trajectory
+        provided: Provided | None = None
+        with phase(trajectory, "provision"):
+            provided = await self._provide(plan, request.image, trajectory)
+        if trajectory.error or provided is None:
+            trajectory.timings.total_s = time.monotonic() - started
+            return trajectory
+        sandbox = provided.sandbox
         try:
-            await self._phases(request, plan, sandbox, trajectory)
+            await self._phases(request, plan, provided, trajectory)
             settle_training_data(trajectory, self.policy.versions)
         except BaseException:
             with phase(trajectory, "teardown"):
@@ -210,10 +231,28 @@ class EpisodeRunner:
         trajectory.timings.total_s = time.monotonic() - started
         return trajectory
 
+    async def _provide(self, plan: EpisodePlan, image: PreparedImage, traj: Trajectory) -> Provided:
+        """The episode's sandbox: a copy of the group's warm environment when the plan forks
+        (``sandbox/fork.py``; cold when there is none), a warm pool's, or a new one."""
+        if plan.sandbox.fork and self.pools is None and isinstance(self.backend, Forking):
+            if self._forks is None:
+                self._forks = Forks(self.backend, self.run_id)
+            forked = await self._forks.acquire(plan.sandbox, image)
+            if isinstance(forked, Forked):
+                traj.provenance.forked_from = forked.parent_id
+                traj.provenance.fork_method = forked.method
+                return Provided(forked.sandbox, started=True, pristine_image=forked.image_id)
+        if self.pools is not None:
+            sandbox = await self.pools.acquire(plan.sandbox, image)
+            return Provided(sandbox, started=True, pristine_image=image.image_id)
+        sandbox = self.backend.create(plan.sandbox, image, run_id=self.run_id)
+        return Provided(sandbox, started=False, pristine_image=image.image_id)
+
     async def _phases(
-        self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
+        self, request: EpisodeRequest, plan: EpisodePlan, provided: Provided, traj: Trajectory
     ) -> None:
         task = request.task
+        sandbox = provided.sandbox
         steps: StepSession | None = None
         with phase(traj, "provision"):
             steps = self._steps(request, plan, sandbox, traj)
@@ -227,10 +266,10 @@ class EpisodeRunner:
             allow_solution=self.policy.needs_solution,
             keep_artifacts=self.artifacts_dir is not None,
             inspect=self.tamper_checks,
-            image_id=request.image.image_id if request.image else None,
+            image_id=provided.pristine_image,
         )
         with phase(traj, "provision"):
-            if self.pools is None:
+            if not provided.started:
                 await sandbox.start()
             if self.watcher is not None:
                 await self.watcher.before_agent(request, sandbox)

@@ -28,6 +28,8 @@ def job_choices(request: JobRequest) -> JobChoices:
         runtime=request.runtime,
         request_ratio=request.request_ratio,
         realism=request.realism,
+        fork=request.fork,
+        group_size=request.group_size,
         max_turns=request.max_turns,
         context_budget=request.context_budget,
     )

@@ -139,6 +139,10 @@ class JobRequest(Wire):
     """The sandboxes' profile (docs/sandbox.md): ``workstation`` makes them look like a
     developer's machine, ``off`` leaves them as they are; None: the server's default. A task's
     own ``[environment] realism`` wins."""
+    fork: Literal["auto", "off"] | None = None
+    """``auto``: a group's sandboxes are copies of one warm environment where the engine can
+    fork it (docs/fork.md); ``off``: each starts cold; None: the server's (``--fork``, default
+    ``auto``)."""
     runtime: str | None = Field(default=None, min_length=1, max_length=100)
     """The sandboxes' container runtime (Docker) or RuntimeClass (Kubernetes); None: the
     server's. A server refuses any other than its own unless it allows it (``--allow-runtime``);

@@ -190,6 +190,12 @@ class Provenance(WireModel):
     seed: int | None = None
     realism: Literal["workstation", "off"] | None = None
     """The sandbox's profile as the plan decided it (docs/sandbox.md); None: no plan was made."""
+    forked_from: str | None = None
+    """The warm environment this episode's sandbox is a copy of (its siblings in the group
+    share it; None: started cold), so correlated rewards can be traced (docs/fork.md)."""
+    fork_method: str | None = None
+    """How the copy was made (``snapshot+restart``: file systems snapshotted, processes
+    started again on them)."""
 
 
 StopReason = Literal["submitted", "no_tool_call", "max_turns", "timeout", "context_length", "error"]

@@ -32,6 +32,7 @@ OPTIONAL_FIELDS = (
     ("runtime", "runtime"),
     ("requestRatio", "request_ratio"),
     ("realism", "realism"),
+    ("fork", "fork"),
 )
 """The spec's fields that map one to one onto a job request's, when set (unset: the server's)."""
 ArchiveTasks = Callable[[bytes], Mapping[str, str]]

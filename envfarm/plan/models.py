@@ -75,6 +75,9 @@ class SandboxSpec(_Frozen):
     """``workstation``: the sandboxes look like a developer's machine (docs/sandbox.md)."""
     request_ratio: float = 0.5
     """Kubernetes: the share of its limits a pod requests (CPU, memory, disk)."""
+    fork: bool = False
+    """A group's sandboxes are copies of one warm environment (``sandbox/fork.py``), not
+    each started cold."""
 
     @property
     def task_id(self) -> str:
@@ -157,6 +160,9 @@ class EngineFacts(_Frozen):
     given, as a RuntimeClass is)."""
     gvisor_runtime: str | None = None
     """What a task that asks for gVisor runs under when the chosen runtime is not gVisor."""
+    fork_unsupported: str | None = "the backend cannot fork a warm environment"
+    """Why this engine cannot fork a warm environment into a group's sandboxes; None: it
+    can (``sandbox/fork.py``)."""
 
 
 class JobChoices(_Frozen):
@@ -167,6 +173,9 @@ class JobChoices(_Frozen):
     runtime: str | None = None
     request_ratio: float | None = None
     realism: Realism | None = None
+    fork: Literal["auto", "off"] | None = None
+    group_size: int = 1
+    """Episodes per task: a group of one has nothing to fork."""
     max_turns: int = 50
     context_budget: int | None = None
     command_timeout_s: float = 120.0

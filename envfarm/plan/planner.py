@@ -11,6 +11,9 @@ verifier container Harbor's ``public`` network and ``none`` keeps it offline.
 
 The realism profile (``workstation`` or ``off``, docs/sandbox.md) follows the rule as it is:
 the task's ``[environment] realism``, else the job's, else the default.
+Forking (``sandbox/fork.py``): ``auto`` makes a group's sandboxes copies of one warm
+environment when the group has more than one, the engine can fork, and the task has services
+or a healthcheck (what takes time to start); ``off``, or anything else, starts each cold.
 
 The runtime: a task that asks for gVisor gets the chosen runtime when that is gVisor, else the
 engine's gVisor runtime, else it is refused; a runtime gVisor registered with
@@ -86,6 +89,7 @@ def plan_episode(
         reason=f"Kubernetes pods request {ratio:g} of their limits",
     )
     realism, decided["sandbox.realism"] = _realism(task, job, settings)
+    fork, decided["sandbox.fork"] = _fork(task, job, settings, facts)
     gvisor = _is_gvisor(runtime, facts)
     if gvisor:
         _check_gvisor(task, runtime or "", facts, network_set=config.verifier_network_set())
@@ -103,6 +107,7 @@ def plan_episode(
         verifier_timeout_s=config.verifier.timeout_sec,
         request_ratio=ratio,
         realism=realism,
+        fork=fork,
     )
     budgets = (b for b in (job.context_budget, config.agent.context_budget_tokens) if b)
     agent = AgentPlan(
@@ -140,6 +145,30 @@ def plan_episode(
         verifier=verifier,
         decided=decided,
     )
+
+
+def _fork(
+    task: Task, job: JobChoices, settings: Settings, facts: EngineFacts
+) -> tuple[bool, Decision]:
+    """``auto`` forks a group of more than one from one warm environment when the engine
+    can and the task has something that takes time to start (services, a healthcheck)."""
+    choice = job.fork or settings.fork
+    source: DecisionSource = "job" if job.fork is not None else "default"
+    if choice == "off":
+        return False, Decision(source=source, reason="fork off: every sandbox starts cold")
+    if job.group_size < 2:
+        return False, Decision(source=source, reason="fork auto: a group of one starts cold")
+    if facts.fork_unsupported is not None:
+        reason = f"fork auto, but cold: {facts.fork_unsupported}"
+        return False, Decision(source=source, reason=reason)
+    if task.compose is None and task.config.environment.healthcheck is None:
+        reason = (
+            "fork auto, but cold: a single container without services or a healthcheck "
+            "starts as quickly as a copy would"
+        )
+        return False, Decision(source="task", reason=reason)
+    reason = f"fork auto: the group's {job.group_size} sandboxes are copies of one warm one"
+    return True, Decision(source=source, reason=reason)
 
 
 def _where(mode: str, settings: Settings) -> str:

@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 
 from envfarm.errors import EnvfarmError, SandboxError, SandboxGone
-from envfarm.plan.models import SandboxSpec
+from envfarm.plan.models import EngineFacts, SandboxSpec
 from envfarm.sandbox.base import (
     ExecResult,
     PreparedImage,
@@ -22,6 +22,7 @@ from envfarm.sandbox.base import (
     VerifierImage,
     VerifierPhases,
 )
+from envfarm.sandbox.fork import Forking, WarmParent
 
 ExecHandler = Callable[[str], Awaitable[ExecResult] | ExecResult]
 
@@ -143,3 +144,48 @@ class FakeBackend(SandboxBackend):
 
     async def reap(self) -> list[str]:
         return []
+
+
+class FakeWarmParent(WarmParent):
+    """A warm parent whose copies are ``FakeSandbox``es of its backend, started."""
+
+    method = "fake"
+
+    def __init__(self, backend: ForkingFakeBackend, spec: SandboxSpec, image: PreparedImage):
+        self.backend, self.spec, self.image = backend, spec, image
+        self.parent_id = f"warm-{len(backend.parents)}"
+        self.image_id = image.image_id
+        self.closed = False
+
+    async def fork(self) -> Sandbox:
+        sandbox = self.backend.create(self.spec, self.image, run_id="fork")
+        await sandbox.start()
+        return sandbox
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class ForkingFakeBackend(FakeBackend, Forking):
+    """A ``FakeBackend`` that forks every environment; ``warm_error``, when set, is what making
+    a warm parent raises."""
+
+    def __init__(self, handler: ExecHandler | None = None) -> None:
+        super().__init__(handler)
+        self.warm_error: EnvfarmError | None = None
+        self.parents: list[FakeWarmParent] = []
+
+    async def facts(self) -> EngineFacts:
+        return EngineFacts(backend=self.name, fork_unsupported=None)
+
+    def fork_unsupported(self, spec: SandboxSpec) -> str | None:
+        return None
+
+    async def warm_parent(
+        self, spec: SandboxSpec, image: PreparedImage, *, run_id: str
+    ) -> WarmParent:
+        if self.warm_error is not None:
+            raise self.warm_error
+        parent = FakeWarmParent(self, spec, image)
+        self.parents.append(parent)
+        return parent

@@ -12,6 +12,7 @@ from envfarm.controller.planning import Planner
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.grading.verifier.script import TestScriptGrader
 from envfarm.models.trajectory import Trajectory
+from envfarm.plan.models import JobChoices
 from envfarm.policy.openai import OpenAIPolicy
 from envfarm.policy.server import PolicyServer
 from envfarm.sandbox.docker.backend import DockerBackend
@@ -127,10 +128,12 @@ async def run_episode(
     *,
     episode_id: str = "ep-grading",
     settings: dict[str, Any] | None = None,
+    job: JobChoices | None = None,
     **runner_args: Any,
 ) -> Trajectory:
-    """``settings``: over the environment's, for the episode's plan."""
-    planner = Planner(backend, current().with_flags(**(settings or {})))
+    """``settings``: over the environment's, for the episode's plan; ``job``: the job's
+    choices (a group of two forks a task with a healthcheck)."""
+    planner = Planner(backend, current().with_flags(**(settings or {})), job)
     image = await backend.prepare((await planner.plan(task)).sandbox)
     async with scripted([*steps, SUBMIT]) as policy:
         runner = EpisodeRunner(
@@ -144,4 +147,7 @@ async def run_episode(
         request = EpisodeRequest(
             task=task, image=image, job_id="job-g", group_id="grp-g", episode_id=episode_id
         )
-        return await runner.run(request)
+        try:
+            return await runner.run(request)
+        finally:
+            await runner.drain()  # a warm environment it forked from is removed

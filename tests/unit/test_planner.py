@@ -96,6 +96,43 @@ def test_the_sidecars_network_job_over_default_never_the_agents(
     assert plan.decided["sandbox.sidecar_network"].source == source
 
 
+FORKING = DOCKER.model_copy(update={"fork_unsupported": None})
+COMPOSE = "services:\n  db:\n    image: redis:7\n"
+HEALTHCHECK = '[environment.healthcheck]\ncommand = "true"\n'
+
+
+@pytest.mark.parametrize(
+    ("compose", "toml", "job", "default", "group", "facts", "fork", "source", "why"),
+    [
+        (COMPOSE, "", None, "auto", 16, FORKING, True, "default", "copies of one warm"),
+        (None, HEALTHCHECK, "auto", "off", 4, FORKING, True, "job", "copies of one warm"),
+        (COMPOSE, "", "off", "auto", 16, FORKING, False, "job", "fork off"),
+        (COMPOSE, "", None, "off", 16, FORKING, False, "default", "fork off"),
+        (COMPOSE, "", None, "auto", 1, FORKING, False, "default", "a group of one"),
+        (COMPOSE, "", None, "auto", 16, DOCKER, False, "default", "cannot fork"),
+        (None, "", "auto", "auto", 16, FORKING, False, "task", "single container"),
+    ],
+)
+def test_fork_job_over_default_when_the_engine_and_the_task_allow(
+    tmp_path: Path,
+    compose: str | None,
+    toml: str,
+    job: Literal["auto", "off"] | None,
+    default: Literal["auto", "off"],
+    group: int,
+    facts: EngineFacts,
+    fork: bool,
+    source: str,
+    why: str,
+) -> None:
+    task = make_task(tmp_path / "t", toml, compose=compose)
+    choices = JobChoices(fork=job, group_size=group)
+    plan = plan_episode(task, choices, Settings(fork=default), facts)
+    assert plan.sandbox.fork is fork
+    assert plan.decided["sandbox.fork"].source == source
+    assert why in plan.decided["sandbox.fork"].reason
+
+
 @pytest.mark.parametrize(
     ("toml", "job", "default", "realism", "source"),
     [

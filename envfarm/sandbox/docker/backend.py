@@ -22,6 +22,7 @@ import time
 from envfarm.plan.models import EngineFacts, RuntimeInfo, SandboxSpec
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.fork import DockerWarmParent, fork_unsupported
 from envfarm.sandbox.docker.images.agent_layer import build_agent_image
 from envfarm.sandbox.docker.images.buildlog import BuildLog
 from envfarm.sandbox.docker.images.environment_images import build_environment_images
@@ -31,12 +32,13 @@ from envfarm.sandbox.docker.limits import clamp_limits, engine_capacity
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.runtimes import gvisor_runtime, registered_runtimes
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
+from envfarm.sandbox.fork import Forking, WarmParent
 from envfarm.sandbox.images.agent_layer import AgentImages, AgentLayer
 from envfarm.sandbox.images.workstation import WorkstationImages
 from envfarm.settings import ImageSource, current
 
 
-class DockerBackend(SandboxBackend, AgentImages, WorkstationImages):
+class DockerBackend(SandboxBackend, AgentImages, WorkstationImages, Forking):
     name = "docker"
 
     def __init__(self, image_sources: list[ImageSource] | None = None) -> None:
@@ -53,7 +55,10 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages):
                 for name, r in registered.items()
             }
             self._facts = EngineFacts(
-                backend="Docker engine", runtimes=runtimes, gvisor_runtime=gvisor_runtime()
+                backend="Docker engine",
+                runtimes=runtimes,
+                gvisor_runtime=gvisor_runtime(),
+                fork_unsupported=None,
             )
         return self._facts
 
@@ -78,10 +83,30 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages):
 
     def create(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> Sandbox:
         env = spec.environment
+        config = self.sandbox_config(spec, image, run_id=run_id)
+        shared = spec.verifier_mode == "shared"
+        if env.compose is None and env.config.healthcheck is None:
+            if not shared:
+                config = config.model_copy(update={"clean_room_network": spec.verifier_network})
+            return DockerSandbox(config)
+        return DockerEnvironment(
+            config, env, service_images=self.service_images(spec), sources=self.image_sources
+        )
+
+    def service_images(self, spec: SandboxSpec) -> dict[str, str] | None:
+        """The sidecars' prepared image ids (None: not prepared in this process)."""
+        env = spec.environment
+        return self._service_images.get((str(env.root), env.task_hash))
+
+    def sandbox_config(
+        self, spec: SandboxSpec, image: PreparedImage, *, run_id: str
+    ) -> DockerSandboxConfig:
+        """The main container's configuration of ``spec``'s sandboxes."""
+        env = spec.environment
         limits = env.config
         cpus, memory_mb, _ = clamp_limits(limits.cpus, limits.memory_mb, engine_capacity())
         shared = spec.verifier_mode == "shared"
-        config = DockerSandboxConfig(
+        return DockerSandboxConfig(
             image=image.image_id or image.tag,
             network=spec.agent_network,
             # only a shared verifier changes this container's network; a fresh one has its own
@@ -100,12 +125,17 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages):
             sidecar_network=spec.sidecar_network,
             realism=spec.realism,
         )
-        if env.compose is None and limits.healthcheck is None:
-            if not shared:
-                config = config.model_copy(update={"clean_room_network": spec.verifier_network})
-            return DockerSandbox(config)
-        known = self._service_images.get((str(env.root), env.task_hash))
-        return DockerEnvironment(config, env, service_images=known, sources=self.image_sources)
+
+    def fork_unsupported(self, spec: SandboxSpec) -> str | None:
+        return fork_unsupported(spec)
+
+    async def warm_parent(
+        self, spec: SandboxSpec, image: PreparedImage, *, run_id: str
+    ) -> WarmParent:
+        config = self.sandbox_config(spec, image, run_id=run_id)
+        return await DockerWarmParent.make(
+            config, spec.environment, self.service_images(spec), self.image_sources
+        )
 
     async def with_agent(self, image: PreparedImage, layer: AgentLayer) -> PreparedImage:
         return await build_agent_image(image, layer)

@@ -47,7 +47,7 @@ from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import main_config
-from envfarm.sandbox.docker.surroundings import Surroundings
+from envfarm.sandbox.docker.surroundings import Surroundings, VolumeSeed
 from envfarm.settings import ImageSource
 
 _live: dict[str, DockerEnvironment] = {}
@@ -81,7 +81,10 @@ class DockerEnvironment(
         env_id: str | None = None,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
+        seed_from: VolumeSeed | None = None,
     ) -> None:
+        """``seed_from``: a frozen environment whose volumes this one's start as copies of
+        (``fork.py``)."""
         self.env_id = env_id or uuid.uuid4().hex[:12]
         self.environment = environment
         main = main_config(environment, config, self.env_id)
@@ -93,6 +96,7 @@ class DockerEnvironment(
             outbound=main.sidecar_network,
             service_images=service_images,
             sources=sources,
+            seed_from=seed_from,
         )
         self.main = DockerSandbox(main, settle=self.surroundings.settle)
 

@@ -3,7 +3,8 @@
 Every container (sandboxes, sidecars, helpers), environment network and episode volume is
 labelled with its owner as ``host:pid``. A run that was SIGKILLed cannot clean up after itself,
 so each new run first removes what this host's dead processes left behind: containers first,
-then networks (which cannot go while a container is attached), then volumes (likewise).
+then a warm environment's snapshots (images labelled ``kind=fork``, ``fork.py``), then
+networks (which cannot go while a container is attached), then volumes (likewise).
 Resources owned by live processes, or by other hosts sharing the engine, are left alone.
 """
 
@@ -18,7 +19,7 @@ import docker.errors
 from envfarm.errors import SandboxError
 from envfarm.processes import pid_alive
 from envfarm.sandbox.docker.client import docker_client
-from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER
 from envfarm.sandbox.docker.networks import remove_network
 
 MANAGED: dict[str, str | list[str] | bool] = {"label": [f"{LABEL_MANAGED}=true"]}
@@ -43,6 +44,14 @@ def reap_orphans() -> list[str]:
         except docker.errors.APIError:
             continue  # gone already, or its removal is in progress (HTTP 409)
         removed.append(str(container["Id"]))
+    fork = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_KIND}=fork"]}
+    for image in client.api.images(filters=fork):  # a warm environment's snapshots
+        if _orphaned(image.get("Labels"), host):
+            try:
+                client.api.remove_image(image["Id"], force=True)
+            except docker.errors.APIError:
+                continue  # still used by a live process's container, or gone
+            removed.append(str(image["Id"]))
     for network in client.api.networks(filters=MANAGED):
         if _orphaned(network.get("Labels"), host):
             with contextlib.suppress(SandboxError):

@@ -267,6 +267,19 @@ class DockerSandbox(
             self._container.channel.close()
         return await self._clean_rooms.hand_out(config, network, self._container.kill)
 
+    @property
+    def runs_own_process(self) -> bool:
+        """Whether a process of the image's own (its ``ENTRYPOINT``, a compose ``command``)
+        was started in the container."""
+        return self._main is not None
+
+    async def kill_now(self) -> None:
+        """Stop every process of the container now, its channel closed; it stays until
+        teardown (a warm environment is frozen so, ``fork.py``)."""
+        if self._container.channel is not None:
+            self._container.channel.close()
+        await self._container.kill()
+
     async def _teardown(self) -> None:
         rooms = await self._clean_rooms.drain()
         outcomes = await asyncio.gather(

@@ -15,6 +15,10 @@ and, without network access, no default route, so it sees its sidecars and nothi
 ``drop_default_route`` takes the route away again when the
 network namespace is new (a restart) or the bridge was left (the verifier phase).
 
+An environment forked from a frozen one (``fork.py``, ``seed_from``) starts the same way, from
+the frozen one's snapshots, its volumes filled as copies of the frozen one's before anything
+mounts them.
+
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
 killed run left behind); ``remove`` and ``sweep`` remove it, ``remove_now`` at interpreter exit.
 Docker calls run on the environments' pool (``engine_pool.py``).
@@ -26,7 +30,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
@@ -51,6 +55,16 @@ from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 
 
+class VolumeSeed(Protocol):
+    """A frozen environment whose volumes a new one's start as copies of (``fork.py``)."""
+
+    parent_id: str
+
+    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
+        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
+        ...
+
+
 class Surroundings:
     """The network, volumes and sidecars of one environment (``env_id``) of ``environment``."""
 
@@ -64,8 +78,11 @@ class Surroundings:
         outbound: bool = True,
         service_images: dict[str, str] | None = None,
         sources: list[ImageSource] | None = None,
+        seed_from: VolumeSeed | None = None,
     ) -> None:
         self.environment = environment
+        self.seed_from = seed_from
+        """A frozen environment (``fork.py``) whose volumes this one's start as copies of."""
         self.env_id = env_id
         self.run_id = run_id
         self.network_name = network_name
@@ -120,6 +137,9 @@ class Surroundings:
         await asyncio.gather(
             *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
+        seeding = None
+        if self.seed_from is not None:  # beside the starts that need no volume
+            seeding = asyncio.ensure_future(self._seed_volumes(self.seed_from))
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
 
@@ -129,6 +149,8 @@ class Surroundings:
                 await ready[dependency].wait()
 
         async def bring_up(service: ComposeService) -> None:
+            if seeding is not None and any(m.kind == "volume" for m in service.volumes):
+                await asyncio.shield(seeding)
             if service.name == MAIN_SERVICE:
                 # Nothing runs in main until the agent starts, so it is created at once; its
                 # dependencies gate its healthcheck and the agent, not its creation.
@@ -144,7 +166,22 @@ class Surroundings:
                 await sidecar_healthy(service, container_id)
             healthy[service.name].set()
 
-        await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+        try:
+            await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+        finally:
+            if seeding is not None:
+                await asyncio.wait([seeding])  # its copy ran to its end (``blocking``)
+                if not seeding.cancelled():
+                    seeding.exception()  # retrieved; raised below when nothing else failed
+        if seeding is not None:
+            seeding.result()
+
+    async def _seed_volumes(self, seed: VolumeSeed) -> None:
+        """Each volume a copy of the frozen environment's of the same name."""
+        prefix = f"envfarm-{self.env_id}-"
+        pairs = [(f"envfarm-{seed.parent_id}-{v.removeprefix(prefix)}", v) for v in self.volumes]
+        if pairs:
+            await seed.copy_volumes(pairs)
 
     async def settle(self, main: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main

@@ -41,6 +41,11 @@ from envfarm.sandbox.kubernetes.podimages import PodImages, cluster_images
 from envfarm.sandbox.kubernetes.podspec import PodOptions, environment_pod
 from envfarm.sandbox.kubernetes.sandbox import KubernetesSandbox
 
+KUBERNETES_NO_FORK = (
+    "the Kubernetes backend has no snapshot of a pod's file systems to start copies from "
+    "(each environment pod starts cold)"
+)
+
 
 class KubernetesBackend(SandboxBackend):
     name = "kubernetes"
@@ -55,7 +60,9 @@ class KubernetesBackend(SandboxBackend):
 
     async def facts(self) -> EngineFacts:
         return EngineFacts(
-            backend="Kubernetes cluster", gvisor_runtime=self.config.gvisor_runtime_class
+            backend="Kubernetes cluster",
+            gvisor_runtime=self.config.gvisor_runtime_class,
+            fork_unsupported=KUBERNETES_NO_FORK,
         )
 
     def images(self, spec: SandboxSpec) -> PodImages:

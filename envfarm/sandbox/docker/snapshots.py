@@ -1,0 +1,89 @@
+"""Snapshots of a frozen environment's containers and volumes (blocking docker calls).
+
+A container's file system becomes an image by ``docker commit``: on the btrfs storage driver
+``scripts/setup`` gives the engine, each container later created from it is a subvolume
+snapshot, not a copy. The committed image keeps the original image's configuration (its
+``ENTRYPOINT``, ``CMD``, user, healthcheck), not the container's, so a copy is created exactly as
+a cold container of the original would be. A volume (a database's data directory) is copied by
+a helper container that mounts the parent's volume read-only and the copy's empty one, with
+``cp --reflink=auto``: on btrfs a clone of each file's extents, so a few million rows cost
+metadata, not their size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import docker.errors
+
+from envfarm.errors import SandboxError, SandboxStartError
+from envfarm.sandbox.docker.client import docker_client
+
+STOP_TIMEOUT_S = 60
+COPY_TIMEOUT_S = 600
+
+
+def stop_container(container_id: str) -> None:
+    """Stop with the image's stop signal (a database shuts down cleanly), then kill."""
+    try:
+        docker_client().api.stop(container_id, timeout=STOP_TIMEOUT_S)
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not stop container {container_id[:12]}: {exc}") from exc
+
+
+def commit(container_id: str, original: str, repository: str, labels: dict[str, str]) -> str:
+    """The container's file system as an image named ``repository`` with ``original``'s
+    configuration and ``labels``; its id."""
+    api = docker_client().api
+    try:
+        config = dict(docker_client().images.get(original).attrs.get("Config") or {})
+        config["Labels"] = {**(config.get("Labels") or {}), **labels}
+        committed = api.commit(container_id, repository=repository, tag="latest", conf=config)
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not snapshot container {container_id[:12]}: {exc}") from exc
+    return str(committed["Id"])
+
+
+def remove_image(image_id: str) -> None:
+    try:
+        docker_client().api.remove_image(image_id, force=True, noprune=False)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"could not remove snapshot {image_id[:19]}: {exc}") from exc
+
+
+def copy_volumes(pairs: list[tuple[str, str]], helper: str, labels: dict[str, str]) -> None:
+    """Fill each empty volume ``to`` with the contents of ``from`` (owners, modes and times
+    kept), in one helper container from ``helper``; SandboxStartError when it fails."""
+    if not pairs:
+        return
+    volumes = []
+    script = ["set -e"]
+    for index, (source, target) in enumerate(pairs):
+        volumes += [f"{source}:/from/{index}:ro", f"{target}:/to/{index}:rw"]
+        script.append(f"cp -a --reflink=auto /from/{index}/. /to/{index}/")
+    client = docker_client()
+    try:
+        container = client.containers.create(
+            helper,
+            command=["sh", "-c", "; ".join(script)],
+            entrypoint=[],
+            user="0:0",
+            network_mode="none",
+            volumes=volumes,
+            labels=labels,
+        )
+    except docker.errors.APIError as exc:
+        raise SandboxStartError(f"could not copy the warm environment's volumes: {exc}") from exc
+    try:
+        container.start()
+        status = container.wait(timeout=COPY_TIMEOUT_S)
+        if status.get("StatusCode") != 0:
+            logs = bytes(container.logs(tail=20)).decode(errors="replace").strip()
+            raise SandboxStartError(f"copying the warm environment's volumes failed: {logs}")
+    except docker.errors.APIError as exc:
+        raise SandboxStartError(f"could not copy the warm environment's volumes: {exc}") from exc
+    finally:
+        with contextlib.suppress(docker.errors.APIError):  # else the sweep or reaper does
+            container.remove(force=True)

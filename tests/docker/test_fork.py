@@ -1,0 +1,115 @@
+"""Copies of one warm environment (``sandbox/docker/fork.py``) on the Docker engine: each
+answers from its own copy of the seeded database, and none sees another's writes, processes
+or network; the warm parent's snapshots (the database's: nothing ran in the main container) are
+labelled for the reaper and removed on close."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from envfarm.plan.models import JobChoices
+from envfarm.plan.planner import plan_episode
+from envfarm.sandbox.docker.backend import DockerBackend
+from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.environment import DockerEnvironment
+from envfarm.sandbox.docker.fork import DockerWarmParent
+from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_OWNER, owner_label
+from envfarm.sandbox.fork import WarmParent
+from envfarm.spec.task import load_task
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SEEDED = Path(__file__).resolve().parents[2] / "bench" / "tasks" / "seeded-db"
+ROWS = 2000
+COUNT = "psql -tAc 'SELECT count(*) FROM items'"
+PROCESSES = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def copies(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[WarmParent, DockerEnvironment, DockerEnvironment]]:
+    root = tmp_path_factory.mktemp("fork") / "seeded-db"
+    shutil.copytree(SEEDED, root)
+    compose = root / "environment" / "docker-compose.yaml"
+    compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
+    task = load_task(root)
+    backend = DockerBackend()
+    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
+    assert plan.sandbox.fork, plan.decided["sandbox.fork"]
+    image = await backend.prepare(plan.sandbox)
+    parent = await backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    first, second = await parent.fork(), await parent.fork()
+    assert isinstance(first, DockerEnvironment)
+    assert isinstance(second, DockerEnvironment)
+    try:
+        yield parent, first, second
+    finally:
+        await first.stop()
+        await second.stop()
+        await parent.close()
+
+
+async def test_every_copy_answers_from_the_seeded_data(
+    copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
+) -> None:
+    _, first, second = copies
+    for copy in (first, second):
+        result = await copy.exec(COUNT, timeout=60)
+        assert (result.exit_code, result.stdout.strip()) == (0, str(ROWS)), result.stderr
+        logs = bytes(docker_client().containers.get(copy.sidecar_ids["db"]).logs())
+        assert b"01-seed.sh" not in logs, "the copy seeded its database again"
+
+
+async def test_one_copys_writes_and_processes_are_invisible_to_another(
+    copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
+) -> None:
+    _, first, second = copies
+    wrote = await first.exec(
+        "psql -c 'DELETE FROM items WHERE id <= 10' && echo mine > /app/mine.txt "
+        "&& (sleep 4242 >/dev/null 2>&1 &)",
+        timeout=60,
+    )
+    assert wrote.exit_code == 0, wrote.stderr
+    assert (await first.exec(COUNT)).stdout.strip() == str(ROWS - 10)
+    assert (await second.exec(COUNT)).stdout.strip() == str(ROWS)
+    assert (await second.exec("test -e /app/mine.txt")).exit_code == 1
+    assert "sleep 4242" in (await first.exec(PROCESSES)).stdout
+    assert "sleep 4242" not in (await second.exec(PROCESSES)).stdout
+
+
+async def test_copies_have_their_own_network_containers_and_volumes(
+    copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
+) -> None:
+    parent, first, second = copies
+    assert first.network_id != second.network_id
+    assert first.container_id != second.container_id
+    assert first.sidecar_ids["db"] != second.sidecar_ids["db"]
+    assert not set(first.volumes) & set(second.volumes)
+    address = (await second.exec("getent hosts db | cut -d' ' -f1")).stdout.strip()
+    own = (await first.exec("getent hosts db | cut -d' ' -f1")).stdout.strip()
+    assert address
+    assert own
+    reach = await first.exec(f"timeout 3 bash -c '</dev/tcp/{address}/5432'", timeout=30)
+    assert reach.exit_code != 0, "a copy reached its sibling's database"
+    assert isinstance(parent, DockerWarmParent)
+    labels = docker_client().images.get(parent.service_images["db"]).labels
+    assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
+
+
+async def test_closing_the_parent_removes_its_snapshots(
+    copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
+) -> None:
+    parent, first, second = copies
+    assert isinstance(parent, DockerWarmParent)
+    snapshot = parent.service_images["db"]
+    await first.stop()
+    await second.stop()
+    await parent.close()
+    remaining = docker_client().api.images(filters={"label": f"{LABEL_KIND}=fork"}, quiet=True)
+    assert snapshot not in remaining
