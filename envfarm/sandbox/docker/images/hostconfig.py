@@ -14,6 +14,7 @@ host's configuration into the base image (so every image built FROM it inherits 
   from the host's global and user npmrc files and ``NPM_CONFIG_*`` variables, written to the
   image's ``/etc/npmrc``; credentials (``_auth``, ``_authToken``...) and host paths are never
   copied, and ``cafile`` becomes the image's own CA bundle.
+* Maven, Cargo and Go: their mirror settings, as ``toolconfig`` explains.
 * the extra CA certificates of ``/usr/local/share/ca-certificates``.
 * ``http(s)_proxy`` / ``no_proxy`` variables, passed to builds as build args (never stored).
 
@@ -34,6 +35,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,8 +46,12 @@ from envfarm.sandbox.docker.images.aptconfig import (
     read_apt_config,
     render_deb822,
 )
+from envfarm.sandbox.docker.images.toolconfig import (
+    IMAGE_CA_BUNDLE,
+    read_tool_settings,
+    tool_image_files,
+)
 
-IMAGE_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "ftp_proxy", "no_proxy")
 PIP_KEPT_KEYS = ("index-url", "extra-index-url", "trusted-host", "timeout")
 PIP_ENV = {
@@ -73,6 +79,9 @@ class HostConfig(BaseModel):
     apt_settings: list[tuple[str, str]] = []
     pip: dict[str, str] = {}
     npm: dict[str, str] = {}
+    maven: dict[str, list[dict[str, str]]] = {}
+    cargo: dict[str, dict[str, Any]] = {}
+    go: dict[str, str] = {}
     ca_certs: dict[str, str] = {}
     """Path relative to /usr/local/share/ca-certificates -> PEM text."""
     proxy_env: dict[str, str] = {}
@@ -114,6 +123,7 @@ class HostConfig(BaseModel):
         if self.apt_settings:
             lines = [f'{key} "{value}";' for key, value in self.apt_settings]
             files["/etc/apt/apt.conf.d/90envfarm-host"] = ("\n".join(lines) + "\n").encode()
+        files.update(tool_image_files(self.maven, self.cargo, self.go))
         for name, pem in self.ca_certs.items():
             files[f"/usr/local/share/ca-certificates/{name}"] = pem.encode()
         return files
@@ -254,11 +264,15 @@ def read_host_config(
         for name in (variable, variable.upper())
         if env.get(name)
     }
+    maven, cargo, go = read_tool_settings(root, env, home or Path.home())
     return HostConfig(
         apt_sources=sources,
         apt_settings=settings,
         pip=inheritable_pip_settings(pip),
         npm=host_npm_settings(env, home or Path.home(), root),
+        maven=maven,
+        cargo=cargo,
+        go=go,
         ca_certs=certs,
         proxy_env=proxies,
     )
