@@ -46,7 +46,9 @@ def start_run(task: Path, out: Path) -> subprocess.Popen[str]:
 def containers_of(task_id: str) -> list[str]:
     client = docker.from_env()
     labels = [f"{LABEL_TASK}={task_id}", f"{LABEL_KIND}=sandbox"]  # not build containers
-    found = client.containers.list(all=True, filters={"label": labels})
+    # sparse: no inspect per container, which fails on a short-lived one (the compose
+    # route-dropping helper) removed between the listing and the inspect
+    found = client.containers.list(all=True, sparse=True, filters={"label": labels})
     return [c.id for c in found if c.id is not None]
 
 
