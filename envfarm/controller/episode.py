@@ -191,19 +191,9 @@ class EpisodeRunner:
             return trajectory
         plans.append(plan)
         trajectory.provenance.realism = plan.sandbox.realism
-        prepared = request.image
-        if plan.sandbox.realism == "workstation":
+        if plan.sandbox.realism == "workstation" or self.agent_layers is not None:
             with phase(trajectory, "build"):
-                layers = workstation_images(self.backend)
-                image = await layers.with_workstation(prepared, plan.agent.workdir)
-                request = replace(request, image=image)
-            if trajectory.error:
-                trajectory.timings.total_s = time.monotonic() - started
-                return trajectory
-        if self.agent_layers is not None:
-            with phase(trajectory, "build"):
-                image = await self.agent_layers.image(request.image or prepared)
-                request = replace(request, image=image)
+                request = replace(request, image=await self._layered(request.image, plan))
             if trajectory.error:
                 trajectory.timings.total_s = time.monotonic() - started
                 return trajectory
@@ -230,6 +220,16 @@ class EpisodeRunner:
                 await sandbox.stop()
         trajectory.timings.total_s = time.monotonic() - started
         return trajectory
+
+    async def _layered(self, image: PreparedImage, plan: EpisodePlan) -> PreparedImage:
+        """The task's image with the layers the episode adds: the workstation profile's,
+        then the installed agent's."""
+        if plan.sandbox.realism == "workstation":
+            layers = workstation_images(self.backend)
+            image = await layers.with_workstation(image, plan.agent.workdir)
+        if self.agent_layers is not None:
+            image = await self.agent_layers.image(image)
+        return image
 
     async def _provide(self, plan: EpisodePlan, image: PreparedImage, traj: Trajectory) -> Provided:
         """The episode's sandbox: a copy of the group's warm environment when the plan forks
