@@ -87,7 +87,8 @@
  * separated), which the helper removes from its environment before it starts anything: the
  * workstation profile starts it as /sbin/init with no arguments, so its command line tells
  * nothing. --hide-container removes /.dockerenv, --sudo serves the sudo client (elevate.c),
- * --tty gives each exec a terminal as stdin (open_tty; docs/sandbox.md, the workstation profile).
+ * --tty gives each exec a terminal as stdin (open_tty; docs/sandbox.md, the workstation profile),
+ * --dress USER adds a laptop's devices, network interfaces and desktop processes (dress.c).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -1235,6 +1236,7 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 
 #include "relay.c"
 #include "elevate.c"
+#include "dress.c"
 
 /* What finished commands left running, killed when the container is short of processes
  * (fewer than `min_free` below --pids-limit), so that grading can start its own: the agent's
@@ -1505,8 +1507,10 @@ int main(int argc, char **argv) {
         printf("envfarm-sandboxd protocol %d\n", PROTOCOL_VERSION);
         return 0;
     }
+    idle_member(argv);
     char *opts[64];
     int nopts = 0, sudo = 0;
+    const char *dress_user = NULL;
     for (int i = 1; i < argc && nopts < 64; i++) opts[nopts++] = argv[i];
     const char *from_env = getenv(OPTIONS_ENV);
     char *spare = from_env ? xstrdup(from_env) : NULL;
@@ -1527,6 +1531,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (i + 1 >= nopts) break;
+        if (!strcmp(opts[i], "--dress")) dress_user = opts[i + 1];
         unsigned long long value = strtoull(opts[i + 1], NULL, 10);
         if (!strcmp(opts[i], "--memory-limit-mb")) exec_memory_limit = value << 20;
         if (!strcmp(opts[i], "--nproc-limit")) exec_nproc_limit = value;
@@ -1534,6 +1539,7 @@ int main(int argc, char **argv) {
         if (!strcmp(opts[i], "--reserve-mb")) reserve_bytes = value << 20;
         i++;
     }
+    if (dress_user) dress_machine(dress_user);
     harden_helper();
     take_reserve();
     if (sudo) elevate_listen();

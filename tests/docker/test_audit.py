@@ -37,7 +37,7 @@ TODAY = {
     "home": "entries=",
     "gitconfig": "(no output)",
     "shell-history": "(no output)",
-    "tty": "stdout: not a terminal",
+    "tty": "stdin: not a terminal",
     "term": "TERM=",
     "dev": "entries=",
     "dev-tools": "missing: make",
@@ -49,6 +49,12 @@ TODAY = {
     **({"cgroup": "/docker/"} if CGROUP_V1 else {}),
     **({"dmesg": "uid=0"} if DMESG_RESTRICTED else {}),
 }
+
+
+KEPT_BY_THE_KERNEL = {"root-filesystem", "dmi"}
+"""What the workstation profile cannot hide under runc (docs/sandbox.md says why)."""
+BOOTED_RECENTLY = float(Path("/proc/uptime").read_text().split()[0]) < 1200
+"""A container shares the kernel's uptime: on a machine booted minutes ago it is a tell."""
 
 
 def envfarm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -76,6 +82,19 @@ async def test_the_audit_finds_todays_tells_on_the_default_profile() -> None:
     assert report.exit_code == 1
     run = f"{LABEL_RUN}={audit.job_id}"  # abandoned: its sandbox is gone when the audit ends
     assert not docker.from_env().containers.list(all=True, filters={"label": run})
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_workstation_profile_leaves_only_what_the_kernel_keeps() -> None:
+    report = await audit_task(TASK, realism="workstation")
+    [audit] = report.tasks
+    assert audit.realism == "workstation"
+    assert audit.error is None
+    assert report.probe_errors == 0, [p for p in audit.probes if p.verdict == "error"]
+    kept = KEPT_BY_THE_KERNEL | ({"uptime"} if BOOTED_RECENTLY else set())
+    tells = {p.id: p.evidence for p in audit.tells}
+    assert set(tells) <= kept, tells
+    assert "root-filesystem" in tells  # the storage driver's mount line: no runc hides it
 
 
 def test_the_command_reports_json_and_exits_by_what_it_found(tmp_path: Path) -> None:

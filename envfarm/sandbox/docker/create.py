@@ -51,7 +51,7 @@ def create_container(
     if "storage_opt" in kwargs and cfg.channel:  # room for grading on a full disk
         kwargs["tmpfs"] = VERIFIER_TMPFS
         helper = [*helper, "--reserve-mb", str(reserve)]
-    kwargs.update(hostname="sandbox", environment=cfg.env)
+    kwargs.update(hostname="sandbox", environment=cfg.env, cap_add=list(cfg.cap_add))
     if workstation:
         helper, kwargs = workstation_create(kwargs, helper, cfg.env, cfg.cpus)
     return docker_client().containers.create(
@@ -63,7 +63,6 @@ def create_container(
         volumes=cfg.volumes,
         **network_options(cfg.network, cfg.network_name, cfg.network_aliases),
         cap_drop=["ALL"],
-        cap_add=cfg.cap_add,
         security_opt=["no-new-privileges"],
         mem_limit=f"{limits.memory_mb}m",
         memswap_limit=f"{limits.memory_mb}m",

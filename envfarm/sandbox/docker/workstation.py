@@ -10,6 +10,9 @@ under ``realism = "workstation"`` (the plan's ``sandbox.realism``) the sandbox h
   would list); its options come by the environment variable ``INIT_OPTS``, which it removes
   from its environment before it starts anything, and ``--hide-container`` removes
   ``/.dockerenv``;
+- with ``--dress`` the helper adds a laptop's network interfaces (down, when the container has
+  none), ``/dev`` nodes and desktop processes, with ``NET_ADMIN`` and ``MKNOD`` it then gives
+  up (``DRESS_CAPS``, ``images/sandboxd/dress.c``);
 - a private cgroup namespace (``/proc/self/cgroup`` says ``/``, not ``/docker/<id>``), the
   hostname of a developer's machine (``HOSTNAME``), and the variables a login session sets
   (``SESSION_ENV``; the task's own ``env`` wins);
@@ -35,6 +38,7 @@ from typing import Any
 from docker.types import Mount
 
 from envfarm.sandbox.docker.limits import engine_capacity
+from envfarm.sandbox.images.workstation import LOCALE
 from envfarm.settings import WORKSTATION_USER
 
 INIT_PATH = "/sbin/init"
@@ -50,8 +54,11 @@ SESSION_ENV = {
     "LOGNAME": USER,
     "SHELL": "/bin/bash",
     "TERM": "xterm-256color",
-    "LANG": "C.UTF-8",
+    "LANG": LOCALE,
 }
+DRESS_CAPS = ("NET_ADMIN", "MKNOD")
+"""Given for the helper's ``--dress`` alone (``images/sandboxd/dress.c``): it drops them from
+its permitted set before it starts anything, and no-new-privileges keeps them dropped."""
 
 
 _next_cpu = itertools.count()
@@ -128,8 +135,9 @@ def workstation_create(
 ) -> tuple[list[str], dict[str, Any]]:
     """The helper's command and the create arguments of a workstation container, from those of
     an ordinary one: ``helper`` is its command line (path first), ``kwargs`` the rest."""
-    options = " ".join([*helper[1:], HIDE_CONTAINER, "--sudo", "--tty"])
+    options = " ".join([*helper[1:], HIDE_CONTAINER, "--sudo", "--tty", "--dress", USER])
     kwargs = {key: value for key, value in kwargs.items() if key != "tmpfs"}
+    kwargs["cap_add"] = [*kwargs.get("cap_add", []), *DRESS_CAPS]
     environment = {**SESSION_ENV, **env, OPTIONS_ENV: options}
     kwargs.update(hostname=HOSTNAME, cgroupns="private", environment=environment)
     if (cpu_set := cpuset(cpus, _engine_cpus())) is not None:

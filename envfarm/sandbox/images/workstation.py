@@ -7,6 +7,9 @@ are and a second episode reuses it. As root, ``SCRIPT``:
 - installs the usual developer tools with the image's package manager (apt or apk): make, gcc,
   an editor, less, man, file, unzip, an ssh client, wget, curl, git, procps; an image with
   neither gets none (the profile cannot add them there);
+- generates the session's ``LOCALE`` and sets the machine's time zone to ``TIMEZONE`` where the
+  image kept UTC (an image that chose a zone keeps it): a laptop's, not a server's. Everything
+  in the sandbox sees them, the verifier too, as on the developer's machine they imitate;
 - creates the developer ``USER`` (the first free uid from 1000) with a home: the skeleton's
   dotfiles, a git identity, a plausible shell history, a projects folder;
 - gives the task's workdir to that user when it is a directory of its own (not ``/`` or a
@@ -14,7 +17,10 @@ are and a second episode reuses it. As root, ``SCRIPT``:
   working tree would fail for reasons that have nothing to do with the model;
 - lets git work in repositories of another owner (``safe.directory``), since the verifier runs
   as root in the user's tree;
-- writes an ``/etc/machine-id`` where the image has none, as a first boot does.
+- writes an ``/etc/machine-id`` where the image has none, as a first boot does;
+- dates what the image's installation and the layer wrote (in ``/etc``, the package manager's
+  state, ``/var/log`` and the home) ``INSTALLED_DAYS_AGO``, as on a machine installed months
+  ago; the task's own files keep their dates.
 
 ``sudo`` is not installed: the helper serves it (``images/sandboxd/sudo.c``), no setuid binary.
 """
@@ -30,6 +36,10 @@ from envfarm.sandbox.base import PreparedImage, SandboxBackend
 from envfarm.settings import WORKSTATION_USER
 
 USER = WORKSTATION_USER
+LOCALE = "en_US.UTF-8"
+TIMEZONE = "America/Los_Angeles"
+INSTALLED_DAYS_AGO = 137
+"""How long ago the system files and the home look written: installed months ago, not today."""
 FULL_NAME = "Alex Morgan"
 EMAIL = "alex@alexmorgan.dev"
 SYSTEM_DIRS = frozenset(
@@ -39,18 +49,31 @@ SYSTEM_DIRS = frozenset(
 
 SCRIPT = r"""#!/bin/sh
 set -e
-U="$1"; WORKDIR="$2"; NAME="$3"; EMAIL="$4"; H="/home/$U"
+U="$1"; WORKDIR="$2"; NAME="$3"; EMAIL="$4"; LOC="$5"; ZONE="$6"; H="/home/$U"
 export DEBIAN_FRONTEND=noninteractive
 if command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends make gcc libc6-dev vim-tiny nano less \
-    man-db file unzip openssh-client wget curl git ca-certificates procps iproute2 >/dev/null
+    man-db file unzip openssh-client wget curl git ca-certificates procps iproute2 locales \
+    tzdata >/dev/null
   rm -rf /var/lib/apt/lists/*
+  sed -i "s/^# *\($LOC .*\)$/\1/" /etc/locale.gen
+  grep -q "^$LOC " /etc/locale.gen || echo "$LOC UTF-8" >> /etc/locale.gen
+  locale-gen >/dev/null
+  echo "LANG=$LOC" > /etc/default/locale
   if [ ! -e /usr/bin/vim ] && [ -x /usr/bin/vim.tiny ]; then ln -s vim.tiny /usr/bin/vim; fi
 elif command -v apk >/dev/null 2>&1; then
   apk add --no-cache bash make gcc musl-dev vim nano less mandoc file unzip openssh-client \
-    wget curl git procps >/dev/null
+    wget curl git procps tzdata >/dev/null
 fi
+zone=$(readlink /etc/localtime 2>/dev/null || true)
+case "$zone" in
+  ""|*/UTC|*/Etc/UTC|*/UCT|*/Universal|*/Zulu|*/GMT|*/Etc/GMT)
+    if [ -f "/usr/share/zoneinfo/$ZONE" ]; then
+      ln -sf "/usr/share/zoneinfo/$ZONE" /etc/localtime
+      echo "$ZONE" > /etc/timezone
+    fi ;;
+esac
 if ! grep -q "^$U:" /etc/passwd; then
   uid=1000
   while cut -d: -f3 /etc/passwd | grep -qx "$uid" || cut -d: -f3 /etc/group | grep -qx "$uid"; do
@@ -112,14 +135,20 @@ if [ ! -s /etc/machine-id ]; then
   od -An -N16 -tx1 /dev/urandom 2>/dev/null | tr -d ' \n' > /etc/machine-id || true
   echo >> /etc/machine-id
 fi
+installed=$(( $(date +%s) - INSTALLED_DAYS_AGO * 86400 ))
+for d in /etc /var/lib/dpkg /var/lib/apt /var/lib/apk /var/cache/debconf /var/log "$H"; do
+  [ -d "$d" ] && find "$d" -xdev -newermt "@$installed" -exec touch -h -d "@$installed" {} + \
+    2>/dev/null || true
+done
 """
 
 
 def setup_command(workdir: str | None) -> str:
     """The shell command that runs ``SCRIPT`` (saved as ``path``) for ``workdir``."""
-    args = [USER, workdir or "", FULL_NAME, EMAIL]
+    args = [USER, workdir or "", FULL_NAME, EMAIL, LOCALE, TIMEZONE]
     dirs = " ".join(sorted(SYSTEM_DIRS))
-    return f"SYSTEM_DIRS={shlex.quote(dirs)} sh {{path}} {' '.join(map(shlex.quote, args))}"
+    variables = f"SYSTEM_DIRS={shlex.quote(dirs)} INSTALLED_DAYS_AGO={INSTALLED_DAYS_AGO}"
+    return f"{variables} sh {{path}} {' '.join(map(shlex.quote, args))}"
 
 
 def layer_key(image: PreparedImage, workdir: str | None) -> str:
