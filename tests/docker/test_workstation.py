@@ -109,3 +109,17 @@ async def test_the_developer_has_a_home_tools_sudo_and_views_that_fit(python_ima
         timed_out = await sandbox.exec("sudo sleep 300", user=WORKSTATION_USER, timeout=1)
         assert timed_out.exit_code != 0
         assert await run("sleep 0.5; pgrep -x sleep || true") == ""
+        # the machine's dress: its capabilities are given up before anything runs
+        effective = int((await run("sudo awk '/CapEff/ {print $2}' /proc/self/status")), 16)
+        assert not effective & (1 << 12 | 1 << 27)  # CAP_NET_ADMIN, CAP_MKNOD
+        denied = await sandbox.exec("sudo ip link add spare type bridge", user=WORKSTATION_USER)
+        assert denied.exit_code != 0
+        assert sorted((await run("ls /sys/class/net")).split()) == ["enp0s31f6", "lo", "wlp0s20f3"]
+        assert await run("ip route show default") == ""  # no route: the network stays out
+        assert int(await run("ls -A /dev | wc -l")) >= 100
+        assert (
+            "Operation not permitted" in (await sandbox.exec("sudo head -c1 /dev/nvme0n1")).stderr
+        )
+        assert "gnome-shell" in await run("ps -eo args")
+        assert (await run("echo $LANG; date +%Z")).split()[0] == "en_US.UTF-8"
+        assert (await run("date +%Z")).strip() in ("PST", "PDT")
