@@ -30,11 +30,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from envfarm.plan.planner import plan_episode
+from envfarm.sandbox.base import PreparedImage
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.images.task_images import ensure_base_image, ensure_recipe_image
+from envfarm.sandbox.docker.images.workstation_layer import build_workstation_image
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import ensure_helper
 from envfarm.sandbox.pool import WarmPools
+from envfarm.settings import WORKSTATION_USER
 from envfarm.spec.task import load_task
 
 TASK = Path(__file__).resolve().parent.parent / "tasks" / "fix-lru-cache"
@@ -91,20 +94,44 @@ async def bench_exec(image: str, n: int) -> tuple[list[float], list[float]]:
         return await alternate(n, lambda: sandbox.exec("true"), lambda: cli("exec", cid, "true"))
 
 
-async def bench_realism(image: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
-    """Exec `true` under the workstation profile (ours) and the default (the baseline), and
-    `sudo true` under the profile against `true` there, on ``image``: the python:3.11-slim
-    substitute, whose own LANG the profile keeps (an image without one gets LANG=C.UTF-8,
-    and bash then loads the locale on every command, which costs milliseconds)."""
-    workstation = DockerSandboxConfig(image=image, run_id="bench", realism="workstation")
+async def bench_realism(
+    image: str, n: int, n_start: int
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Exec `true` as the developer under the workstation profile, on ``image`` with the
+    profile's layer as an episode has it (ours), and as root in a sandbox of the default
+    profile on ``image`` itself (the baseline); and `sudo true` under the profile against
+    `true` there. ``image`` is the python:3.11-slim substitute."""
+    layered = await build_workstation_image(PreparedImage(tag=image, image_id=image), "/app")
+    workstation = DockerSandboxConfig(
+        image=layered.image_id or layered.tag, run_id="bench", realism="workstation"
+    )
     async with DockerSandbox(_config(image)) as plain, DockerSandbox(workstation) as real:
+
+        async def developer(command: str) -> None:
+            await real.exec(command, user=WORKSTATION_USER)
+
         for _ in range(10):
             await plain.exec("true")
-            await real.exec("true")
-            await real.exec("sudo true")
-        profile = await alternate(n, lambda: real.exec("true"), lambda: plain.exec("true"))
-        sudo = await alternate(n, lambda: real.exec("sudo true"), lambda: real.exec("true"))
-    return {"profile": profile, "sudo": sudo}
+            await developer("true")
+            await developer("sudo true")
+        profile = await alternate(n, lambda: developer("true"), lambda: plain.exec("true"))
+        sudo = await alternate(n, lambda: developer("sudo true"), lambda: developer("true"))
+    started: list[DockerSandbox] = []
+
+    def start(config: DockerSandboxConfig, user: str | None) -> Op:
+        async def cold_start() -> None:
+            sandbox = DockerSandbox(config)
+            started.append(sandbox)
+            await sandbox.start()
+            assert (await sandbox.exec("true", user=user)).exit_code == 0
+            await started.pop().stop()
+
+        return cold_start
+
+    starts = await alternate(
+        n_start, start(workstation, WORKSTATION_USER), start(_config(image), None)
+    )
+    return {"profile": profile, "sudo": sudo, "start": starts}
 
 
 async def bench_start(image: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
@@ -188,7 +215,7 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
     image = (await ensure_base_image()).tag
     await ensure_helper()
     exec_times = await bench_exec(image, n_exec)
-    realism = await bench_realism((await ensure_recipe_image("python-slim")).tag, n_exec)
+    realism = await bench_realism((await ensure_recipe_image("python-slim")).tag, n_exec, n_start)
     starts = await bench_start(image, n_start)
     warm = await bench_warm_acquire(n_start)
     files = {
@@ -209,6 +236,7 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
         print(row(f"{label} write+read", ours, base, "`docker cp` in + out"))
     print(row("exec `true`, workstation profile", *realism["profile"], "default profile"))
     print(row("`sudo true`, workstation profile", *realism["sudo"], "`true` there"))
+    print(row("start to first exec (and stop), workstation", *realism["start"], "default"))
     cold = starts["bare"][0] + starts["offline"][0]
     figures = {
         "exec_p50_ms": percentile(exec_times[0], 50),
@@ -228,6 +256,8 @@ async def main(n_exec: int, n_start: int, n_files: int) -> None:
         "workstation_exec_p50_ms": percentile(realism["profile"][0], 50),
         "default_exec_p50_ms": percentile(realism["profile"][1], 50),
         "workstation_sudo_p50_ms": percentile(realism["sudo"][0], 50),
+        "workstation_start_p50_ms": percentile(realism["start"][0], 50),
+        "default_start_p50_ms": percentile(realism["start"][1], 50),
     }
     exec_p50, cold_p50 = figures["exec_p50_ms"] or 1.0, figures["cold_start_p50_ms"] or 1.0
     figures["exec_speedup"] = (figures["docker_exec_p50_ms"] or 0.0) / exec_p50
