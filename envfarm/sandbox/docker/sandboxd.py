@@ -62,6 +62,8 @@ _HELPER_NAME = "sandboxd"
 _COMPAT_NAME = "gvisor-compat.so"
 _SUDO_NAME = "sudo"
 SUDO_PATH = "/usr/bin/sudo"
+WORKSTATION_COMPAT_PATH = "/usr/local/lib/libstatx-compat.so.1"
+"""Where the workstation profile puts the gVisor library: a library's place, no envfarm name."""
 
 
 def cache_dir() -> Path:
@@ -177,12 +179,19 @@ def helper_archive(binary: Path, gvisor: bool = False, workstation: bool = False
     """A tar holding the helper (at ``INIT_PATH`` with the ``sudo`` client for the workstation
     profile) and, for gVisor, its companions in ``HELPER_DIR``, ready for ``put_archive`` at
     ``/``; its files dated as the binary is."""
-    files = [(HELPER_PATH, binary, 0o755)]
+    files: list[tuple[str, bytes, int]] = [(HELPER_PATH, binary.read_bytes(), 0o755)]
     if workstation:
-        files = [(INIT_PATH, binary, 0o755), (SUDO_PATH, sudo_client(binary), 0o755)]
+        files = [
+            (INIT_PATH, binary.read_bytes(), 0o755),
+            (SUDO_PATH, sudo_client(binary).read_bytes(), 0o755),
+        ]
     if gvisor:
         compat, preload = companions(binary)
-        files += [(COMPAT_PATH, compat, 0o644), (PRELOAD_PATH, preload, 0o644)]
+        where = WORKSTATION_COMPAT_PATH if workstation else COMPAT_PATH
+        files += [
+            (where, compat.read_bytes(), 0o644),
+            (PRELOAD_PATH, f"{where}\n".encode() if workstation else preload.read_bytes(), 0o644),
+        ]
     mtime = binary.stat().st_mtime
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -190,8 +199,7 @@ def helper_archive(binary: Path, gvisor: bool = False, workstation: bool = False
             folder = tarfile.TarInfo(HELPER_DIR.lstrip("/"))
             folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o755, mtime
             archive.addfile(folder)
-        for name, source, mode in files:
-            content = source.read_bytes()
+        for name, content, mode in files:
             info = tarfile.TarInfo(name.lstrip("/"))
             info.size, info.mode, info.mtime = len(content), mode, mtime
             archive.addfile(info, io.BytesIO(content))
