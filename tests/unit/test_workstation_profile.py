@@ -9,6 +9,7 @@ from envfarm.sandbox.docker.workstation import (
     meminfo_text,
     workstation_create,
 )
+from envfarm.settings import WORKSTATION_USER
 
 HOST = """MemTotal:       24683784 kB
 MemFree:         7694900 kB
@@ -23,7 +24,12 @@ Hugepagesize:       2048 kB
 
 def test_the_helper_is_init_with_no_arguments_and_no_grading_tmpfs() -> None:
     helper = ["/.envfarm/sandboxd", "--pids-limit", "1024", "--reserve-mb", "128"]
-    kwargs = {"tmpfs": {"/logs/verifier": "rw"}, "hostname": "sandbox", "environment": {}}
+    kwargs = {
+        "tmpfs": {"/logs/verifier": "rw"},
+        "hostname": "sandbox",
+        "environment": {},
+        "cap_add": ["CHOWN"],
+    }
     command, created = workstation_create(kwargs, helper, {"TERM": "dumb"}, cpus=64)
     assert command == [INIT_PATH]
     assert "tmpfs" not in created
@@ -31,7 +37,9 @@ def test_the_helper_is_init_with_no_arguments_and_no_grading_tmpfs() -> None:
     assert created["cgroupns"] == "private"
     env = created["environment"]
     assert env["TERM"] == "dumb"  # the task's own wins
-    assert env[OPTIONS_ENV].split() == [*helper[1:], "--hide-container", "--sudo", "--tty"]
+    options = [*helper[1:], "--hide-container", "--sudo", "--tty", "--dress", WORKSTATION_USER]
+    assert env[OPTIONS_ENV].split() == options
+    assert created["cap_add"] == ["CHOWN", "NET_ADMIN", "MKNOD"]  # the dress's, given up at start
     assert "cpuset_cpus" not in created  # as many CPUs as the engine has, or more
 
 
