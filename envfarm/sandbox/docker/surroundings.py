@@ -118,16 +118,6 @@ class Surroundings:
         if self.service_images is None:
             images = await build_environment_images(self.environment, self.sources)
             self.service_images = images.service_image_ids()
-        name = self.network_name or f"envfarm-{self.env_id}"
-        labels = self.labels("network")
-        if self.outbound and any(not s.internal_only for s in compose.sidecars.values()):
-            self.outbound_name = f"envfarm-{self.env_id}-out"
-            out = functools.partial(create_network, self.outbound_name, labels, outbound=True)
-            self.network_id, _ = await asyncio.gather(
-                blocking(create_network, name, labels), blocking(out)
-            )
-        else:
-            self.network_id = await blocking(create_network, name, labels)
         wanted = {
             volume
             for service in compose.services.values()
@@ -138,7 +128,8 @@ class Surroundings:
             *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
         seeding = None
-        if self.seed_from is not None:  # beside the starts that need no volume
+        if self.seed_from is not None:  # before the networks: the copies of a group reach
+            # the batching helper within its window, not spread out by the engine's queue
             seeding = asyncio.ensure_future(self._seed_volumes(self.seed_from))
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
@@ -167,6 +158,7 @@ class Surroundings:
             healthy[service.name].set()
 
         try:
+            await self._networks()
             await _all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
             if seeding is not None:
@@ -175,6 +167,22 @@ class Surroundings:
                     seeding.exception()  # retrieved; raised below when nothing else failed
         if seeding is not None:
             seeding.result()
+
+    async def _networks(self) -> None:
+        """The environment's internal network and, for sidecars that may reach out, its
+        outbound one, at once."""
+        assert self.environment.compose is not None
+        name = self.network_name or f"envfarm-{self.env_id}"
+        labels = self.labels("network")
+        services = self.environment.compose.sidecars.values()
+        if self.outbound and any(not s.internal_only for s in services):
+            self.outbound_name = f"envfarm-{self.env_id}-out"
+            out = functools.partial(create_network, self.outbound_name, labels, outbound=True)
+            self.network_id, _ = await asyncio.gather(
+                blocking(create_network, name, labels), blocking(out)
+            )
+        else:
+            self.network_id = await blocking(create_network, name, labels)
 
     async def _seed_volumes(self, seed: VolumeSeed) -> None:
         """Each volume a copy of the frozen environment's of the same name."""
