@@ -1,6 +1,7 @@
 """Copies of one warm environment (``sandbox/docker/fork.py``) on the Docker engine: each
 answers from its own copy of the seeded database, and none sees another's writes, processes
-or network; the warm parent's snapshots (the database's: nothing ran in the main container) are
+or network (their sidecars share the group's outbound network, on which they cannot reach each
+other); the warm parent's snapshots (the database's: nothing ran in the main container) are
 labelled for the reaper and removed on close."""
 
 from __future__ import annotations
@@ -97,6 +98,16 @@ async def test_copies_have_their_own_network_containers_and_volumes(
     assert own
     reach = await first.exec(f"timeout 3 bash -c '</dev/tcp/{address}/5432'", timeout=30)
     assert reach.exit_code != 0, "a copy reached its sibling's database"
+    # The sidecars' outbound network is the group's, where containers cannot reach each other.
+    outbound = first.surroundings.outbound_name
+    assert outbound is not None
+    assert outbound == second.surroundings.outbound_name
+    client = docker_client()
+    networks = client.api.inspect_container(second.sidecar_ids["db"])["NetworkSettings"]
+    sibling = networks["Networks"][outbound]["IPAddress"]
+    own_db = client.containers.get(first.sidecar_ids["db"])
+    probe = own_db.exec_run(["timeout", "3", "bash", "-c", f"</dev/tcp/{sibling}/5432"])
+    assert probe.exit_code in (1, 124), probe  # refused or dropped: not a missing bash
     assert isinstance(parent, DockerWarmParent)
     labels = docker_client().images.get(parent.service_images["db"]).labels
     assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
@@ -108,8 +119,10 @@ async def test_closing_the_parent_removes_its_snapshots(
     parent, first, second = copies
     assert isinstance(parent, DockerWarmParent)
     snapshot = parent.service_images["db"]
+    outbound = first.surroundings.outbound_name
     await first.stop()
     await second.stop()
     await parent.close()
     remaining = docker_client().api.images(filters={"label": f"{LABEL_KIND}=fork"}, quiet=True)
     assert snapshot not in remaining
+    assert not docker_client().api.networks(names=[outbound])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 
 from envfarm.errors import SandboxError
@@ -49,6 +50,7 @@ from envfarm.sandbox.docker.labels import (
     LABEL_TASK,
     owner_label,
 )
+from envfarm.sandbox.docker.networks import create_network, forget_endpoints, remove_network
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.sandbox.docker.snapshots import commit, copy_volumes, remove_image, stop_container
@@ -60,6 +62,8 @@ METHOD = "snapshot+restart"
 BATCH_S = 0.2
 """How long a volume copy waits for others to be made by the same helper container."""
 SNAPSHOT_REPOSITORY = "envfarm-fork"
+REMOVE_ATTEMPTS = 20
+REMOVE_PAUSE_S = 0.25
 
 
 def fork_unsupported(spec: SandboxSpec) -> str | None:
@@ -89,6 +93,9 @@ class DockerWarmParent(WarmParent):
         self.snapshots: list[str] = []
         self._pending: list[tuple[list[tuple[str, str]], asyncio.Future[None]]] = []
         self._batching: asyncio.Task[None] | None = None
+        self._outbound: asyncio.Task[str] | None = None
+        self._outbound_users: set[str] = set()
+        self._closed = False
 
     @classmethod
     async def make(
@@ -191,10 +198,59 @@ class DockerWarmParent(WarmParent):
             if not done.done():
                 done.set_result(None)
 
+    async def outbound_network(self, env_id: str) -> str:
+        """The group's outbound network, made by the first copy that asks (``Surroundings``):
+        one network create for the group instead of one per copy."""
+        if self._outbound is None or (self._outbound.done() and self._outbound.exception()):
+            self._outbound = asyncio.ensure_future(self._make_outbound())
+        self._outbound_users.add(env_id)
+        return await asyncio.shield(self._outbound)
+
+    async def _make_outbound(self) -> str:
+        name = f"envfarm-{self.parent_id}-group-out"
+        labels = {**self._labels("network"), LABEL_KIND: "network"}
+        labels[LABEL_ENVIRONMENT] = f"{self.parent_id}-group"  # not swept with the parent
+        await blocking(functools.partial(create_network, name, labels, outbound=True))
+        return name
+
+    async def release_outbound(self, env_id: str, containers: list[str]) -> None:
+        """A copy is gone: the endpoints its ``containers`` had on the group's outbound
+        network too (the engine can keep one of a removed container when many come and go on
+        a network at once), and the network itself with the last copy once the parent is
+        closed."""
+        self._outbound_users.discard(env_id)
+        if self._outbound is not None and self._outbound.done():
+            with contextlib.suppress(BaseException):
+                network = self._outbound.result()
+                await blocking(forget_endpoints, network, containers)
+        await self._remove_outbound()
+
+    async def _remove_outbound(self) -> None:
+        if not self._closed or self._outbound_users or self._outbound is None:
+            return
+        made, self._outbound = self._outbound, None
+        with contextlib.suppress(BaseException):
+            await made
+        if made.cancelled() or made.exception() is not None:
+            return
+        for attempt in range(REMOVE_ATTEMPTS):  # the engine lets go of the endpoints of the
+            try:  # copies' removed containers a little after their removal
+                await blocking(remove_network, made.result())
+                return
+            except SandboxError:
+                if attempt + 1 == REMOVE_ATTEMPTS:
+                    raise
+                await asyncio.sleep(REMOVE_PAUSE_S)
+
     async def close(self) -> None:
         errors: list[SandboxError] = []
+        self._closed = True
         try:
             await self.parent.stop()
+        except SandboxError as exc:
+            errors.append(exc)
+        try:
+            await self._remove_outbound()
         except SandboxError as exc:
             errors.append(exc)
         for image in self.snapshots:

@@ -30,12 +30,12 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker import services as sidecars
-from envfarm.sandbox.docker.containers import read_path_archive
+from envfarm.sandbox.docker.containers import read_path_archive, remove_in_background
 from envfarm.sandbox.docker.engine_pool import blocking, uncancelled
 from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
 from envfarm.sandbox.docker.images.environment_images import build_environment_images
@@ -50,19 +50,10 @@ from envfarm.sandbox.docker.labels import (
 )
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox
+from envfarm.sandbox.docker.seeds import VolumeSeed
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
-
-
-class VolumeSeed(Protocol):
-    """A frozen environment whose volumes a new one's start as copies of (``fork.py``)."""
-
-    parent_id: str
-
-    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
-        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
-        ...
 
 
 class Surroundings:
@@ -95,6 +86,8 @@ class Surroundings:
         self.network_id: str | None = None
         self.sidecar_ids: dict[str, str] = {}
         self.volumes: list[str] = []
+        self._exited: list[str] | None = None
+        """While ``up`` runs: the helper containers it leaves, removed once it is up."""
 
     def labels(self, kind: str, service: str | None = None) -> dict[str, str]:
         labels = {
@@ -157,16 +150,20 @@ class Surroundings:
                 await sidecar_healthy(service, container_id)
             healthy[service.name].set()
 
+        self._exited = []
         try:
             await self._networks()
             await _all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
+            exited, self._exited = self._exited, None  # after a failure, the sweep's
             if seeding is not None:
                 await asyncio.wait([seeding])  # its copy ran to its end (``blocking``)
                 if not seeding.cancelled():
                     seeding.exception()  # retrieved; raised below when nothing else failed
         if seeding is not None:
             seeding.result()
+        for helper in exited:  # after the start, not queued in the engine before its calls
+            remove_in_background(helper)
 
     async def _networks(self) -> None:
         """The environment's internal network and, for sidecars that may reach out, its
@@ -176,13 +173,19 @@ class Surroundings:
         labels = self.labels("network")
         services = self.environment.compose.sidecars.values()
         if self.outbound and any(not s.internal_only for s in services):
-            self.outbound_name = f"envfarm-{self.env_id}-out"
-            out = functools.partial(create_network, self.outbound_name, labels, outbound=True)
-            self.network_id, _ = await asyncio.gather(
-                blocking(create_network, name, labels), blocking(out)
+            self.network_id, self.outbound_name = await asyncio.gather(
+                blocking(create_network, name, labels), self._outbound_network(labels)
             )
         else:
             self.network_id = await blocking(create_network, name, labels)
+
+    async def _outbound_network(self, labels: dict[str, str]) -> str:
+        """The environment's own, or a fork group's, which its copies share (``fork.py``)."""
+        if self.seed_from is not None:
+            return await self.seed_from.outbound_network(self.env_id)
+        name = f"envfarm-{self.env_id}-out"
+        await blocking(functools.partial(create_network, name, labels, outbound=True))
+        return name
 
     async def _seed_volumes(self, seed: VolumeSeed) -> None:
         """Each volume a copy of the frozen environment's of the same name."""
@@ -211,7 +214,11 @@ class Surroundings:
             return
         helper = (await ensure_base_image()).tag
         labels = self.labels("helper", MAIN_SERVICE)
-        await blocking(drop_default_route, main.container_id, helper, labels)
+        exited = self._exited
+        drop = functools.partial(drop_default_route, keep=exited is not None)
+        helper_id = await blocking(drop, main.container_id, helper, labels)
+        if exited is not None:
+            exited.append(helper_id)
 
     async def _start_sidecar(self, service: ComposeService) -> str:
         assert self.environment.compose is not None
@@ -255,6 +262,9 @@ class Surroundings:
         self.sidecar_ids.clear()
         await blocking(sidecars.sweep, self.env_id)
         self.network_id, self.volumes = None, []
+        if self.seed_from is not None and self.environment.compose is not None:
+            names = [f"envfarm-{self.env_id}-{s}" for s in self.environment.compose.sidecars]
+            await self.seed_from.release_outbound(self.env_id, names)
 
     def remove_now(self, main: DockerSandbox) -> None:
         """Blocking best-effort removal of everything, ``main`` first (interpreter exit)."""
