@@ -15,6 +15,7 @@ import pytest_asyncio
 
 from envfarm.plan.models import JobChoices
 from envfarm.plan.planner import plan_episode
+from envfarm.sandbox.docker import fork
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
@@ -41,10 +42,15 @@ async def copies(
     compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
     task = load_task(root)
     backend = DockerBackend()
+    patch = pytest.MonkeyPatch()  # 2000 rows are seeded at once: forked all the same
+    patch.setattr(fork, "MIN_SAVED_S", 0.0)
     plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
     assert plan.sandbox.fork, plan.decided["sandbox.fork"]
     image = await backend.prepare(plan.sandbox)
-    parent = await backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    try:
+        parent = await backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    finally:
+        patch.undo()
     first, second = await parent.fork(), await parent.fork()
     assert isinstance(first, DockerEnvironment)
     assert isinstance(second, DockerEnvironment)

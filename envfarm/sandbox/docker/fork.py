@@ -54,7 +54,7 @@ from envfarm.sandbox.docker.networks import create_network, forget_endpoints, re
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.sandbox.docker.snapshots import commit, copy_volumes, remove_image, stop_container
-from envfarm.sandbox.fork import WarmParent
+from envfarm.sandbox.fork import NotWorthForking, WarmParent
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE
 
@@ -62,6 +62,9 @@ METHOD = "snapshot+restart"
 BATCH_S = 0.2
 """How long a volume copy waits for others to be made by the same helper container."""
 SNAPSHOT_REPOSITORY = "envfarm-fork"
+MIN_SAVED_S = 3.0
+"""A copy is made only when the parent's slowest service took at least this long to be ready
+once started (what a copy skips): below it, a cold start is as soon (bench/RESULTS.md)."""
 REMOVE_ATTEMPTS = 20
 REMOVE_PAUSE_S = 0.25
 
@@ -115,11 +118,28 @@ class DockerWarmParent(WarmParent):
         made = cls(config, environment, parent, sources)
         try:
             await parent.start()
+            made._worth_forking()
             await made._freeze()
+        except NotWorthForking as exc:  # not frozen: an episode's cold sandbox as it stands
+            exc.started = parent
+            raise
         except BaseException:
             await made.close()
             raise
         return made
+
+    def _worth_forking(self) -> None:
+        """NotWorthForking when the parent's services were ready so soon after they started
+        that a copy, which skips only that wait, would save less than forking adds."""
+        waits = self.parent.surroundings.ready_waits
+        waited = max(waits.values(), default=0.0)
+        if waited < MIN_SAVED_S:
+            slowest = max(waits, key=waits.__getitem__, default="none")
+            raise NotWorthForking(
+                f"its slowest service ({slowest}) was ready {waited:.1f} s after it started; a "
+                f"copy saves only that wait, and forking adds about {MIN_SAVED_S:g} s (the "
+                f"freeze, the volume copies, the services' restart on the copies)"
+            )
 
     def _labels(self, service: str) -> dict[str, str]:
         return {

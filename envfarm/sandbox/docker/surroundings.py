@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -86,6 +87,8 @@ class Surroundings:
         self.network_id: str | None = None
         self.sidecar_ids: dict[str, str] = {}
         self.volumes: list[str] = []
+        self.ready_waits: dict[str, float] = {}
+        """Service -> how long its healthcheck took to pass once it was started."""
         self._exited: list[str] | None = None
         """While ``up`` runs: the helper containers it leaves, removed once it is up."""
 
@@ -106,7 +109,9 @@ class Surroundings:
         compose = self.environment.compose
         if compose is None:
             await uncancelled(asyncio.ensure_future(main.start()))
+            since = time.monotonic()
             await main_healthy(self.environment, main)
+            self.ready_waits[MAIN_SERVICE] = time.monotonic() - since
             return
         if self.service_images is None:
             images = await build_environment_images(self.environment, self.sources)
@@ -142,12 +147,15 @@ class Surroundings:
                 await self.settle(main)
                 await dependencies(service)
                 started[service.name].set()
+                since = time.monotonic()
                 await main_healthy(self.environment, main)
             else:
                 await dependencies(service)
                 container_id = await self._start_sidecar(service)
                 started[service.name].set()
+                since = time.monotonic()
                 await sidecar_healthy(service, container_id)
+            self.ready_waits[service.name] = time.monotonic() - since
             healthy[service.name].set()
 
         self._exited = []
