@@ -11,7 +11,13 @@ reflink copies of the frozen ones: its services start again on copied data (a da
 its data directory initialized and skips its seeding; ready in about a second), on its own
 network, with its own hostnames, container ids and volumes. The method is recorded as
 ``snapshot+restart``. The volume copies of copies asked for together (a group's) are made by
-one helper container.
+one helper container, and the group's sidecars share one outbound network, made by the first
+copy that asks (``outbound_network``; containers on it cannot reach one another), removed with
+the last copy once the parent is closed.
+
+A parent whose slowest service was ready within ``MIN_SAVED_S`` of its start is not frozen:
+a copy would save less than forking adds, so ``make`` raises ``NotWorthForking`` with the
+started environment, which serves one episode as its cold sandbox (``sandbox/fork.py``).
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the

@@ -24,7 +24,9 @@ removed again. The environment network, and so the sidecars, stay reachable thro
 Sidecars that may reach out (``services.py``) share a second network of the environment's, from
 the same pool, that is not internal but on which containers cannot reach one another: it leads
 outside and nowhere else, never to another environment (the default bridge would: its
-containers talk freely). The main container never joins it.
+containers talk freely). The copies of a forked group share one (``fork.py``): one network
+create instead of one per copy, and still no copy reaches another on it. The main container
+never joins it.
 """
 
 from __future__ import annotations
