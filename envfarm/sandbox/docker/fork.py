@@ -245,18 +245,16 @@ class DockerWarmParent(WarmParent):
         a network at once), and the network itself with the last copy once the parent is
         closed."""
         self._outbound_users.discard(env_id)
-        if self._outbound is not None and self._outbound.done():
-            with contextlib.suppress(BaseException):
-                network = self._outbound.result()
-                await blocking(forget_endpoints, network, containers)
+        made = self._outbound
+        if made is not None and made.done() and not made.cancelled() and not made.exception():
+            await blocking(forget_endpoints, made.result(), containers)
         await self._remove_outbound()
 
     async def _remove_outbound(self) -> None:
         if not self._closed or self._outbound_users or self._outbound is None:
             return
         made, self._outbound = self._outbound, None
-        with contextlib.suppress(BaseException):
-            await made
+        await asyncio.wait([made])  # its outcome is read below, never raised here
         if made.cancelled() or made.exception() is not None:
             return
         for attempt in range(REMOVE_ATTEMPTS):  # the engine lets go of the endpoints of the
