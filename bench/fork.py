@@ -5,7 +5,9 @@ whose PostgreSQL sidecar seeds 4 million rows at its first start):
   - ready: the time until all N environments of the group are ready to take the agent's first
     command, every one answering ``--probe`` (for the seeded task, a query of its own
     database): cold, N environments started at once; forked, one warm environment started and
-    frozen, then N copies of it made at once (the warm one's start counted);
+    frozen, then N copies of it made at once (the warm one's start counted); a task whose
+    warm start shows that forking would not pay (``NotWorthForking``) is not forked, and the
+    row says why (``not_forked``);
   - per copy, once forked: memory (the engine's figure for its containers, page cache
     included) and disk (its containers' own writable layers, as the engine counts them; a
     database's data is in its sidecar's snapshot, or a reflink copy, shared until written);
@@ -44,7 +46,7 @@ from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.sandbox import DockerSandbox
-from envfarm.sandbox.fork import WarmParent
+from envfarm.sandbox.fork import NotWorthForking, WarmParent
 from envfarm.spec.task import Task, load_task
 
 ROOT = Path(__file__).resolve().parent
@@ -174,14 +176,20 @@ async def measure(
         ready, sandboxes = await cold_ready(backend, spec, image, n, run_id, probe)
         await asyncio.gather(*(s.stop() for s in sandboxes))
         row["cold_ready_s"] = round(ready, 2)
-    ready, warm, copies, parent = await fork_ready(backend, spec, image, n, run_id, probe)
-    row.update(fork_ready_s=round(ready, 2), warm_parent_s=round(warm, 2))
-    memory, disk = await asyncio.to_thread(footprint, copies)
-    row.update(mem_per_copy_mb=round(memory, 1), disk_per_copy_mb=round(disk, 2))
-    await asyncio.gather(*(c.stop() for c in copies))
-    await parent.close()
-    if cold:
-        row["ready_ratio"] = round(row["cold_ready_s"] / row["fork_ready_s"], 2)
+    try:
+        ready, warm, copies, parent = await fork_ready(backend, spec, image, n, run_id, probe)
+    except NotWorthForking as exc:  # ``fork auto`` starts this task cold
+        row["not_forked"] = str(exc)
+        if exc.started is not None:
+            await exc.started.stop()
+    else:
+        row.update(fork_ready_s=round(ready, 2), warm_parent_s=round(warm, 2))
+        memory, disk = await asyncio.to_thread(footprint, copies)
+        row.update(mem_per_copy_mb=round(memory, 1), disk_per_copy_mb=round(disk, 2))
+        await asyncio.gather(*(c.stop() for c in copies))
+        await parent.close()
+        if cold:
+            row["ready_ratio"] = round(row["cold_ready_s"] / row["fork_ready_s"], 2)
     if not wall:
         return row
     if cold:
@@ -218,10 +226,10 @@ async def main(
     )
     for r in rows:
         print(
-            f"{r['n']:>4} {r.get('cold_ready_s', '-'):>11} {r['fork_ready_s']:>11} "
+            f"{r['n']:>4} {r.get('cold_ready_s', '-'):>11} {r.get('fork_ready_s', '-'):>11} "
             f"{r.get('ready_ratio', '-'):>6} {r.get('cold_wall_s', '-'):>10} "
             f"{r.get('fork_wall_s', '-'):>10} {r.get('wall_ratio', '-'):>6} "
-            f"{r['mem_per_copy_mb']:>8} {r['disk_per_copy_mb']:>8}"
+            f"{r.get('mem_per_copy_mb', '-'):>8} {r.get('disk_per_copy_mb', '-'):>8}"
         )
     both = [r for r in rows if "cold_ready_s" in r] or rows
     print(json.dumps({"task": task.id, "runtime": shown, **both[-1], "results": rows}))

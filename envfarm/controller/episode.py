@@ -242,6 +242,9 @@ class EpisodeRunner:
                 traj.provenance.forked_from = forked.parent_id
                 traj.provenance.fork_method = forked.method
                 return Provided(forked.sandbox, started=True, pristine_image=forked.image_id)
+            started = self._forks.take_started(plan.sandbox, image)  # started to decide
+            if started is not None:
+                return Provided(started, started=True, pristine_image=image.image_id)
         if self.pools is not None:
             sandbox = await self.pools.acquire(plan.sandbox, image)
             return Provided(sandbox, started=True, pristine_image=image.image_id)

@@ -10,8 +10,9 @@ any other.
 
 ``Forks`` keeps one warm parent per environment key of a job (the prepared image plus the
 plan's sandbox spec, as a warm pool's), made by the first episode that asks and shared by the
-rest; a parent that cannot be made (or an environment the backend cannot fork) leaves the
-episodes to start cold, and the reason is logged once per environment and kept in ``reasons``.
+rest; a parent that cannot be made, one whose start shows that forking would not pay
+(``NotWorthForking``), or an environment the backend cannot fork leaves the episodes to start
+cold, and the reason is logged once per environment and kept in ``reasons``.
 Copies are never returned: each is used by one episode, and grading sees it as a cold
 sandbox whose pristine state is the warm one (``Forked.image_id``).
 """
@@ -28,6 +29,17 @@ from envfarm.plan.models import SandboxSpec
 from envfarm.sandbox.base import PreparedImage, Sandbox
 
 log = logging.getLogger(__name__)
+
+
+class NotWorthForking(EnvfarmError):
+    """The warm environment was started, but its start showed that a copy would not be ready
+    sooner than a cold start; the message says why (the episodes start cold). ``started`` is
+    that environment, not frozen: started exactly as a cold one, so it serves one episode as
+    its cold sandbox (``Forks.take_started``)."""
+
+    def __init__(self, message: str, started: Sandbox | None = None) -> None:
+        super().__init__(message)
+        self.started = started
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,8 @@ class Forking(ABC):
 class _Entry:
     ready: asyncio.Future[WarmParent | str]
     making: asyncio.Task[None] | None = None
+    started: Sandbox | None = None
+    """The environment started to decide, not worth forking: for the first episode to ask."""
 
 
 @dataclass
@@ -109,6 +123,15 @@ class Forks:
         sandbox = await parent.fork()
         return Forked(sandbox, parent.parent_id, parent.method, parent.image_id)
 
+    def take_started(self, spec: SandboxSpec, image: PreparedImage) -> Sandbox | None:
+        """After ``acquire`` said why not: the started, unfrozen environment of a parent not
+        worth forking, for one episode to use as its cold sandbox (it stops it); else None."""
+        entry = self._entries.get(self.key(spec, image))
+        if entry is None:
+            return None
+        started, entry.started = entry.started, None
+        return started
+
     async def _parent(self, spec: SandboxSpec, image: PreparedImage) -> WarmParent | str:
         key = self.key(spec, image)
         async with self._lock:
@@ -129,6 +152,8 @@ class Forks:
         else:
             try:
                 outcome = await self.backend.warm_parent(spec, image, run_id=self.run_id)
+            except NotWorthForking as exc:
+                outcome, entry.started = str(exc), exc.started
             except EnvfarmError as exc:
                 outcome = f"the warm environment could not be made: {exc}"
             except BaseException as exc:
@@ -150,6 +175,12 @@ class Forks:
                 outcome = await entry.ready
             except BaseException:  # its episodes have reported it
                 continue
+            if entry.started is not None:  # no episode took it
+                started, entry.started = entry.started, None
+                try:
+                    await started.stop()
+                except EnvfarmError as exc:
+                    log.warning("an unused environment could not be removed: %s", exc)
             if not isinstance(outcome, str):
                 try:
                     await outcome.close()

@@ -1,6 +1,7 @@
 """Copies of one warm environment (``sandbox/docker/fork.py``) on the Docker engine: each
 answers from its own copy of the seeded database, and none sees another's writes, processes
-or network; the warm parent's snapshots (the database's: nothing ran in the main container) are
+or network (their sidecars share the group's outbound network, on which they cannot reach each
+other); the warm parent's snapshots (the database's: nothing ran in the main container) are
 labelled for the reaper and removed on close."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest_asyncio
 
 from envfarm.plan.models import JobChoices
 from envfarm.plan.planner import plan_episode
+from envfarm.sandbox.docker import fork
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
@@ -40,10 +42,15 @@ async def copies(
     compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
     task = load_task(root)
     backend = DockerBackend()
+    patch = pytest.MonkeyPatch()  # 2000 rows are seeded at once: forked all the same
+    patch.setattr(fork, "MIN_SAVED_S", 0.0)
     plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
     assert plan.sandbox.fork, plan.decided["sandbox.fork"]
     image = await backend.prepare(plan.sandbox)
-    parent = await backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    try:
+        parent = await backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    finally:
+        patch.undo()
     first, second = await parent.fork(), await parent.fork()
     assert isinstance(first, DockerEnvironment)
     assert isinstance(second, DockerEnvironment)
@@ -97,6 +104,16 @@ async def test_copies_have_their_own_network_containers_and_volumes(
     assert own
     reach = await first.exec(f"timeout 3 bash -c '</dev/tcp/{address}/5432'", timeout=30)
     assert reach.exit_code != 0, "a copy reached its sibling's database"
+    # The sidecars' outbound network is the group's, where containers cannot reach each other.
+    outbound = first.surroundings.outbound_name
+    assert outbound is not None
+    assert outbound == second.surroundings.outbound_name
+    client = docker_client()
+    networks = client.api.inspect_container(second.sidecar_ids["db"])["NetworkSettings"]
+    sibling = networks["Networks"][outbound]["IPAddress"]
+    own_db = client.containers.get(first.sidecar_ids["db"])
+    probe = own_db.exec_run(["timeout", "3", "bash", "-c", f"</dev/tcp/{sibling}/5432"])
+    assert probe.exit_code in (1, 124), probe  # refused or dropped: not a missing bash
     assert isinstance(parent, DockerWarmParent)
     labels = docker_client().images.get(parent.service_images["db"]).labels
     assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
@@ -108,8 +125,10 @@ async def test_closing_the_parent_removes_its_snapshots(
     parent, first, second = copies
     assert isinstance(parent, DockerWarmParent)
     snapshot = parent.service_images["db"]
+    outbound = first.surroundings.outbound_name
     await first.stop()
     await second.stop()
     await parent.close()
     remaining = docker_client().api.images(filters={"label": f"{LABEL_KIND}=fork"}, quiet=True)
     assert snapshot not in remaining
+    assert not docker_client().api.networks(names=[outbound])

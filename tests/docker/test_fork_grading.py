@@ -4,6 +4,7 @@ being the warm one."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest_asyncio
 
 from envfarm.models.trajectory import Trajectory
 from envfarm.plan.models import JobChoices
+from envfarm.sandbox.docker import fork
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.fork import METHOD
 from envfarm.spec.task import Task
@@ -27,6 +29,16 @@ FIX = f"cat > /app/calc.py <<'PY'\n{FIXED_CALC}PY"
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def backend() -> DockerBackend:
     return DockerBackend()
+
+
+@pytest.fixture(autouse=True)
+def forked_however_quick(request: pytest.FixtureRequest) -> Iterator[None]:
+    """These environments are ready at once, which ``fork auto`` would start cold (but in the
+    test that says so): forked all the same, to grade copies."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.node.name != "test_an_environment_ready_at_once_starts_cold":
+            patch.setattr(fork, "MIN_SAVED_S", 0.0)
+        yield
 
 
 def forkable(root: Path) -> Task:
@@ -89,3 +101,14 @@ async def test_edited_tests_and_hidden_paths_grade_as_on_a_cold_sandbox(
 
     fixed = forked(await run_episode(backend, task, [bash(FIX)], job=GROUP, episode_id="ep-fix"))
     assert (fixed.reward.valid, fixed.reward.value, fixed.reward.flags) == (True, 1.0, [])
+
+
+async def test_an_environment_ready_at_once_starts_cold(
+    backend: DockerBackend, tmp_path: Path
+) -> None:
+    """A copy would save nothing of a start this quick, so ``fork auto`` starts it cold."""
+    task = forkable(tmp_path / "quick")
+    trajectory = await run_episode(backend, task, [bash(FIX)], job=GROUP, episode_id="ep-quick")
+    assert trajectory.error is None, trajectory.error
+    assert trajectory.provenance.forked_from is None
+    assert (trajectory.reward.valid, trajectory.reward.value) == (True, 1.0)

@@ -46,8 +46,9 @@ from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
+from envfarm.sandbox.docker.seeds import VolumeSeed
 from envfarm.sandbox.docker.services import main_config
-from envfarm.sandbox.docker.surroundings import Surroundings, VolumeSeed
+from envfarm.sandbox.docker.surroundings import Surroundings
 from envfarm.settings import ImageSource
 
 _live: dict[str, DockerEnvironment] = {}

@@ -11,7 +11,13 @@ reflink copies of the frozen ones: its services start again on copied data (a da
 its data directory initialized and skips its seeding; ready in about a second), on its own
 network, with its own hostnames, container ids and volumes. The method is recorded as
 ``snapshot+restart``. The volume copies of copies asked for together (a group's) are made by
-one helper container.
+one helper container, and the group's sidecars share one outbound network, made by the first
+copy that asks (``outbound_network``; containers on it cannot reach one another), removed with
+the last copy once the parent is closed.
+
+A parent whose slowest service was ready within ``MIN_SAVED_S`` of its start is not frozen:
+a copy would save less than forking adds, so ``make`` raises ``NotWorthForking`` with the
+started environment, which serves one episode as its cold sandbox (``sandbox/fork.py``).
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 
 from envfarm.errors import SandboxError
@@ -49,10 +56,11 @@ from envfarm.sandbox.docker.labels import (
     LABEL_TASK,
     owner_label,
 )
+from envfarm.sandbox.docker.networks import create_network, forget_endpoints, remove_network
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.sandbox.docker.snapshots import commit, copy_volumes, remove_image, stop_container
-from envfarm.sandbox.fork import WarmParent
+from envfarm.sandbox.fork import NotWorthForking, WarmParent
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE
 
@@ -60,6 +68,11 @@ METHOD = "snapshot+restart"
 BATCH_S = 0.2
 """How long a volume copy waits for others to be made by the same helper container."""
 SNAPSHOT_REPOSITORY = "envfarm-fork"
+MIN_SAVED_S = 3.0
+"""A copy is made only when the parent's slowest service took at least this long to be ready
+once started (what a copy skips): below it, a cold start is as soon (bench/RESULTS.md)."""
+REMOVE_ATTEMPTS = 20
+REMOVE_PAUSE_S = 0.25
 
 
 def fork_unsupported(spec: SandboxSpec) -> str | None:
@@ -89,6 +102,9 @@ class DockerWarmParent(WarmParent):
         self.snapshots: list[str] = []
         self._pending: list[tuple[list[tuple[str, str]], asyncio.Future[None]]] = []
         self._batching: asyncio.Task[None] | None = None
+        self._outbound: asyncio.Task[str] | None = None
+        self._outbound_users: set[str] = set()
+        self._closed = False
 
     @classmethod
     async def make(
@@ -108,11 +124,28 @@ class DockerWarmParent(WarmParent):
         made = cls(config, environment, parent, sources)
         try:
             await parent.start()
+            made._worth_forking()
             await made._freeze()
+        except NotWorthForking as exc:  # not frozen: an episode's cold sandbox as it stands
+            exc.started = parent
+            raise
         except BaseException:
             await made.close()
             raise
         return made
+
+    def _worth_forking(self) -> None:
+        """NotWorthForking when the parent's services were ready so soon after they started
+        that a copy, which skips only that wait, would save less than forking adds."""
+        waits = self.parent.surroundings.ready_waits
+        waited = max(waits.values(), default=0.0)
+        if waited < MIN_SAVED_S:
+            slowest = max(waits, key=waits.__getitem__, default="none")
+            raise NotWorthForking(
+                f"its slowest service ({slowest}) was ready {waited:.1f} s after it started; a "
+                f"copy saves only that wait, and forking adds about {MIN_SAVED_S:g} s (the "
+                f"freeze, the volume copies, the services' restart on the copies)"
+            )
 
     def _labels(self, service: str) -> dict[str, str]:
         return {
@@ -191,10 +224,57 @@ class DockerWarmParent(WarmParent):
             if not done.done():
                 done.set_result(None)
 
+    async def outbound_network(self, env_id: str) -> str:
+        """The group's outbound network, made by the first copy that asks (``Surroundings``):
+        one network create for the group instead of one per copy."""
+        if self._outbound is None or (self._outbound.done() and self._outbound.exception()):
+            self._outbound = asyncio.ensure_future(self._make_outbound())
+        self._outbound_users.add(env_id)
+        return await asyncio.shield(self._outbound)
+
+    async def _make_outbound(self) -> str:
+        name = f"envfarm-{self.parent_id}-group-out"
+        labels = {**self._labels("network"), LABEL_KIND: "network"}
+        labels[LABEL_ENVIRONMENT] = f"{self.parent_id}-group"  # not swept with the parent
+        await blocking(functools.partial(create_network, name, labels, outbound=True))
+        return name
+
+    async def release_outbound(self, env_id: str, containers: list[str]) -> None:
+        """A copy is gone: the endpoints its ``containers`` had on the group's outbound
+        network too (the engine can keep one of a removed container when many come and go on
+        a network at once), and the network itself with the last copy once the parent is
+        closed."""
+        self._outbound_users.discard(env_id)
+        made = self._outbound
+        if made is not None and made.done() and not made.cancelled() and not made.exception():
+            await blocking(forget_endpoints, made.result(), containers)
+        await self._remove_outbound()
+
+    async def _remove_outbound(self) -> None:
+        if not self._closed or self._outbound_users or self._outbound is None:
+            return
+        made, self._outbound = self._outbound, None
+        await asyncio.wait([made])  # its outcome is read below, never raised here
+        if made.cancelled() or made.exception() is not None:
+            return
+        for attempt in range(REMOVE_ATTEMPTS):  # the engine lets go of the endpoints of the
+            try:  # copies' removed containers a little after their removal
+                await blocking(remove_network, made.result())
+                return
+            except SandboxError:
+                if attempt + 1 == REMOVE_ATTEMPTS:
+                    raise
+                await asyncio.sleep(REMOVE_PAUSE_S)
+
     async def close(self) -> None:
         errors: list[SandboxError] = []
+        self._closed = True
         try:
             await self.parent.stop()
+        except SandboxError as exc:
+            errors.append(exc)
+        try:
+            await self._remove_outbound()
         except SandboxError as exc:
             errors.append(exc)
         for image in self.snapshots:

@@ -24,7 +24,9 @@ removed again. The environment network, and so the sidecars, stay reachable thro
 Sidecars that may reach out (``services.py``) share a second network of the environment's, from
 the same pool, that is not internal but on which containers cannot reach one another: it leads
 outside and nowhere else, never to another environment (the default bridge would: its
-containers talk freely). The main container never joins it.
+containers talk freely). The copies of a forked group share one (``fork.py``): one network
+create instead of one per copy, and still no copy reaches another on it. The main container
+never joins it.
 """
 
 from __future__ import annotations
@@ -157,6 +159,15 @@ def remove_network(network_id: str) -> None:
         raise SandboxError(f"could not remove network {network_id[:12]}: {exc}") from exc
 
 
+def forget_endpoints(network: str, containers: list[str]) -> None:
+    """Force the endpoints of these (removed) containers off ``network``, best effort (the
+    network's removal says if one is left). Blocking."""
+    api = docker_client().api
+    for name in containers:
+        with contextlib.suppress(Exception):
+            api.disconnect_container_from_network(name, network, force=True)
+
+
 def bridge_gateway() -> str:
     """The host's address on the default bridge (its ``Gateway``, else the subnet's first
     address: some engines leave the gateway out of the bridge's IPAM config)."""
@@ -209,13 +220,17 @@ def switch_default_bridge_from_none(container_id: str, joined: bool) -> None:
     switch_default_bridge(container_id, joined)
 
 
-def drop_default_route(container_id: str, helper_image: str, labels: dict[str, str]) -> None:
-    """Remove the IPv4 default route(s) in the running container's network namespace.
+def drop_default_route(
+    container_id: str, helper_image: str, labels: dict[str, str], *, keep: bool = False
+) -> str:
+    """Remove the IPv4 default route(s) in the running container's network namespace; the
+    helper container's id.
 
     The exited helper is removed on a thread of its own, off the environment's start (a
-    removal takes the engine 0.4-1.2 s): the main container can be removed while it exists,
-    and it carries the environment's labels, so the environment's teardown sweeps it (and
-    the reaper, after a crash) if that thread has not."""
+    removal takes the engine 0.4-1.2 s), or (``keep``) left for the caller to remove once the
+    environment is up: the main container can be removed while it exists, and it carries the
+    environment's labels, so the environment's teardown sweeps it (and the reaper, after a
+    crash) if nothing else has."""
     client = docker_client()
     helper = client.containers.create(
         helper_image,
@@ -237,9 +252,11 @@ def drop_default_route(container_id: str, helper_image: str, labels: dict[str, s
     except docker.errors.DockerException as exc:
         raise SandboxStartError(f"could not remove the main container's route: {exc}") from exc
     finally:
-        remove_in_background(helper)
+        if not keep:
+            remove_in_background(helper)
     if status.get("StatusCode") != 0:
         raise SandboxStartError(
             f"could not remove the main container's default route (exit "
             f"{status.get('StatusCode')}): {output or 'no output'}"
         )
+    return str(helper.id)

@@ -29,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker import services as sidecars
-from envfarm.sandbox.docker.containers import read_path_archive
+from envfarm.sandbox.docker.containers import read_path_archive, remove_in_background
 from envfarm.sandbox.docker.engine_pool import blocking, uncancelled
 from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
 from envfarm.sandbox.docker.images.environment_images import build_environment_images
@@ -50,19 +51,10 @@ from envfarm.sandbox.docker.labels import (
 )
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox
+from envfarm.sandbox.docker.seeds import VolumeSeed
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
-
-
-class VolumeSeed(Protocol):
-    """A frozen environment whose volumes a new one's start as copies of (``fork.py``)."""
-
-    parent_id: str
-
-    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
-        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
-        ...
 
 
 class Surroundings:
@@ -95,6 +87,10 @@ class Surroundings:
         self.network_id: str | None = None
         self.sidecar_ids: dict[str, str] = {}
         self.volumes: list[str] = []
+        self.ready_waits: dict[str, float] = {}
+        """Service -> how long its healthcheck took to pass once it was started."""
+        self._exited: list[str] | None = None
+        """While ``up`` runs: the helper containers it leaves, removed once it is up."""
 
     def labels(self, kind: str, service: str | None = None) -> dict[str, str]:
         labels = {
@@ -113,21 +109,13 @@ class Surroundings:
         compose = self.environment.compose
         if compose is None:
             await uncancelled(asyncio.ensure_future(main.start()))
+            since = time.monotonic()
             await main_healthy(self.environment, main)
+            self.ready_waits[MAIN_SERVICE] = time.monotonic() - since
             return
         if self.service_images is None:
             images = await build_environment_images(self.environment, self.sources)
             self.service_images = images.service_image_ids()
-        name = self.network_name or f"envfarm-{self.env_id}"
-        labels = self.labels("network")
-        if self.outbound and any(not s.internal_only for s in compose.sidecars.values()):
-            self.outbound_name = f"envfarm-{self.env_id}-out"
-            out = functools.partial(create_network, self.outbound_name, labels, outbound=True)
-            self.network_id, _ = await asyncio.gather(
-                blocking(create_network, name, labels), blocking(out)
-            )
-        else:
-            self.network_id = await blocking(create_network, name, labels)
         wanted = {
             volume
             for service in compose.services.values()
@@ -138,7 +126,8 @@ class Surroundings:
             *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
         seeding = None
-        if self.seed_from is not None:  # beside the starts that need no volume
+        if self.seed_from is not None:  # before the networks: the copies of a group reach
+            # the batching helper within its window, not spread out by the engine's queue
             seeding = asyncio.ensure_future(self._seed_volumes(self.seed_from))
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
@@ -158,23 +147,53 @@ class Surroundings:
                 await self.settle(main)
                 await dependencies(service)
                 started[service.name].set()
+                since = time.monotonic()
                 await main_healthy(self.environment, main)
             else:
                 await dependencies(service)
                 container_id = await self._start_sidecar(service)
                 started[service.name].set()
+                since = time.monotonic()
                 await sidecar_healthy(service, container_id)
+            self.ready_waits[service.name] = time.monotonic() - since
             healthy[service.name].set()
 
+        self._exited = []
         try:
+            await self._networks()
             await _all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
+            exited, self._exited = self._exited, None  # after a failure, the sweep's
             if seeding is not None:
                 await asyncio.wait([seeding])  # its copy ran to its end (``blocking``)
                 if not seeding.cancelled():
                     seeding.exception()  # retrieved; raised below when nothing else failed
         if seeding is not None:
             seeding.result()
+        for helper in exited:  # after the start, not queued in the engine before its calls
+            remove_in_background(helper)
+
+    async def _networks(self) -> None:
+        """The environment's internal network and, for sidecars that may reach out, its
+        outbound one, at once."""
+        assert self.environment.compose is not None
+        name = self.network_name or f"envfarm-{self.env_id}"
+        labels = self.labels("network")
+        services = self.environment.compose.sidecars.values()
+        if self.outbound and any(not s.internal_only for s in services):
+            self.network_id, self.outbound_name = await asyncio.gather(
+                blocking(create_network, name, labels), self._outbound_network(labels)
+            )
+        else:
+            self.network_id = await blocking(create_network, name, labels)
+
+    async def _outbound_network(self, labels: dict[str, str]) -> str:
+        """The environment's own, or a fork group's, which its copies share (``fork.py``)."""
+        if self.seed_from is not None:
+            return await self.seed_from.outbound_network(self.env_id)
+        name = f"envfarm-{self.env_id}-out"
+        await blocking(functools.partial(create_network, name, labels, outbound=True))
+        return name
 
     async def _seed_volumes(self, seed: VolumeSeed) -> None:
         """Each volume a copy of the frozen environment's of the same name."""
@@ -203,7 +222,11 @@ class Surroundings:
             return
         helper = (await ensure_base_image()).tag
         labels = self.labels("helper", MAIN_SERVICE)
-        await blocking(drop_default_route, main.container_id, helper, labels)
+        exited = self._exited
+        drop = functools.partial(drop_default_route, keep=exited is not None)
+        helper_id = await blocking(drop, main.container_id, helper, labels)
+        if exited is not None:
+            exited.append(helper_id)
 
     async def _start_sidecar(self, service: ComposeService) -> str:
         assert self.environment.compose is not None
@@ -247,6 +270,9 @@ class Surroundings:
         self.sidecar_ids.clear()
         await blocking(sidecars.sweep, self.env_id)
         self.network_id, self.volumes = None, []
+        if self.seed_from is not None and self.environment.compose is not None:
+            names = [f"envfarm-{self.env_id}-{s}" for s in self.environment.compose.sidecars]
+            await self.seed_from.release_outbound(self.env_id, names)
 
     def remove_now(self, main: DockerSandbox) -> None:
         """Blocking best-effort removal of everything, ``main`` first (interpreter exit)."""
