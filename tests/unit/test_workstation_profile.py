@@ -60,3 +60,9 @@ def test_meminfo_agrees_with_the_limit() -> None:
     assert fields["Cached"] + fields["SReclaimable"] < fields["MemTotal"]
     assert fields["SwapTotal"] == 0
     assert fields["Hugepagesize"] == 2048
+
+
+def test_an_image_the_engine_execs_in_gets_no_network_admin() -> None:
+    kwargs = {"hostname": "sandbox", "environment": {}, "cap_add": ["CHOWN"]}
+    _, created = workstation_create(kwargs, ["/h"], {}, cpus=64, engine_execs=True)
+    assert created["cap_add"] == ["CHOWN", "MKNOD"]  # a HEALTHCHECK's exec keeps no NET_ADMIN

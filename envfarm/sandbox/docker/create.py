@@ -53,7 +53,8 @@ def create_container(
         helper = [*helper, "--reserve-mb", str(reserve)]
     kwargs.update(hostname="sandbox", environment=cfg.env, cap_add=list(cfg.cap_add))
     if workstation:
-        helper, kwargs = workstation_create(kwargs, helper, cfg.env, cfg.cpus)
+        engine_execs = _image_healthcheck(cfg.image)
+        helper, kwargs = workstation_create(kwargs, helper, cfg.env, cfg.cpus, engine_execs)
     return docker_client().containers.create(
         cfg.image,
         command=helper if cfg.channel else ["sleep", "infinity"],
@@ -77,3 +78,11 @@ def create_container(
         },
         **kwargs,
     )
+
+
+def _image_healthcheck(image: str) -> bool:
+    """Whether the image has a ``HEALTHCHECK`` of its own: the engine runs it by ``exec``, with
+    the container's capabilities rather than the helper's."""
+    config = docker_client().images.get(image).attrs.get("Config") or {}
+    test = (config.get("Healthcheck") or {}).get("Test") or []
+    return bool(test) and test[0] != "NONE"

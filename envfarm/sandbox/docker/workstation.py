@@ -131,13 +131,21 @@ def _engine_cpus() -> int:
 
 
 def workstation_create(
-    kwargs: dict[str, Any], helper: list[str], env: dict[str, str], cpus: float
+    kwargs: dict[str, Any],
+    helper: list[str],
+    env: dict[str, str],
+    cpus: float,
+    engine_execs: bool = False,
 ) -> tuple[list[str], dict[str, Any]]:
     """The helper's command and the create arguments of a workstation container, from those of
-    an ordinary one: ``helper`` is its command line (path first), ``kwargs`` the rest."""
+    an ordinary one: ``helper`` is its command line (path first), ``kwargs`` the rest.
+    ``engine_execs``: the engine will exec in it (the image's own ``HEALTHCHECK``), and such a
+    process has the container's capabilities, not what the helper kept: no ``NET_ADMIN`` then,
+    so no network interface is dressed (the helper says so on its stderr)."""
     options = " ".join([*helper[1:], HIDE_CONTAINER, "--sudo", "--tty", "--dress", USER])
     kwargs = {key: value for key, value in kwargs.items() if key != "tmpfs"}
-    kwargs["cap_add"] = [*kwargs.get("cap_add", []), *DRESS_CAPS]
+    dress = [cap for cap in DRESS_CAPS if not (engine_execs and cap == "NET_ADMIN")]
+    kwargs["cap_add"] = [*kwargs.get("cap_add", []), *dress]
     environment = {**SESSION_ENV, **env, OPTIONS_ENV: options}
     kwargs.update(hostname=HOSTNAME, cgroupns="private", environment=environment)
     if (cpu_set := cpuset(cpus, _engine_cpus())) is not None:
