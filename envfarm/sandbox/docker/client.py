@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 import docker
 import docker.errors
@@ -21,6 +22,8 @@ MAX_POOL_SIZE = 32
 
 _clients: dict[int, docker.DockerClient] = {}
 _lock = threading.Lock()
+_image_configs: dict[str, dict[str, Any]] = {}
+"""Image id (content-addressed) -> its ``Config``, read once per process."""
 
 
 def docker_client() -> docker.DockerClient:
@@ -41,3 +44,14 @@ def docker_client() -> docker.DockerClient:
                 ) from exc
             _clients[pid] = client
         return client
+
+
+def image_config(image: str) -> dict[str, Any]:
+    """The ``Config`` of ``image``: read once per process for an id, each time for a name (a
+    tag can move). Raises the SDK's errors (``ImageNotFound``) for the caller to translate."""
+    config = _image_configs.get(image)
+    if config is None:
+        config = dict(docker_client().images.get(image).attrs.get("Config") or {})
+        if image.startswith("sha256:"):
+            _image_configs[image] = config
+    return config

@@ -12,7 +12,7 @@ from typing import Any
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.client import docker_client, image_config
 from envfarm.sandbox.docker.excess import GRADING_RESERVE_MB, VERIFIER_TMPFS, limits_and_helper
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
@@ -83,6 +83,5 @@ def create_container(
 def _image_healthcheck(image: str) -> bool:
     """Whether the image has a ``HEALTHCHECK`` of its own: the engine runs it by ``exec``, with
     the container's capabilities rather than the helper's."""
-    config = docker_client().images.get(image).attrs.get("Config") or {}
-    test = (config.get("Healthcheck") or {}).get("Test") or []
+    test = (image_config(image).get("Healthcheck") or {}).get("Test") or []
     return bool(test) and test[0] != "NONE"

@@ -25,7 +25,7 @@ import docker.errors
 from envfarm.errors import EnvfarmError, SandboxStartError
 from envfarm.sandbox.channel.answers import ExecOutcome
 from envfarm.sandbox.channel.client import Channel
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.client import image_config as inspect_image_config
 
 IDLE_COMMAND = ("sh", "-c", "sleep infinity")
 MAIN_LOG = "/.envfarm/main.log"
@@ -33,20 +33,12 @@ START_GRACE_S = 1.0
 TAIL_CHARS = 2000
 
 
-_image_configs: dict[str, dict[str, Any]] = {}
-"""Image id (content-addressed) -> its ``Config``, read once per process."""
-
-
 async def image_config(image_id: str, name: str) -> dict[str, Any]:
     """The ``Config`` of the image ``image_id`` (``name``: how the task calls it)."""
-    config = _image_configs.get(image_id)
-    if config is None:
-        try:
-            image = await asyncio.to_thread(docker_client().images.get, image_id)
-        except docker.errors.DockerException as exc:
-            raise SandboxStartError(f"cannot inspect image {name!r}: {exc}") from exc
-        config = _image_configs[image_id] = dict(image.attrs.get("Config") or {})
-    return config
+    try:
+        return await asyncio.to_thread(inspect_image_config, image_id)
+    except docker.errors.DockerException as exc:
+        raise SandboxStartError(f"cannot inspect image {name!r}: {exc}") from exc
 
 
 def main_argv(

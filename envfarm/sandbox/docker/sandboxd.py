@@ -43,7 +43,7 @@ from docker.models.containers import Container
 from docker.types import Mount
 
 from envfarm.errors import ImageError, SandboxStartError
-from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.client import docker_client, image_config
 from envfarm.sandbox.docker.containers import remove_in_background
 from envfarm.sandbox.docker.images.build import BuildSpec, LogFn, exclusive, run_build
 from envfarm.sandbox.docker.images.hostconfig import read_host_config
@@ -186,11 +186,10 @@ def helper_archive(binary: Path, gvisor: bool = False, workstation: bool = False
             (SUDO_PATH, sudo_client(binary).read_bytes(), 0o755),
         ]
     if gvisor:
-        compat, preload = companions(binary)
         where = WORKSTATION_COMPAT_PATH if workstation else COMPAT_PATH
         files += [
-            (where, compat.read_bytes(), 0o644),
-            (PRELOAD_PATH, f"{where}\n".encode() if workstation else preload.read_bytes(), 0o644),
+            (where, companions(binary).compat.read_bytes(), 0o644),
+            (PRELOAD_PATH, f"{where}\n".encode(), 0o644),
         ]
     mtime = binary.stat().st_mtime
     buffer = io.BytesIO()
@@ -213,9 +212,6 @@ class Attachment(NamedTuple):
     """The image's ``USER``: who runs an exec that names no user (docker exec's default)."""
     set_home: bool
     """Set HOME from the exec user's passwd entry (False when the container env pins it)."""
-
-
-_image_users: dict[str, str] = {}
 
 
 _bind_mountable: dict[str, bool] = {}
@@ -288,10 +284,7 @@ def attach_helper(
     """Before start: put the helper (and for gVisor its companions) in the container
     (``upload``: unless they are bind-mounted), attach to the helper's stdin and stdout, and
     learn the exec defaults."""
-    image = str(container.attrs["Image"])
-    if image not in _image_users:
-        config = docker_client().images.get(image).attrs.get("Config") or {}
-        _image_users[image] = str(config.get("User") or "")
+    default_user = str(image_config(str(container.attrs["Image"])).get("User") or "")
     env = container.attrs["Config"].get("Env") or []
     set_home = not any(item.startswith("HOME=") for item in env)
     if upload:
@@ -308,4 +301,4 @@ def attach_helper(
     sock = socket.socket(fileno=os.dup(raw.fileno()))
     attached.close()
     raw.close()
-    return Attachment(sock, _image_users[image], set_home)
+    return Attachment(sock, default_user, set_home)
