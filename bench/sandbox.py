@@ -116,15 +116,11 @@ async def bench_realism(
             await developer("sudo true")
         profile = await alternate(n, lambda: developer("true"), lambda: plain.exec("true"))
         sudo = await alternate(n, lambda: developer("sudo true"), lambda: developer("true"))
-    started: list[DockerSandbox] = []
 
     def start(config: DockerSandboxConfig, user: str | None) -> Op:
         async def cold_start() -> None:
-            sandbox = DockerSandbox(config)
-            started.append(sandbox)
-            await sandbox.start()
-            assert (await sandbox.exec("true", user=user)).exit_code == 0
-            await started.pop().stop()
+            async with DockerSandbox(config) as sandbox:
+                assert (await sandbox.exec("true", user=user)).exit_code == 0
 
         return cold_start
 

@@ -25,6 +25,7 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
@@ -149,8 +150,17 @@ static const struct {
     {'u', "/usr/lib/firefox-esr/firefox-esr"},
 };
 
+/* The gid of group `name` in /etc/group (root's when absent), each name read once: the table
+ * names a handful of groups for a hundred nodes. */
 static gid_t group_id(const char *name) {
+    static struct {
+        const char *name;
+        gid_t gid;
+    } known[16];
+    static size_t nknown;
     if (!name) return 0;
+    for (size_t i = 0; i < nknown; i++)
+        if (!strcmp(known[i].name, name)) return known[i].gid;
     char line[4096], *f[4];
     gid_t found = 0;
     FILE *fp = fopen("/etc/group", "re");
@@ -162,6 +172,7 @@ static gid_t group_id(const char *name) {
         }
     }
     if (fp) fclose(fp);
+    if (nknown < sizeof known / sizeof *known) known[nknown++] = (typeof(known[0])){name, found};
     return found;
 }
 
@@ -253,9 +264,7 @@ static void dress_network(void) {
     static const char *const kinds[] = {"dummy", "bridge"};
     unsigned char mac[6] = {0x54, 0xe1, 0xad}; /* a laptop maker's prefix */
     for (size_t n = 0; n < 2; n++) {
-        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || read(fd, mac + 3, 3) != 3) memset(mac + 3, (int)n + 1, 3);
-        if (fd >= 0) close(fd);
+        if (getrandom(mac + 3, 3, 0) != 3) memset(mac + 3, (int)n + 1, 3);
         int made = 0;
         for (size_t k = 0; k < 2 && !made; k++) made = add_link(sock, names[n], kinds[k], mac) == 0;
         if (!made) diag("dress: network interface %s: %s", names[n], strerror(errno));
@@ -297,8 +306,7 @@ static void spawn_idle(const char *line, const ident *who) {
     argv[argc] = NULL;
     char mark[64], home[300];
     unsigned char raw[16];
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, raw, sizeof raw) != sizeof raw) memset(raw, 7, sizeof raw);
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) memset(raw, 7, sizeof raw);
     int n = snprintf(mark, sizeof mark, "%s=", IDLE_MARK);
     for (size_t i = 0; i < sizeof raw; i++) n += snprintf(mark + n, sizeof mark - (size_t)n, "%02x", raw[i]);
     snprintf(home, sizeof home, "HOME=%s", who ? who->home : "/root");
