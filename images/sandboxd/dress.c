@@ -14,8 +14,8 @@
  *   command line and name (`idle_forever`), so `ps` shows a desktop rather than a dozen
  *   processes.
  *
- * Then the helper gives up CAP_NET_ADMIN and CAP_MKNOD (its permitted set): under
- * no-new-privileges nothing it starts, root through sudo included, can have them again.
+ * Then the helper gives up CAP_NET_ADMIN and CAP_MKNOD (route.c): under no-new-privileges
+ * nothing it starts, root through sudo included, can have them again.
  * Everything here is best effort: what the kernel refuses (a runtime without these devices,
  * gVisor) is left as it was, with a line on stderr.
  */
@@ -272,21 +272,6 @@ static void dress_network(void) {
     close(sock);
 }
 
-/* The capabilities given for dressing alone, out of the permitted set. */
-static void drop_dress_caps(void) {
-    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct data[2];
-    if (syscall(SYS_capget, &header, data)) return;
-    unsigned drop[] = {CAP_NET_ADMIN, CAP_MKNOD};
-    for (size_t i = 0; i < 2; i++) {
-        unsigned word = drop[i] / 32, bit = 1u << (drop[i] % 32);
-        data[word].effective &= ~bit;
-        data[word].permitted &= ~bit;
-        data[word].inheritable &= ~bit;
-    }
-    if (syscall(SYS_capset, &header, data)) diag("dress: capset: %s", strerror(errno));
-}
-
 static void spawn_idle(const char *line, const ident *who) {
     pid_t pid = fork();
     if (pid != 0) return;
@@ -328,7 +313,7 @@ static void dress_session(const char *user) {
 static void dress_machine(const char *user) {
     dress_network();
     dress_devices();
-    drop_dress_caps();
+    give_up_setup_caps();
     dress_session(user);
 }
 

@@ -88,7 +88,8 @@
  * workstation profile starts it as /sbin/init with no arguments, so its command line tells
  * nothing. --hide-container removes /.dockerenv, --sudo serves the sudo client (elevate.c),
  * --tty gives each exec a terminal as stdin (open_tty; docs/sandbox.md, the workstation profile),
- * --dress USER adds a laptop's devices, network interfaces and desktop processes (dress.c).
+ * --dress USER adds a laptop's devices, network interfaces and desktop processes (dress.c),
+ * --drop-route removes the default route of a container without network (route.c).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -1236,6 +1237,7 @@ static void write_chunk(transfer *t, const char *data, size_t len, int eof) {
 
 #include "relay.c"
 #include "elevate.c"
+#include "route.c"
 #include "dress.c"
 
 /* What finished commands left running, killed when the container is short of processes
@@ -1509,7 +1511,7 @@ int main(int argc, char **argv) {
     }
     idle_member(argv);
     char *opts[64];
-    int nopts = 0, sudo = 0;
+    int nopts = 0, sudo = 0, drop_route = 0;
     const char *dress_user = NULL;
     for (int i = 1; i < argc && nopts < 64; i++) opts[nopts++] = argv[i];
     const char *from_env = getenv(OPTIONS_ENV);
@@ -1530,6 +1532,10 @@ int main(int argc, char **argv) {
             sudo = 1;
             continue;
         }
+        if (!strcmp(opts[i], "--drop-route")) {
+            drop_route = 1;
+            continue;
+        }
         if (i + 1 >= nopts) break;
         if (!strcmp(opts[i], "--dress")) dress_user = opts[i + 1];
         unsigned long long value = strtoull(opts[i + 1], NULL, 10);
@@ -1539,7 +1545,9 @@ int main(int argc, char **argv) {
         if (!strcmp(opts[i], "--reserve-mb")) reserve_bytes = value << 20;
         i++;
     }
+    if (drop_route) drop_default_routes();
     if (dress_user) dress_machine(dress_user);
+    if (drop_route) give_up_setup_caps();
     harden_helper();
     take_reserve();
     if (sudo) elevate_listen();

@@ -275,6 +275,10 @@ async def test_no_network_main_sees_only_its_sidecars(tmp_path: Path) -> None:
         assert all(line.split()[1] != "00000000" for line in routes), routes
         devices = await run(sandbox, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
         assert sorted(devices.split()) == ["eth0", "lo"]
+        # the helper dropped the route itself and then gave up NET_ADMIN (bit 12), as every
+        # process it starts lacks it too
+        caps = await run(sandbox, "grep -h -e CapPrm -e CapEff /proc/1/status /proc/self/status")
+        assert all(not int(line.split()[1], 16) & 1 << 12 for line in caps.splitlines()), caps
         outside = await sandbox.exec("echo > /dev/tcp/192.0.2.1/80", timeout=10)
         assert outside.exit_code != 0
         assert "unreachable" in outside.stderr

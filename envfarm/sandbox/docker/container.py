@@ -37,7 +37,7 @@ from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker import dockerexec
 from envfarm.sandbox.docker.containers import gone_error, kill_container, read_archived
 from envfarm.sandbox.docker.containers import live_containers as _live
-from envfarm.sandbox.docker.create import create_container
+from envfarm.sandbox.docker.create import create_container, helper_drops_route
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.networks import join_default_bridge, switch_default_bridge_from_none
 from envfarm.sandbox.docker.runtimes import is_gvisor
@@ -67,6 +67,8 @@ class SandboxContainer:
         """The image's ``USER`` (empty: root), as learnt when the helper was attached."""
         self.set_home = True
         self.gvisor = False
+        self.drops_route = False
+        """The helper removes the container's default route itself (``create.py``)."""
         self.helper_mounts: list[Mount] = []
         """The helper's read-only bind mounts (none when it was uploaded instead)."""
         self.profile_mounts: list[Mount] = []
@@ -130,6 +132,7 @@ class SandboxContainer:
         cfg = self.config
         mounts = [*self.helper_mounts, *self.profile_mounts]
         container = create_container(cfg, mounts, gvisor=self.gvisor)
+        self.drops_route = helper_drops_route(cfg, gvisor=self.gvisor)
         _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:

@@ -1,9 +1,10 @@
 """One sandbox container's ``containers.create``: the hardened defaults of ``sandbox.py`` made
 concrete (every capability dropped but the task's few, no-new-privileges, memory = memory+swap,
 CPU and pids limits, a disk limit where the engine enforces one), envfarm's labels and the
-helper as the main process and init (``--init`` without it). Created, not run:
-``containers.run`` would pull a missing image. The workstation profile changes a few of them
-(``workstation.py``)."""
+helper as the main process and init (``--init`` without it), which removes the default route
+of a container without network itself where it safely can (``helper_drops_route``). Created,
+not run: ``containers.run`` would pull a missing image. The workstation profile changes a few
+of them (``workstation.py``)."""
 
 from __future__ import annotations
 
@@ -52,9 +53,13 @@ def create_container(
         kwargs["tmpfs"] = VERIFIER_TMPFS
         helper = [*helper, "--reserve-mb", str(reserve)]
     kwargs.update(hostname="sandbox", environment=cfg.env, cap_add=list(cfg.cap_add))
+    if helper_drops_route(cfg, gvisor=gvisor):
+        helper = [*helper, "--drop-route"]
+        kwargs["cap_add"].append("NET_ADMIN")
     if workstation:
         engine_execs = _image_healthcheck(cfg.image)
         helper, kwargs = workstation_create(kwargs, helper, cfg.env, cfg.cpus, engine_execs)
+        kwargs["cap_add"] = list(dict.fromkeys(kwargs["cap_add"]))
     return docker_client().containers.create(
         cfg.image,
         command=helper if cfg.channel else ["sleep", "infinity"],
@@ -78,6 +83,17 @@ def create_container(
         },
         **kwargs,
     )
+
+
+def helper_drops_route(cfg: DockerSandboxConfig, *, gvisor: bool) -> bool:
+    """Whether the helper removes the container's default route itself as it starts
+    (``--drop-route``, ``images/sandboxd/route.c``) rather than a throwaway container after
+    the start (``networks.drop_default_route``): for a container on its environment's network
+    alone, under runc, whose image has no ``HEALTHCHECK`` (the engine would run it with the
+    ``NET_ADMIN`` the container is given for this)."""
+    if not cfg.channel or cfg.network_name is None or cfg.network or gvisor:
+        return False
+    return not _image_healthcheck(cfg.image)
 
 
 def _image_healthcheck(image: str) -> bool:

@@ -148,9 +148,9 @@ class DockerEnvironment(
 
     async def restart_clean(self, *, network: bool) -> None:
         """The main container restarted; its network namespace is new, so without network its
-        default route is taken away again."""
+        default route is taken away again (by its helper, where it does so itself)."""
         await self.main.restart_clean(network=network)
-        if not self.main.config.network:
+        if not self.main.config.network and not self.main.drops_own_route:
             await self.surroundings.drop_default_route(self.main)
 
     async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:

@@ -10,9 +10,10 @@ atomically, so concurrent processes that pick the same one just retry.
 An environment's network is ``--internal`` (no traffic leaves it) and ``inhibit_ipv4`` (the host
 takes no address on it, so a sandbox cannot reach services listening on the host either).
 Docker still gives its containers a default route to the absent gateway; for a main container
-without network access ``drop_default_route`` removes it, from a throwaway container that shares
-only its network namespace and holds only ``NET_ADMIN``, so the sandbox's routing table shows
-the environment's subnet and nothing else.
+without network access the helper removes it as it starts where it safely can (``create.py``,
+``images/sandboxd/route.c``), else ``drop_default_route`` does, from a throwaway container that
+shares only its network namespace and holds only ``NET_ADMIN``, so the sandbox's routing table
+shows the environment's subnet and nothing else.
 
 A task whose phases differ in network access (``network_mode`` of ``[agent]`` and
 ``[verifier]``) gets the default bridge joined or left between the phases, on a running

@@ -90,6 +90,12 @@ class DockerSandbox(
         """Whether the container runs under gVisor (known once created)."""
         return self._container.gvisor
 
+    @property
+    def drops_own_route(self) -> bool:
+        """Whether the helper removes the default route itself at each start (known once
+        created)."""
+        return self._container.drops_route
+
     async def create(self) -> None:
         """Create the container, helper attached, without starting it."""
         await self._container.create()

@@ -76,14 +76,19 @@ def volume_names(env_id: str, named: list[str], service: ComposeService) -> dict
     return names
 
 
-def volume_binds(mounts: list[VolumeMount], names: dict[str, str]) -> list[str]:
-    """``docker_volume:/target[:ro]`` for the volume mounts (``names``: mount target of an
-    anonymous volume, or compose volume name -> the episode's docker volume)."""
+def volume_binds(
+    mounts: list[VolumeMount], names: dict[str, str], *, copied: bool = False
+) -> list[str]:
+    """``docker_volume:/target:ro|rw`` for the volume mounts (``names``: mount target of an
+    anonymous volume, or compose volume name -> the episode's docker volume). ``copied``: the
+    volumes are filled as copies of a frozen environment's (``fork.py``), so the engine must
+    not fill them from the image first (``nocopy``)."""
     binds = []
     for mount in mounts:
         if mount.kind == "volume":
             volume = names[mount.source or mount.target]
-            binds.append(f"{volume}:{mount.target}:{'ro' if mount.read_only else 'rw'}")
+            mode = ("ro" if mount.read_only else "rw") + (",nocopy" if copied else "")
+            binds.append(f"{volume}:{mount.target}:{mode}")
     return binds
 
 
@@ -123,9 +128,11 @@ def create_sidecar(
     labels: dict[str, str],
     env_dir: Path,
     outbound: str | None = None,
+    copied: bool = False,
 ) -> Container:
     """Create (not start) the sidecar with its files in place; ``outbound``: the environment's
-    outbound network, which it joins too."""
+    outbound network, which it joins too; ``copied``: its volumes are being filled as copies
+    (``volume_binds``)."""
     kwargs: dict[str, Any] = {}
     if service.command is not None:
         kwargs["command"] = service.command
@@ -144,7 +151,7 @@ def create_sidecar(
             init=True,
             tty=service.tty,
             stdin_open=service.stdin_open,
-            volumes=volume_binds(service.volumes, volumes),
+            volumes=volume_binds(service.volumes, volumes, copied=copied),
             cap_drop=["ALL"],
             cap_add=list(DEFAULT_CAPS),
             security_opt=["no-new-privileges"],

@@ -16,8 +16,9 @@ and, without network access, no default route, so it sees its sidecars and nothi
 network namespace is new (a restart) or the bridge was left (the verifier phase).
 
 An environment forked from a frozen one (``fork.py``, ``seed_from``) starts the same way, from
-the frozen one's snapshots, its volumes filled as copies of the frozen one's before anything
-mounts them.
+the frozen one's snapshots, its volumes filled as copies of the frozen one's while its sidecars
+are created (the engine told not to fill them from the image), before any container that
+mounts them starts.
 
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
 killed run left behind); ``remove`` and ``sweep`` remove it, ``remove_now`` at interpreter exit.
@@ -138,9 +139,9 @@ class Surroundings:
                 await ready[dependency].wait()
 
         async def bring_up(service: ComposeService) -> None:
-            if seeding is not None and any(m.kind == "volume" for m in service.volumes):
-                await asyncio.shield(seeding)
             if service.name == MAIN_SERVICE:
+                if seeding is not None and any(m.kind == "volume" for m in service.volumes):
+                    await asyncio.shield(seeding)
                 # Nothing runs in main until the agent starts, so it is created at once; its
                 # dependencies gate its healthcheck and the agent, not its creation.
                 await uncancelled(asyncio.ensure_future(main.start()))
@@ -151,7 +152,7 @@ class Surroundings:
                 await main_healthy(self.environment, main)
             else:
                 await dependencies(service)
-                container_id = await self._start_sidecar(service)
+                container_id = await self._start_sidecar(service, seeding)
                 started[service.name].set()
                 since = time.monotonic()
                 await sidecar_healthy(service, container_id)
@@ -212,7 +213,7 @@ class Surroundings:
         )
         if archive is not None:
             await blocking(sidecars.put_files, main.container_id, archive)
-        if not main.config.network:
+        if not main.config.network and not main.drops_own_route:
             await self.drop_default_route(main)
 
     async def drop_default_route(self, main: DockerSandbox) -> None:
@@ -228,7 +229,11 @@ class Surroundings:
         if exited is not None:
             exited.append(helper_id)
 
-    async def _start_sidecar(self, service: ComposeService) -> str:
+    async def _start_sidecar(
+        self, service: ComposeService, seeding: asyncio.Future[None] | None
+    ) -> str:
+        """Created, then started once its volumes are filled (``seeding``: their copies, made
+        meanwhile)."""
         assert self.environment.compose is not None
         assert self.service_images is not None
         image = self.service_images.get(service.name)
@@ -246,10 +251,13 @@ class Surroundings:
                 volumes=names,
                 labels=self.labels("service", service.name),
                 env_dir=self.environment.environment_dir,
+                copied=seeding is not None,
             )
         )
         container_id = str(container.id)
         self.sidecar_ids[service.name] = container_id
+        if seeding is not None and any(m.kind == "volume" for m in service.volumes):
+            await asyncio.shield(seeding)
         await blocking(sidecars.start_sidecar, container, service.name)
         return container_id
 

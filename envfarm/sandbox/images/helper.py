@@ -15,6 +15,7 @@ RECIPE_FILES = (
     "sandboxd.c",
     "relay.c",
     "elevate.c",
+    "route.c",
     "dress.c",
     "sweep.c",
     "gvisor_compat.c",
