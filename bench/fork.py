@@ -6,7 +6,7 @@ whose PostgreSQL sidecar seeds 4 million rows at its first start):
     command, every one answering ``--probe`` (for the seeded task, a query of its own
     database): cold, N environments started at once; forked, one warm environment started and
     frozen, then N copies of it made at once (the warm one's start counted); a task whose
-    warm start shows that forking would not pay (``NotWorthForking``) is not forked, and the
+    warm start shows that forking would not pay is not forked (its copies start cold), and the
     row says why (``not_forked``);
   - per copy, once forked: memory (the engine's figure for its containers, page cache
     included) and disk (its containers' own writable layers, as the engine counts them; a
@@ -46,7 +46,7 @@ from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.sandbox import DockerSandbox
-from envfarm.sandbox.fork import NotWorthForking, WarmParent
+from envfarm.sandbox.fork import WarmParent
 from envfarm.spec.task import Task, load_task
 
 ROOT = Path(__file__).resolve().parent
@@ -94,17 +94,21 @@ async def fork_ready(
     run_id: str,
     probe: tuple[str, str],
 ) -> tuple[float, float, list[Sandbox], WarmParent]:
-    """(all ready, of which the warm parent's making, the copies, the parent)."""
+    """(all ready, of which the warm parent's making, the copies, the parent). The copies
+    begin as the parent does (cold ones when it is not frozen: ``WarmParent.frozen``)."""
     start = time.perf_counter()
-    parent = await backend.warm_parent(spec, image, run_id=run_id)
-    warm = time.perf_counter() - start
+    parent = backend.warm_parent(spec, image, run_id=run_id)
+
+    async def warmed() -> float:
+        await parent.frozen()
+        return time.perf_counter() - start
 
     async def one() -> Sandbox:
         sandbox = await parent.fork()
         await answering(sandbox, probe)
         return sandbox
 
-    copies = await asyncio.gather(*(one() for _ in range(n)))
+    warm, copies = await asyncio.gather(warmed(), asyncio.gather(*(one() for _ in range(n))))
     return time.perf_counter() - start, warm, list(copies), parent
 
 
@@ -176,20 +180,18 @@ async def measure(
         ready, sandboxes = await cold_ready(backend, spec, image, n, run_id, probe)
         await asyncio.gather(*(s.stop() for s in sandboxes))
         row["cold_ready_s"] = round(ready, 2)
-    try:
-        ready, warm, copies, parent = await fork_ready(backend, spec, image, n, run_id, probe)
-    except NotWorthForking as exc:  # ``fork auto`` starts this task cold
-        row["not_forked"] = str(exc)
-        if exc.started is not None:
-            await exc.started.stop()
+    ready, warm, copies, parent = await fork_ready(backend, spec, image, n, run_id, probe)
+    not_forked = await parent.frozen()
+    if not_forked is not None:  # ``fork auto`` starts this task cold
+        row["not_forked"] = not_forked
     else:
         row.update(fork_ready_s=round(ready, 2), warm_parent_s=round(warm, 2))
         memory, disk = await asyncio.to_thread(footprint, copies)
         row.update(mem_per_copy_mb=round(memory, 1), disk_per_copy_mb=round(disk, 2))
-        await asyncio.gather(*(c.stop() for c in copies))
-        await parent.close()
         if cold:
             row["ready_ratio"] = round(row["cold_ready_s"] / row["fork_ready_s"], 2)
+    await asyncio.gather(*(c.stop() for c in copies))
+    await parent.close()
     if not wall:
         return row
     if cold:

@@ -238,13 +238,10 @@ class EpisodeRunner:
             if self._forks is None:
                 self._forks = Forks(self.backend, self.run_id)
             forked = await self._forks.acquire(plan.sandbox, image)
-            if isinstance(forked, Forked):
+            if isinstance(forked, Forked):  # a copy, or started cold after all
                 traj.provenance.forked_from = forked.parent_id
                 traj.provenance.fork_method = forked.method
                 return Provided(forked.sandbox, started=True, pristine_image=forked.image_id)
-            started = self._forks.take_started(plan.sandbox, image)  # started to decide
-            if started is not None:
-                return Provided(started, started=True, pristine_image=image.image_id)
         if self.pools is not None:
             sandbox = await self.pools.acquire(plan.sandbox, image)
             return Provided(sandbox, started=True, pristine_image=image.image_id)

@@ -9,17 +9,18 @@ ready copies of it (``WarmParent.fork``), each a sandbox of its own that the epi
 any other.
 
 ``Forks`` keeps one warm parent per environment key of a job (the prepared image plus the
-plan's sandbox spec, as a warm pool's), made by the first episode that asks and shared by the
-rest; a parent that cannot be made, one whose start shows that forking would not pay
-(``NotWorthForking``), or an environment the backend cannot fork leaves the episodes to start
-cold, and the reason is logged once per environment and kept in ``reasons``.
-Copies are never returned: each is used by one episode, and grading sees it as a cold
-sandbox whose pristine state is the warm one (``Forked.image_id``).
+plan's sandbox spec, as a warm pool's), begun by the first episode that asks and shared by the
+rest. Each episode's copy begins at once, while the parent warms: what does not depend on the
+frozen parent (a network, the main container) is made meanwhile, the rest once it is frozen.
+A parent that cannot be made, or whose start shows that forking would not pay, is not frozen:
+the copies begun from it then finish as cold starts, and the reason is logged once per
+environment and kept in ``reasons``; an environment the backend cannot fork starts cold from
+the beginning. Copies are never returned: each is used by one episode, and grading sees it as
+a cold sandbox whose pristine state is the warm one (``Forked.image_id``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -33,26 +34,23 @@ log = logging.getLogger(__name__)
 
 class NotWorthForking(EnvfarmError):
     """The warm environment was started, but its start showed that a copy would not be ready
-    sooner than a cold start; the message says why (the episodes start cold). ``started`` is
-    that environment, not frozen: started exactly as a cold one, so it serves one episode as
-    its cold sandbox (``Forks.take_started``)."""
-
-    def __init__(self, message: str, started: Sandbox | None = None) -> None:
-        super().__init__(message)
-        self.started = started
+    sooner than a cold start; the message says why (its copies finish cold)."""
 
 
 @dataclass(frozen=True)
 class Forked:
-    """A started copy of a warm parent, for one episode (the caller stops it)."""
+    """A started environment begun as a copy of a warm parent, for one episode (the caller
+    stops it)."""
 
     sandbox: Sandbox
-    parent_id: str
-    method: str
-    """How the copy was made (``WarmParent.method``)."""
+    parent_id: str | None
+    """The parent it is a copy of; None when the parent was not frozen and the environment
+    was started cold instead (``Forks.reasons`` says why)."""
+    method: str | None
+    """How the copy was made (``WarmParent.method``); None when started cold."""
     image_id: str | None
-    """The image of the copy's main container: its pristine state, which grading compares
-    the agent's changes against."""
+    """The image of its main container: its pristine state, which grading compares the
+    agent's changes against."""
 
 
 class WarmParent(ABC):
@@ -63,16 +61,25 @@ class WarmParent(ABC):
     """How copies are made, e.g. ``snapshot+restart``: file systems copied, processes started
     again on the copies."""
     image_id: str | None = None
-    """The image a copy's main container starts from."""
+    """The image a copy's main container starts from, once frozen."""
+
+    @abstractmethod
+    async def frozen(self) -> str | None:
+        """Wait until the parent is frozen: None; else why it was not (it could not be made,
+        or forking would not pay), and its copies finish as cold starts. Raises
+        CancelledError when its making was cancelled."""
 
     @abstractmethod
     async def fork(self) -> Sandbox:
-        """A new, started and healthy copy: its own file systems, network, hostnames and
-        processes. SandboxError / SandboxStartError as a cold start would raise."""
+        """A new, started and healthy environment: its own file systems, network, hostnames
+        and processes; a copy once the parent is frozen, a cold start when it was not
+        (``frozen`` says which). Callable while the parent warms. SandboxError /
+        SandboxStartError as a cold start would raise."""
 
     @abstractmethod
     async def close(self) -> None:
-        """Remove the parent and its snapshots (copies already handed out are not touched)."""
+        """Stop warming, remove the parent and its snapshots (copies already handed out are
+        not touched)."""
 
 
 class Forking(ABC):
@@ -83,31 +90,20 @@ class Forking(ABC):
         """None when this backend can fork ``spec``'s environment; else why not (one line)."""
 
     @abstractmethod
-    async def warm_parent(
-        self, spec: SandboxSpec, image: PreparedImage, *, run_id: str
-    ) -> WarmParent:
-        """Start one environment of ``spec``, wait until it is ready, and freeze it.
-        SandboxError (or SandboxStartError) when it cannot be done."""
-
-
-@dataclass
-class _Entry:
-    ready: asyncio.Future[WarmParent | str]
-    making: asyncio.Task[None] | None = None
-    started: Sandbox | None = None
-    """The environment started to decide, not worth forking: for the first episode to ask."""
+    def warm_parent(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> WarmParent:
+        """Begin one environment of ``spec``, to be frozen once ready; returns at once (its
+        ``frozen`` says how that went)."""
 
 
 @dataclass
 class Forks:
-    """Warm parents of a job's environments, each made once; see the module docstring."""
+    """Warm parents of a job's environments, each begun once; see the module docstring."""
 
     backend: Forking
     run_id: str
     reasons: dict[str, str] = field(default_factory=dict)
     """Environment (task id) -> why its episodes start cold."""
-    _entries: dict[str, _Entry] = field(default_factory=dict)
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _parents: dict[str, WarmParent | str] = field(default_factory=dict)
     _closed: bool = False
 
     @staticmethod
@@ -115,74 +111,51 @@ class Forks:
         return f"{image.image_id or image.tag}:{spec.key()}"
 
     async def acquire(self, spec: SandboxSpec, image: PreparedImage) -> Forked | str:
-        """A started copy of the environment's warm parent; or why there is none (the caller
-        starts a cold sandbox). A copy that fails to start raises as a cold start would."""
-        parent = await self._parent(spec, image)
+        """A started environment begun as a copy of the environment's warm parent (started
+        cold, ``parent_id`` None, when the parent was not frozen); or why there is none (the
+        caller starts a cold sandbox). One that fails to start raises as a cold start would."""
+        parent = self._parent(spec, image)
         if isinstance(parent, str):
             return parent
         sandbox = await parent.fork()
+        reason = await parent.frozen()  # decided before the copy could finish
+        if reason is not None:
+            self._cold(spec, reason)
+            return Forked(sandbox, None, None, image.image_id)
         return Forked(sandbox, parent.parent_id, parent.method, parent.image_id)
 
-    def take_started(self, spec: SandboxSpec, image: PreparedImage) -> Sandbox | None:
-        """After ``acquire`` said why not: the started, unfrozen environment of a parent not
-        worth forking, for one episode to use as its cold sandbox (it stops it); else None."""
-        entry = self._entries.get(self.key(spec, image))
-        if entry is None:
-            return None
-        started, entry.started = entry.started, None
-        return started
-
-    async def _parent(self, spec: SandboxSpec, image: PreparedImage) -> WarmParent | str:
+    def _parent(self, spec: SandboxSpec, image: PreparedImage) -> WarmParent | str:
+        if self._closed:
+            return "the job's warm environments are closed"
         key = self.key(spec, image)
-        async with self._lock:
-            if self._closed:
-                return "the job's warm environments are closed"
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = _Entry(asyncio.get_running_loop().create_future())
-                self._entries[key] = entry
-                entry.making = asyncio.ensure_future(self._make(entry, spec, image))
-        return await asyncio.shield(entry.ready)
+        parent = self._parents.get(key)
+        if parent is None:
+            reason = self.backend.fork_unsupported(spec)
+            if reason is not None:
+                self._cold(spec, reason)
+                parent = reason
+            else:
+                try:
+                    parent = self.backend.warm_parent(spec, image, run_id=self.run_id)
+                except EnvfarmError as exc:
+                    parent = f"the warm environment could not be made: {exc}"
+                    self._cold(spec, parent)
+            self._parents[key] = parent
+        return parent
 
-    async def _make(self, entry: _Entry, spec: SandboxSpec, image: PreparedImage) -> None:
-        reason = self.backend.fork_unsupported(spec)
-        outcome: WarmParent | str
-        if reason is not None:
-            outcome = reason
-        else:
-            try:
-                outcome = await self.backend.warm_parent(spec, image, run_id=self.run_id)
-            except NotWorthForking as exc:
-                outcome, entry.started = str(exc), exc.started
-            except EnvfarmError as exc:
-                outcome = f"the warm environment could not be made: {exc}"
-            except BaseException as exc:
-                entry.ready.set_exception(exc)
-                entry.ready.exception()  # retrieved: the episodes waiting raise it
-                raise
-        if isinstance(outcome, str):
-            self.reasons[spec.task_id] = outcome
-            log.warning("%s: episodes start cold, not forked: %s", spec.task_id, outcome)
-        entry.ready.set_result(outcome)
+    def _cold(self, spec: SandboxSpec, reason: str) -> None:
+        if spec.task_id not in self.reasons:
+            self.reasons[spec.task_id] = reason
+            log.warning("%s: episodes start cold, not forked: %s", spec.task_id, reason)
 
     async def close(self) -> None:
         """Remove every warm parent (the copies belong to their episodes)."""
-        async with self._lock:
-            self._closed = True
-            entries, self._entries = list(self._entries.values()), {}
-        for entry in entries:
-            try:
-                outcome = await entry.ready
-            except BaseException:  # its episodes have reported it
+        self._closed = True
+        parents, self._parents = list(self._parents.values()), {}
+        for parent in parents:
+            if isinstance(parent, str):
                 continue
-            if entry.started is not None:  # no episode took it
-                started, entry.started = entry.started, None
-                try:
-                    await started.stop()
-                except EnvfarmError as exc:
-                    log.warning("an unused environment could not be removed: %s", exc)
-            if not isinstance(outcome, str):
-                try:
-                    await outcome.close()
-                except EnvfarmError as exc:
-                    log.warning("a warm environment could not be removed: %s", exc)
+            try:
+                await parent.close()
+            except EnvfarmError as exc:
+                log.warning("a warm environment could not be removed: %s", exc)

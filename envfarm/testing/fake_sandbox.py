@@ -147,7 +147,8 @@ class FakeBackend(SandboxBackend):
 
 
 class FakeWarmParent(WarmParent):
-    """A warm parent whose copies are ``FakeSandbox``es of its backend, started."""
+    """A warm parent whose copies are ``FakeSandbox``es of its backend, started; not frozen
+    when its backend's ``warm_error`` is set (its copies then are cold ones)."""
 
     method = "fake"
 
@@ -155,7 +156,11 @@ class FakeWarmParent(WarmParent):
         self.backend, self.spec, self.image = backend, spec, image
         self.parent_id = f"warm-{len(backend.parents)}"
         self.image_id = image.image_id
+        self.reason = None if backend.warm_error is None else str(backend.warm_error)
         self.closed = False
+
+    async def frozen(self) -> str | None:
+        return self.reason
 
     async def fork(self) -> Sandbox:
         sandbox = self.backend.create(self.spec, self.image, run_id="fork")
@@ -167,8 +172,8 @@ class FakeWarmParent(WarmParent):
 
 
 class ForkingFakeBackend(FakeBackend, Forking):
-    """A ``FakeBackend`` that forks every environment; ``warm_error``, when set, is what making
-    a warm parent raises."""
+    """A ``FakeBackend`` that forks every environment; ``warm_error``, when set, is why its
+    warm parents are not frozen."""
 
     def __init__(self, handler: ExecHandler | None = None) -> None:
         super().__init__(handler)
@@ -181,11 +186,7 @@ class ForkingFakeBackend(FakeBackend, Forking):
     def fork_unsupported(self, spec: SandboxSpec) -> str | None:
         return None
 
-    async def warm_parent(
-        self, spec: SandboxSpec, image: PreparedImage, *, run_id: str
-    ) -> WarmParent:
-        if self.warm_error is not None:
-            raise self.warm_error
+    def warm_parent(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> WarmParent:
         parent = FakeWarmParent(self, spec, image)
         self.parents.append(parent)
         return parent

@@ -6,6 +6,7 @@ labelled for the reaper and removed on close."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -47,11 +48,12 @@ async def copies(
     plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
     assert plan.sandbox.fork, plan.decided["sandbox.fork"]
     image = await backend.prepare(plan.sandbox)
-    try:
-        parent = await backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    try:  # both begun while the parent warms
+        first, second = await asyncio.gather(parent.fork(), parent.fork())
+        assert await parent.frozen() is None
     finally:
         patch.undo()
-    first, second = await parent.fork(), await parent.fork()
     assert isinstance(first, DockerEnvironment)
     assert isinstance(second, DockerEnvironment)
     try:
@@ -115,7 +117,7 @@ async def test_copies_have_their_own_network_containers_and_volumes(
     probe = own_db.exec_run(["timeout", "3", "bash", "-c", f"</dev/tcp/{sibling}/5432"])
     assert probe.exit_code in (1, 124), probe  # refused or dropped: not a missing bash
     assert isinstance(parent, DockerWarmParent)
-    labels = docker_client().images.get(parent.service_images["db"]).labels
+    labels = docker_client().images.get(parent.snapshot_images["db"]).labels
     assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
 
 
@@ -124,7 +126,7 @@ async def test_closing_the_parent_removes_its_snapshots(
 ) -> None:
     parent, first, second = copies
     assert isinstance(parent, DockerWarmParent)
-    snapshot = parent.service_images["db"]
+    snapshot = parent.snapshot_images["db"]
     outbound = first.surroundings.outbound_name
     await first.stop()
     await second.stop()
@@ -132,3 +134,34 @@ async def test_closing_the_parent_removes_its_snapshots(
     remaining = docker_client().api.images(filters={"label": f"{LABEL_KIND}=fork"}, quiet=True)
     assert snapshot not in remaining
     assert not docker_client().api.networks(names=[outbound])
+
+
+async def test_copies_begun_from_a_parent_not_worth_forking_finish_cold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "seeded-db"
+    shutil.copytree(SEEDED, root)
+    compose = root / "environment" / "docker-compose.yaml"
+    compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
+    task = load_task(root)
+    backend = DockerBackend()
+    monkeypatch.setattr(fork, "MIN_SAVED_S", 3600.0)
+    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
+    image = await backend.prepare(plan.sandbox)
+    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cold")
+    assert isinstance(parent, DockerWarmParent)
+    copy = await parent.fork()
+    try:
+        reason = await parent.frozen()
+        assert reason is not None
+        assert "slowest service (db)" in reason
+        assert isinstance(copy, DockerEnvironment)
+        result = await copy.exec(COUNT, timeout=60)
+        assert (result.exit_code, result.stdout.strip()) == (0, str(ROWS)), result.stderr
+        logs = bytes(docker_client().containers.get(copy.sidecar_ids["db"]).logs())
+        assert b"01-seed.sh" in logs, "a cold copy seeds its own database"
+        assert parent.snapshot_images == {}
+        assert parent.parent.sidecar_ids == {}  # stopped once it was not worth forking
+    finally:
+        await copy.stop()
+        await parent.close()

@@ -1,17 +1,16 @@
 """``Forks``: one warm parent per environment of a job, its copies handed to the episodes, and
-cold starts (with the reason, once) when no warm parent can be made or forking would not pay."""
+cold starts (with the reason, once) when the warm parent is not frozen or cannot be forked."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from envfarm.errors import SandboxStartError
-from envfarm.sandbox.docker.fork import DockerWarmParent
+from envfarm.sandbox.docker.fork import worth_forking
 from envfarm.sandbox.fork import Forked, Forks, NotWorthForking
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeSandbox, ForkingFakeBackend
@@ -57,48 +56,32 @@ async def test_no_warm_parent_means_cold_starts_said_once(
     forks = Forks(backend, "run")
     with caplog.at_level(logging.WARNING, logger="envfarm.sandbox.fork"):
         outcomes = await asyncio.gather(*(forks.acquire(spec, image) for _ in range(3)))
-    assert all(isinstance(o, str) and "never became healthy" in o for o in outcomes)
-    assert list(forks.reasons) == [spec.task_id]
+    # begun as copies, finished as cold starts: each episode has its own, started
+    assert all(isinstance(o, Forked) and o.parent_id is None for o in outcomes)
+    assert all(isinstance(o, Forked) and o.method is None for o in outcomes)
+    sandboxes = [o.sandbox for o in outcomes if isinstance(o, Forked)]
+    assert all(isinstance(s, FakeSandbox) and s.running for s in sandboxes)
+    assert len({id(s) for s in sandboxes}) == 3
+    assert forks.reasons == {spec.task_id: "service 'db' never became healthy"}
     assert len([r for r in caplog.records if "start cold" in r.getMessage()]) == 1
     await forks.close()
+    assert backend.parents[0].closed
 
 
-async def test_a_parent_not_worth_forking_means_cold_starts_with_its_reason(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_an_environment_the_backend_cannot_fork_is_left_to_a_cold_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = ForkingFakeBackend()
-    reason = "its slowest service (db) was ready 0.9 s after it started"
-    started = FakeSandbox()
-    await started.start()
-    backend.warm_error = NotWorthForking(reason, started=started)
+    monkeypatch.setattr(backend, "fork_unsupported", lambda spec: "no snapshots here")
     spec = sandbox_spec(make_task(tmp_path / "t"))
     image = await backend.prepare(spec)
     forks = Forks(backend, "run")
-    with caplog.at_level(logging.WARNING, logger="envfarm.sandbox.fork"):
-        outcomes = await asyncio.gather(*(forks.acquire(spec, image) for _ in range(3)))
-    assert outcomes == [reason] * 3
-    assert forks.reasons == {spec.task_id: reason}
-    assert len([r for r in caplog.records if "start cold" in r.getMessage()]) == 1
-    # The environment started to decide serves one episode as its cold sandbox, once.
-    assert forks.take_started(spec, image) is started
-    assert forks.take_started(spec, image) is None
+    assert await forks.acquire(spec, image) == "no snapshots here"
+    assert await forks.acquire(spec, image) == "no snapshots here"
+    assert backend.parents == []
+    assert forks.reasons == {spec.task_id: "no snapshots here"}
     await forks.close()
-    assert started.running  # the episode's to stop
-
-
-async def test_an_environment_started_to_decide_and_left_untaken_is_stopped(
-    tmp_path: Path,
-) -> None:
-    backend = ForkingFakeBackend()
-    started = FakeSandbox()
-    await started.start()
-    backend.warm_error = NotWorthForking("quick", started=started)
-    spec = sandbox_spec(make_task(tmp_path / "t"))
-    image = await backend.prepare(spec)
-    forks = Forks(backend, "run")
-    assert await forks.acquire(spec, image) == "quick"
-    await forks.close()
-    assert not started.running
+    assert await forks.acquire(spec, image) == "the job's warm environments are closed"
 
 
 @pytest.mark.parametrize(
@@ -107,10 +90,8 @@ async def test_an_environment_started_to_decide_and_left_untaken_is_stopped(
 async def test_a_parent_is_forked_only_when_its_services_took_long_to_be_ready(
     waits: dict[str, float], worth: bool
 ) -> None:
-    parent = SimpleNamespace(env_id="w1", surroundings=SimpleNamespace(ready_waits=waits))
-    warm = DockerWarmParent(None, None, parent, None)  # type: ignore[arg-type]
     if worth:
-        warm._worth_forking()
+        worth_forking(waits)
     else:
         with pytest.raises(NotWorthForking, match="forking adds about 3 s"):
-            warm._worth_forking()
+            worth_forking(waits)

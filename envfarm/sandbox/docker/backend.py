@@ -129,11 +129,9 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages, Forking):
     def fork_unsupported(self, spec: SandboxSpec) -> str | None:
         return fork_unsupported(spec)
 
-    async def warm_parent(
-        self, spec: SandboxSpec, image: PreparedImage, *, run_id: str
-    ) -> WarmParent:
+    def warm_parent(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> WarmParent:
         config = self.sandbox_config(spec, image, run_id=run_id)
-        return await DockerWarmParent.make(
+        return DockerWarmParent(
             config, spec.environment, self.service_images(spec), self.image_sources
         )
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 THREADS = 32
 
@@ -41,3 +41,15 @@ async def blocking(function: Callable[..., _T], *args: object) -> _T:
     """Run a blocking docker call on the environment pool, to its end even when cancelled."""
     loop = asyncio.get_running_loop()
     return await uncancelled(loop.run_in_executor(_executor, functools.partial(function, *args)))
+
+
+async def all_or_nothing(coroutines: list[Coroutine[Any, Any, None]]) -> None:
+    """Run concurrently; on the first failure cancel the rest and raise that failure."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

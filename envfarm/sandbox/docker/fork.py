@@ -1,6 +1,6 @@
 """A warm environment forked on the Docker engine: snapshots of a frozen one, restarted.
 
-``DockerWarmParent.make`` starts one environment exactly as a cold episode would (network,
+A ``DockerWarmParent`` starts one environment exactly as a cold episode would (network,
 volumes, sidecars healthy, the main container's entrypoint and healthcheck), then freezes it:
 each sidecar is stopped with its image's stop signal (a database shuts down cleanly, so a copy
 needs no recovery), the main container is killed, and every container's file system is
@@ -10,14 +10,18 @@ the same configuration whose containers start from those snapshots and whose vol
 reflink copies of the frozen ones: its services start again on copied data (a database finds
 its data directory initialized and skips its seeding; ready in about a second), on its own
 network, with its own hostnames, container ids and volumes. The method is recorded as
-``snapshot+restart``. The volume copies of copies asked for together (a group's) are made by
-one helper container, and the group's sidecars share one outbound network, made by the first
-copy that asks (``outbound_network``; containers on it cannot reach one another), removed with
-the last copy once the parent is closed.
+``snapshot+restart``.
 
-A parent whose slowest service was ready within ``MIN_SAVED_S`` of its start is not frozen:
-a copy would save less than forking adds, so ``make`` raises ``NotWorthForking`` with the
-started environment, which serves one episode as its cold sandbox (``sandbox/fork.py``).
+Copies begin while the parent warms, once the parent's own services have started (its engine
+calls first): each makes its network, volumes and main container then (when nothing of the
+image's own runs in it, its image is known before the freeze), the copies of its volumes as
+soon as the parent is stopped (while the parent is committed), and its sidecars once the
+snapshots exist (``surroundings.py``, ``seeds.py``). What a group's copies share, one outbound
+network and one helper container per batch of volume copies, is in ``fork_group.py``.
+
+A parent whose slowest service was ready within ``MIN_SAVED_S`` of its start is not frozen
+(``NotWorthForking``): a copy would save less than forking adds. It is stopped, and the copies
+begun from it finish as cold starts, as they do when it cannot be made.
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the
@@ -39,15 +43,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import uuid
 
-from envfarm.errors import SandboxError
+from envfarm.errors import EnvfarmError, SandboxError
 from envfarm.plan.models import EnvironmentSpec, SandboxSpec
 from envfarm.sandbox.base import Sandbox
 from envfarm.sandbox.docker.engine_pool import blocking
 from envfarm.sandbox.docker.environment import DockerEnvironment
-from envfarm.sandbox.docker.images.recipes import ensure_base_image
+from envfarm.sandbox.docker.fork_group import GroupOutbound, VolumeCopies
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -56,23 +59,19 @@ from envfarm.sandbox.docker.labels import (
     LABEL_TASK,
     owner_label,
 )
-from envfarm.sandbox.docker.networks import create_network, forget_endpoints, remove_network
+from envfarm.sandbox.docker.mainprocess import image_config, main_argv
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
-from envfarm.sandbox.docker.snapshots import commit, copy_volumes, remove_image, stop_container
+from envfarm.sandbox.docker.snapshots import commit, remove_image, stop_container
 from envfarm.sandbox.fork import NotWorthForking, WarmParent
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE
 
 METHOD = "snapshot+restart"
-BATCH_S = 0.2
-"""How long a volume copy waits for others to be made by the same helper container."""
 SNAPSHOT_REPOSITORY = "envfarm-fork"
 MIN_SAVED_S = 3.0
 """A copy is made only when the parent's slowest service took at least this long to be ready
 once started (what a copy skips): below it, a cold start is as soon (bench/RESULTS.md)."""
-REMOVE_ATTEMPTS = 20
-REMOVE_PAUSE_S = 0.25
 
 
 def fork_unsupported(spec: SandboxSpec) -> str | None:
@@ -85,6 +84,20 @@ def fork_unsupported(spec: SandboxSpec) -> str | None:
     return None
 
 
+def worth_forking(ready_waits: dict[str, float]) -> None:
+    """NotWorthForking when the parent's services were ready so soon after they started
+    (``ready_waits``: service -> seconds) that a copy, which skips only that wait, would save
+    less than forking adds."""
+    waited = max(ready_waits.values(), default=0.0)
+    if waited < MIN_SAVED_S:
+        slowest = max(ready_waits, key=ready_waits.__getitem__, default="none")
+        raise NotWorthForking(
+            f"its slowest service ({slowest}) was ready {waited:.1f} s after it started; a "
+            f"copy saves only that wait, and forking adds about {MIN_SAVED_S:g} s (the "
+            f"freeze, the volume copies, the services' restart on the copies)"
+        )
+
+
 class DockerWarmParent(WarmParent):
     method = METHOD
 
@@ -92,60 +105,95 @@ class DockerWarmParent(WarmParent):
         self,
         config: DockerSandboxConfig,
         environment: EnvironmentSpec,
-        parent: DockerEnvironment,
-        sources: list[ImageSource] | None,
-    ) -> None:
-        self.config, self.environment, self.parent = config, environment, parent
-        self.parent_id = parent.env_id
-        self.sources = sources
-        self.service_images: dict[str, str] = {}
-        self.snapshots: list[str] = []
-        self._pending: list[tuple[list[tuple[str, str]], asyncio.Future[None]]] = []
-        self._batching: asyncio.Task[None] | None = None
-        self._outbound: asyncio.Task[str] | None = None
-        self._outbound_users: set[str] = set()
-        self._closed = False
-
-    @classmethod
-    async def make(
-        cls,
-        config: DockerSandboxConfig,
-        environment: EnvironmentSpec,
         service_images: dict[str, str] | None,
         sources: list[ImageSource] | None,
-    ) -> DockerWarmParent:
-        parent = DockerEnvironment(
+    ) -> None:
+        """Begins warming at once (``frozen`` says when it is done)."""
+        self.config, self.environment, self.sources = config, environment, sources
+        self.parent = DockerEnvironment(
             config,
             environment,
             env_id=f"w{uuid.uuid4().hex[:11]}",
             service_images=service_images,
             sources=sources,
         )
-        made = cls(config, environment, parent, sources)
-        try:
-            await parent.start()
-            made._worth_forking()
-            await made._freeze()
-        except NotWorthForking as exc:  # not frozen: an episode's cold sandbox as it stands
-            exc.started = parent
-            raise
-        except BaseException:
-            await made.close()
-            raise
-        return made
+        self.parent_id = self.parent.env_id
+        self.original_images = service_images
+        self.snapshot_images: dict[str, str] = {}
+        self.snapshots: list[str] = []
+        self._own_process: bool | None = None
+        self._volume_copies = VolumeCopies({**self._labels("helper"), LABEL_KIND: "helper"})
+        labels = {**self._labels("network"), LABEL_KIND: "network"}
+        labels[LABEL_ENVIRONMENT] = f"{self.parent_id}-group"  # not swept with the parent
+        self._group_out = GroupOutbound(f"envfarm-{self.parent_id}-group-out", labels)
+        loop = asyncio.get_running_loop()
+        self._decided: asyncio.Future[str | None] = loop.create_future()
+        """Set once frozen (None: stopped, its volumes can be copied) or not (why)."""
+        self._committed: asyncio.Future[None] = loop.create_future()
+        """Set once every container is committed (its snapshots are the copies' images)."""
+        self._warming = asyncio.ensure_future(self._warm())
 
-    def _worth_forking(self) -> None:
-        """NotWorthForking when the parent's services were ready so soon after they started
-        that a copy, which skips only that wait, would save less than forking adds."""
-        waits = self.parent.surroundings.ready_waits
-        waited = max(waits.values(), default=0.0)
-        if waited < MIN_SAVED_S:
-            slowest = max(waits, key=waits.__getitem__, default="none")
-            raise NotWorthForking(
-                f"its slowest service ({slowest}) was ready {waited:.1f} s after it started; a "
-                f"copy saves only that wait, and forking adds about {MIN_SAVED_S:g} s (the "
-                f"freeze, the volume copies, the services' restart on the copies)"
+    async def _warm(self) -> None:
+        reason: str | None = None
+        try:
+            await self._main_runs_own_process()
+            await self.parent.start()
+            worth_forking(self.parent.surroundings.ready_waits)
+            await self._stop()
+        except NotWorthForking as exc:
+            reason = str(exc)
+        except EnvfarmError as exc:
+            reason = f"the warm environment could not be made: {exc}"
+        except BaseException:
+            self._decided.cancel()
+            self._committed.cancel()
+            raise
+        finally:
+            self.parent.surroundings.launched.set()
+        self._decided.set_result(reason)  # its copies copy its stopped volumes from here
+        if reason is not None:  # its copies start cold, beside it: not kept meanwhile
+            self._committed.set_result(None)
+            with contextlib.suppress(SandboxError):
+                await self.parent.stop()
+            return
+        try:
+            await self._commit()
+        except BaseException as exc:
+            self._committed.set_exception(
+                exc if isinstance(exc, SandboxError) else SandboxError("the freeze was cancelled")
             )
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._committed.set_result(None)
+
+    async def frozen(self) -> str | None:
+        return await asyncio.shield(self._decided)
+
+    async def launched(self) -> None:
+        """Return once the parent's own start has made its engine calls (its services are
+        starting): a copy's queue behind them, not before."""
+        await self.parent.surroundings.launched.wait()
+
+    async def frozen_images(self) -> dict[str, str] | None:
+        """The sidecars' snapshot images once committed; None when it was not frozen.
+        SandboxError when a commit failed."""
+        if await self.frozen() is not None:
+            return None
+        await asyncio.shield(self._committed)
+        return dict(self.snapshot_images)
+
+    async def _main_runs_own_process(self) -> bool:
+        """Whether a process of the image's own runs in the main container (known before it
+        starts): then a copy's starts from its snapshot, else from the image it has."""
+        if self._own_process is None:
+            config = self.parent.config
+            own = False
+            if config.channel:
+                image = await image_config(config.image, config.image)
+                own = main_argv(image, config.entrypoint, config.command) is not None
+            self._own_process = own
+        return self._own_process
 
     def _labels(self, service: str) -> dict[str, str]:
         return {
@@ -158,15 +206,19 @@ class DockerWarmParent(WarmParent):
             "io.envfarm.fork.service": service,
         }
 
-    async def _freeze(self) -> None:
-        """Stop everything (sidecars cleanly, at once), then snapshot every container."""
-        sidecars = dict(self.parent.sidecar_ids)
+    async def _stop(self) -> None:
+        """Stop everything, sidecars cleanly, at once: its volumes can be copied from here."""
+        sidecars = self.parent.sidecar_ids.values()
         await asyncio.gather(
-            self.parent.main.kill_now(), *(blocking(stop_container, i) for i in sidecars.values())
+            self.parent.main.kill_now(), *(blocking(stop_container, i) for i in sidecars)
         )
+
+    async def _commit(self) -> None:
+        """Snapshot every container, while copies of its volumes are made."""
         originals = self.parent.surroundings.service_images or {}
+        sidecars = self.parent.sidecar_ids
         containers = {name: (i, originals[name]) for name, i in sidecars.items()}
-        if self.parent.main.runs_own_process:
+        if await self._main_runs_own_process():
             containers[MAIN_SERVICE] = (self.parent.container_id, self.config.image)
         else:  # nothing ran in it that a copy should find done: its image is the snapshot
             self.image_id = self.config.image
@@ -179,17 +231,18 @@ class DockerWarmParent(WarmParent):
             if service == MAIN_SERVICE:
                 self.image_id = image
             else:
-                self.service_images[service] = image
+                self.snapshot_images[service] = image
 
         await asyncio.gather(*(snapshot(s, c, o) for s, (c, o) in containers.items()))
 
     async def fork(self) -> Sandbox:
-        if self.image_id is None:
-            raise SandboxError("the warm environment was not frozen")
+        image = self.config.image
+        if await self._main_runs_own_process() and await self.frozen_images() is not None:
+            image = self.image_id or image
         child = DockerEnvironment(
-            self.config.model_copy(update={"image": self.image_id}),
+            self.config.model_copy(update={"image": image}),
             self.environment,
-            service_images=self.service_images,
+            service_images=self.original_images,
             sources=self.sources,
             seed_from=self,
         )
@@ -197,84 +250,28 @@ class DockerWarmParent(WarmParent):
         return child
 
     async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
-        """The copies asked for within ``BATCH_S`` of each other made by one helper container
-        (copies of a group are asked for at once: one container instead of one each)."""
-        done = asyncio.get_running_loop().create_future()
-        self._pending.append((pairs, done))
-        if self._batching is None:
-            self._batching = asyncio.ensure_future(self._copy_batch())
-        await done
-
-    async def _copy_batch(self) -> None:
-        await asyncio.sleep(BATCH_S)
-        batch, self._pending, self._batching = self._pending, [], None
-        helper = (await ensure_base_image()).tag
-        labels = {**self._labels("helper"), LABEL_KIND: "helper"}
-        try:
-            await blocking(copy_volumes, [p for pairs, _ in batch for p in pairs], helper, labels)
-        except BaseException as exc:
-            failed = exc if isinstance(exc, Exception) else SandboxError("the copy was cancelled")
-            for _, done in batch:
-                if not done.done():
-                    done.set_exception(failed)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for _, done in batch:
-            if not done.done():
-                done.set_result(None)
+        await self._volume_copies.copy(pairs)
 
     async def outbound_network(self, env_id: str) -> str:
-        """The group's outbound network, made by the first copy that asks (``Surroundings``):
-        one network create for the group instead of one per copy."""
-        if self._outbound is None or (self._outbound.done() and self._outbound.exception()):
-            self._outbound = asyncio.ensure_future(self._make_outbound())
-        self._outbound_users.add(env_id)
-        return await asyncio.shield(self._outbound)
-
-    async def _make_outbound(self) -> str:
-        name = f"envfarm-{self.parent_id}-group-out"
-        labels = {**self._labels("network"), LABEL_KIND: "network"}
-        labels[LABEL_ENVIRONMENT] = f"{self.parent_id}-group"  # not swept with the parent
-        await blocking(functools.partial(create_network, name, labels, outbound=True))
-        return name
+        return await self._group_out.network(env_id)
 
     async def release_outbound(self, env_id: str, containers: list[str]) -> None:
-        """A copy is gone: the endpoints its ``containers`` had on the group's outbound
-        network too (the engine can keep one of a removed container when many come and go on
-        a network at once), and the network itself with the last copy once the parent is
-        closed."""
-        self._outbound_users.discard(env_id)
-        made = self._outbound
-        if made is not None and made.done() and not made.cancelled() and not made.exception():
-            await blocking(forget_endpoints, made.result(), containers)
-        await self._remove_outbound()
-
-    async def _remove_outbound(self) -> None:
-        if not self._closed or self._outbound_users or self._outbound is None:
-            return
-        made, self._outbound = self._outbound, None
-        await asyncio.wait([made])  # its outcome is read below, never raised here
-        if made.cancelled() or made.exception() is not None:
-            return
-        for attempt in range(REMOVE_ATTEMPTS):  # the engine lets go of the endpoints of the
-            try:  # copies' removed containers a little after their removal
-                await blocking(remove_network, made.result())
-                return
-            except SandboxError:
-                if attempt + 1 == REMOVE_ATTEMPTS:
-                    raise
-                await asyncio.sleep(REMOVE_PAUSE_S)
+        await self._group_out.release(env_id, containers)
 
     async def close(self) -> None:
         errors: list[SandboxError] = []
-        self._closed = True
+        if not self._warming.done():
+            self._warming.cancel()
+        await asyncio.wait([self._warming])
+        for made in (self._warming, self._committed):
+            if made.done() and not made.cancelled():
+                made.exception()  # retrieved: the copies waiting have raised it
         try:
             await self.parent.stop()
         except SandboxError as exc:
             errors.append(exc)
         try:
-            await self._remove_outbound()
+            await self._group_out.close()
         except SandboxError as exc:
             errors.append(exc)
         for image in self.snapshots:

@@ -92,8 +92,7 @@ class DockerSandbox(
 
     @property
     def drops_own_route(self) -> bool:
-        """Whether the helper removes the default route itself at each start (known once
-        created)."""
+        """Whether the helper drops the default route itself at each start (``create.py``)."""
         return self._container.drops_route
 
     async def create(self) -> None:

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 
 class VolumeSeed(Protocol):
-    """A frozen environment whose volumes a new one's start as copies of, and whose copies
-    share one outbound network (``fork.py``)."""
+    """A warm environment a new one begins as a copy of: its snapshots and volumes once it is
+    frozen, and the outbound network its copies share (``fork.py``)."""
 
     parent_id: str
+
+    async def launched(self) -> None:
+        """Return once the warm environment's own start has made its engine calls."""
+        ...
+
+    async def frozen(self) -> str | None:
+        """None once the warm environment is frozen (stopped: its volumes can be copied);
+        else why it was not (the new one starts cold)."""
+        ...
+
+    async def frozen_images(self) -> dict[str, str] | None:
+        """Once the warm environment is committed: its sidecars' snapshot images (service ->
+        image); None when it was not frozen."""
+        ...
 
     async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
         """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
@@ -22,3 +37,38 @@ class VolumeSeed(Protocol):
     async def release_outbound(self, env_id: str, containers: list[str]) -> None:
         """``env_id``'s containers (these names) are gone from the shared outbound network."""
         ...
+
+
+class Seeding:
+    """A copy's start from its seed: the seed's snapshot images once it is committed (None
+    when it was not frozen), and the copies of its volumes into ``volumes`` (the copy's, named
+    by ``env_id``), made once it is stopped (none when it was not frozen)."""
+
+    def __init__(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
+        self.decided = asyncio.ensure_future(seed.frozen_images())
+        self.copied = asyncio.ensure_future(self._copy(seed, env_id, volumes))
+
+    async def _copy(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
+        if await seed.frozen() is not None:
+            return
+        prefix = f"envfarm-{env_id}-"
+        pairs = [(f"envfarm-{seed.parent_id}-{v.removeprefix(prefix)}", v) for v in volumes]
+        if pairs:
+            await seed.copy_volumes(pairs)
+
+    async def images(self) -> dict[str, str] | None:
+        return await asyncio.shield(self.decided)
+
+    async def volumes_filled(self) -> None:
+        await asyncio.shield(self.copied)
+
+    async def ended(self) -> None:
+        """Once both have ended (a copy runs to its end); what they raised is kept."""
+        await asyncio.wait([self.decided, self.copied])
+        for task in (self.decided, self.copied):
+            if not task.cancelled():
+                task.exception()  # retrieved: raised by ``check`` or by who awaited it
+
+    def check(self) -> None:
+        """Raise what the copy raised, once ended."""
+        self.copied.result()

@@ -7,18 +7,18 @@ started or healthy (``healthchecks.py``). The main container is started at once,
 (nothing runs in it before the agent does): its dependencies gate its healthcheck and the
 agent, which is what they mean for it. Sidecars join the internal network and, unless the job
 turned it off or the compose file keeps the sidecar on ``internal: true`` networks only, the
-environment's outbound network (``networks.py``); the main container joins
-the internal one as ``main`` and, only when the task asks for network access, the default
-bridge too. ``settle`` gives a
-main container (the first, and each clean room that takes its place) the task's bind files
-and, without network access, no default route, so it sees its sidecars and nothing else;
-``drop_default_route`` takes the route away again when the
-network namespace is new (a restart) or the bridge was left (the verifier phase).
+environment's outbound network (``networks.py``); the main container joins the internal one as
+``main`` and, only when the task asks for network access, the default bridge too. ``settle``
+gives a main container (the first, and each clean room that takes its place) the task's bind
+files and, without network access, no default route (unless its helper drops it itself), so
+it sees its sidecars and nothing else; ``drop_default_route`` takes the route away again when
+the bridge was left (the verifier phase) or the network namespace is new (a restart).
 
-An environment forked from a frozen one (``fork.py``, ``seed_from``) starts the same way, from
-the frozen one's snapshots, its volumes filled as copies of the frozen one's while its sidecars
-are created (the engine told not to fill them from the image), before any container that
-mounts them starts.
+An environment begun as a copy of a warm one (``fork.py``, ``seed_from``) starts the same way
+once the warm one's own start has made its engine calls; once that one is frozen, its sidecars
+start from its snapshots and their volumes are filled as copies of its volumes while they are
+created (the engine told not to fill them from the image); when it was not frozen, as a cold
+environment's.
 
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
 killed run left behind); ``remove`` and ``sweep`` remove it, ``remove_now`` at interpreter exit.
@@ -38,7 +38,7 @@ from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import read_path_archive, remove_in_background
-from envfarm.sandbox.docker.engine_pool import blocking, uncancelled
+from envfarm.sandbox.docker.engine_pool import all_or_nothing, blocking, uncancelled
 from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
 from envfarm.sandbox.docker.images.environment_images import build_environment_images
 from envfarm.sandbox.docker.images.recipes import ensure_base_image
@@ -52,7 +52,7 @@ from envfarm.sandbox.docker.labels import (
 )
 from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox
-from envfarm.sandbox.docker.seeds import VolumeSeed
+from envfarm.sandbox.docker.seeds import Seeding, VolumeSeed
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
@@ -90,6 +90,8 @@ class Surroundings:
         self.volumes: list[str] = []
         self.ready_waits: dict[str, float] = {}
         """Service -> how long its healthcheck took to pass once it was started."""
+        self.launched = asyncio.Event()
+        """Set once ``up`` has started every sidecar (or ended)."""
         self._exited: list[str] | None = None
         """While ``up`` runs: the helper containers it leaves, removed once it is up."""
 
@@ -114,9 +116,10 @@ class Surroundings:
             await main_healthy(self.environment, main)
             self.ready_waits[MAIN_SERVICE] = time.monotonic() - since
             return
-        if self.service_images is None:
-            images = await build_environment_images(self.environment, self.sources)
-            self.service_images = images.service_image_ids()
+        if self.seed_from is not None:  # the seed's own engine calls first
+            await self.seed_from.launched()
+        else:
+            await self._sidecar_images(None)
         wanted = {
             volume
             for service in compose.services.values()
@@ -126,10 +129,10 @@ class Surroundings:
         await asyncio.gather(
             *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
         )
-        seeding = None
-        if self.seed_from is not None:  # before the networks: the copies of a group reach
-            # the batching helper within its window, not spread out by the engine's queue
-            seeding = asyncio.ensure_future(self._seed_volumes(self.seed_from))
+        seeding = images = None
+        if self.seed_from is not None:  # decided and copied while the rest starts
+            seeding = Seeding(self.seed_from, self.env_id, self.volumes)
+            images = asyncio.ensure_future(self._sidecar_images(seeding))
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
 
@@ -141,7 +144,7 @@ class Surroundings:
         async def bring_up(service: ComposeService) -> None:
             if service.name == MAIN_SERVICE:
                 if seeding is not None and any(m.kind == "volume" for m in service.volumes):
-                    await asyncio.shield(seeding)
+                    await seeding.volumes_filled()
                 # Nothing runs in main until the agent starts, so it is created at once; its
                 # dependencies gate its healthcheck and the agent, not its creation.
                 await uncancelled(asyncio.ensure_future(main.start()))
@@ -152,8 +155,11 @@ class Surroundings:
                 await main_healthy(self.environment, main)
             else:
                 await dependencies(service)
-                container_id = await self._start_sidecar(service, seeding)
+                copied = await asyncio.shield(images) if images is not None else False
+                container_id = await self._start_sidecar(service, copied, seeding)
                 started[service.name].set()
+                if all(started[name].is_set() for name in compose.sidecars):
+                    self.launched.set()
                 since = time.monotonic()
                 await sidecar_healthy(service, container_id)
             self.ready_waits[service.name] = time.monotonic() - since
@@ -162,15 +168,18 @@ class Surroundings:
         self._exited = []
         try:
             await self._networks()
-            await _all_or_nothing([bring_up(s) for s in compose.services.values()])
+            await all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
+            self.launched.set()
             exited, self._exited = self._exited, None  # after a failure, the sweep's
+            if images is not None:
+                await asyncio.wait([images])
+                if not images.cancelled():
+                    images.exception()  # retrieved: a sidecar raised it
             if seeding is not None:
-                await asyncio.wait([seeding])  # its copy ran to its end (``blocking``)
-                if not seeding.cancelled():
-                    seeding.exception()  # retrieved; raised below when nothing else failed
+                await seeding.ended()  # its copy ran to its end (``blocking``)
         if seeding is not None:
-            seeding.result()
+            seeding.check()  # raised when nothing else failed
         for helper in exited:  # after the start, not queued in the engine before its calls
             remove_in_background(helper)
 
@@ -196,12 +205,16 @@ class Surroundings:
         await blocking(functools.partial(create_network, name, labels, outbound=True))
         return name
 
-    async def _seed_volumes(self, seed: VolumeSeed) -> None:
-        """Each volume a copy of the frozen environment's of the same name."""
-        prefix = f"envfarm-{self.env_id}-"
-        pairs = [(f"envfarm-{seed.parent_id}-{v.removeprefix(prefix)}", v) for v in self.volumes]
-        if pairs:
-            await seed.copy_volumes(pairs)
+    async def _sidecar_images(self, seeding: Seeding | None) -> bool:
+        """The sidecars' images: a seed's snapshots once it is frozen (True), else those
+        prepared for the task, built when not yet."""
+        if seeding is not None and (snapshots := await seeding.images()) is not None:
+            self.service_images = snapshots
+            return True
+        if self.service_images is None:
+            images = await build_environment_images(self.environment, self.sources)
+            self.service_images = images.service_image_ids()
+        return False
 
     async def settle(self, main: DockerSandbox) -> None:
         """The task's bind files, and no default route without network access: for the main
@@ -230,10 +243,10 @@ class Surroundings:
             exited.append(helper_id)
 
     async def _start_sidecar(
-        self, service: ComposeService, seeding: asyncio.Future[None] | None
+        self, service: ComposeService, copied: bool, seeding: Seeding | None
     ) -> str:
-        """Created, then started once its volumes are filled (``seeding``: their copies, made
-        meanwhile)."""
+        """Created, then started once its volumes are filled (``copied``: as copies of the
+        seed's, made meanwhile)."""
         assert self.environment.compose is not None
         assert self.service_images is not None
         image = self.service_images.get(service.name)
@@ -251,13 +264,13 @@ class Surroundings:
                 volumes=names,
                 labels=self.labels("service", service.name),
                 env_dir=self.environment.environment_dir,
-                copied=seeding is not None,
+                copied=copied,
             )
         )
         container_id = str(container.id)
         self.sidecar_ids[service.name] = container_id
         if seeding is not None and any(m.kind == "volume" for m in service.volumes):
-            await asyncio.shield(seeding)
+            await seeding.volumes_filled()
         await blocking(sidecars.start_sidecar, container, service.name)
         return container_id
 
@@ -292,15 +305,3 @@ class Surroundings:
                 sidecars.remove_container(container_id)
         with contextlib.suppress(SandboxError):
             sidecars.sweep(self.env_id)
-
-
-async def _all_or_nothing(coroutines: list[Coroutine[Any, Any, None]]) -> None:
-    """Run concurrently; on the first failure cancel the rest and raise that failure."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
