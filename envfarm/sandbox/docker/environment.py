@@ -44,6 +44,8 @@ from envfarm.sandbox.base import (
 )
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.channel.relay import ChannelPortForwarding
+from envfarm.sandbox.docker.containers import read_path_archive
+from envfarm.sandbox.docker.engine_pool import blocking
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.seeds import VolumeSeed
@@ -154,7 +156,11 @@ class DockerEnvironment(
             await self.surroundings.drop_default_route(self.main)
 
     async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
-        return await self.surroundings.service_archive(service, path, max_bytes)
+        container_id = self.sidecar_ids.get(service)
+        if container_id is None:
+            known = ", ".join(sorted(self.sidecar_ids)) or "none"
+            raise SandboxError(f"no running service {service!r} (started: {known})")
+        return await blocking(read_path_archive, container_id, path, max_bytes)
 
     # -- the main container's own
 

@@ -91,8 +91,7 @@ class DockerSandbox(
         return self._container.gvisor
 
     @property
-    def drops_own_route(self) -> bool:
-        """Whether the helper drops the default route itself at each start (``create.py``)."""
+    def drops_own_route(self) -> bool:  # at each start of the container (``create.py``)
         return self._container.drops_route
 
     async def create(self) -> None:

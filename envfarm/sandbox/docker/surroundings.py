@@ -37,7 +37,7 @@ from typing import Any
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker import services as sidecars
-from envfarm.sandbox.docker.containers import read_path_archive, remove_in_background
+from envfarm.sandbox.docker.containers import remove_in_background
 from envfarm.sandbox.docker.engine_pool import all_or_nothing, blocking, uncancelled
 from envfarm.sandbox.docker.healthchecks import main_healthy, sidecar_healthy
 from envfarm.sandbox.docker.images.environment_images import build_environment_images
@@ -273,13 +273,6 @@ class Surroundings:
             await seeding.volumes_filled()
         await blocking(sidecars.start_sidecar, container, service.name)
         return container_id
-
-    async def service_archive(self, service: str, path: str, max_bytes: int) -> bytes | None:
-        container_id = self.sidecar_ids.get(service)
-        if container_id is None:
-            known = ", ".join(sorted(self.sidecar_ids)) or "none"
-            raise SandboxError(f"no running service {service!r} (started: {known})")
-        return await blocking(read_path_archive, container_id, path, max_bytes)
 
     def removals(self) -> list[Coroutine[Any, Any, None]]:
         """The removal of each sidecar, to run beside the main container's."""
