@@ -242,9 +242,11 @@ class EpisodeRunner:
                 traj.provenance.forked_from = forked.parent_id
                 traj.provenance.fork_method = forked.method
                 return Provided(forked.sandbox, started=True, pristine_image=forked.image_id)
-        if self.pools is not None:
-            sandbox = await self.pools.acquire(plan.sandbox, image)
-            return Provided(sandbox, started=True, pristine_image=image.image_id)
+        if self.pools is not None:  # which forks where the plan does (``sandbox/pool.py``)
+            got = await self.pools.acquire(plan.sandbox, image)
+            traj.provenance.forked_from = got.parent_id
+            traj.provenance.fork_method = got.method
+            return Provided(got.sandbox, started=True, pristine_image=got.image_id)
         sandbox = self.backend.create(plan.sandbox, image, run_id=self.run_id)
         return Provided(sandbox, started=False, pristine_image=image.image_id)
 

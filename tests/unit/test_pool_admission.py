@@ -5,18 +5,20 @@ import pytest
 
 from envfarm.controller.admission import Admission
 from envfarm.errors import SandboxStartError
+from envfarm.plan.models import JobChoices
+from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.pool import WarmPools
 from envfarm.spec.task import Task, load_task
-from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox
+from envfarm.testing.fake_sandbox import FakeBackend, FakeSandbox, ForkingFakeBackend
 from tests.plans import sandbox_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-def make_task(root: Path) -> Task:
+def make_task(root: Path, toml: str = "") -> Task:
     (root / "environment").mkdir(parents=True)
     (root / "tests").mkdir()
-    (root / "task.toml").write_text("")
+    (root / "task.toml").write_text(toml)
     (root / "instruction.md").write_text("x\n")
     (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
     (root / "tests" / "test.sh").write_text("true\n")
@@ -36,8 +38,8 @@ async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path: 
     pools.warm(sandbox_spec(task), image)
     await settle()
     assert len(backend.created) == 2
-    first = await pools.acquire(sandbox_spec(task), image)
-    second = await pools.acquire(sandbox_spec(task), image)
+    first = (await pools.acquire(sandbox_spec(task), image)).sandbox
+    second = (await pools.acquire(sandbox_spec(task), image)).sandbox
     assert isinstance(first, FakeSandbox)
     assert first.running
     assert first is not second
@@ -45,7 +47,7 @@ async def test_warm_pool_hands_out_started_sandboxes_once_and_refills(tmp_path: 
     assert pools.stats.cold_starts == 0
     await settle()
     assert len(backend.created) == 4  # refilled back to size, never reusing a handed-out one
-    third = await pools.acquire(sandbox_spec(task), image)
+    third = (await pools.acquire(sandbox_spec(task), image)).sandbox
     assert third not in (first, second)
     await pools.close()
     await settle()
@@ -61,7 +63,9 @@ async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path: 
     backend = FakeBackend()
     image = await backend.prepare(sandbox_spec(task))
     pools = WarmPools(backend, size=1, run_id="r")
-    sandbox = await pools.acquire(sandbox_spec(task), image)
+    got = await pools.acquire(sandbox_spec(task), image)
+    sandbox = got.sandbox
+    assert got.parent_id is None  # the fake backend does not fork
     assert isinstance(sandbox, FakeSandbox)
     assert sandbox.running
     assert pools.stats.cold_starts == 1
@@ -73,6 +77,27 @@ async def test_empty_pool_starts_cold_and_failed_refills_are_recorded(tmp_path: 
     with pytest.raises(SandboxStartError):
         await pools.acquire(sandbox_spec(task), image)
     await pools.close()
+
+
+async def test_a_pool_of_a_forking_environment_is_filled_with_copies(tmp_path: Path) -> None:
+    task = make_task(tmp_path / "t", toml='[environment.healthcheck]\ncommand = "true"\n')
+    backend = ForkingFakeBackend()
+    spec = plan_episode(task, JobChoices(group_size=4), facts=await backend.facts()).sandbox
+    assert spec.fork
+    image = await backend.prepare(spec)
+    pools = WarmPools(backend, size=2, run_id="r")
+    pools.warm(spec, image)
+    await settle()
+    got = await pools.acquire(spec, image)
+    assert (got.parent_id, got.method) == ("warm-0", "fake")
+    assert isinstance(got.sandbox, FakeSandbox)
+    assert got.sandbox.running
+    await settle()
+    assert len(backend.parents) == 1  # one warm parent for the pool's life, refills its copies
+    assert len(backend.created) == 3
+    await pools.close()
+    assert backend.parents[0].closed
+    assert got.sandbox.running  # handed out: its episode owns it
 
 
 async def test_admission_waits_for_capacity_and_overcommits_cpu() -> None:
