@@ -25,7 +25,7 @@ envfarm from another source tree (a checkout of the commit to compare with) to e
 a change is measured against its baseline in the same run. Usage:
 
   python bench/harbor.py [--workdir DIR] [--harbor-venv VENV] [--python PY] [--rounds 3]
-                         [--envfarm-tree DIR]...
+                         [--envfarm-tree DIR]... [--group-size N] [--also-fork-off]
 """
 
 from __future__ import annotations
@@ -234,7 +234,13 @@ def _harbor_trial(result: dict[str, Any]) -> Episode:
 
 
 def run_harbor(
-    tasks_dir: Path, concurrency: int, venv: Path, docker_config: Path, workdir: Path, kind: str
+    tasks_dir: Path,
+    concurrency: int,
+    venv: Path,
+    docker_config: Path,
+    workdir: Path,
+    kind: str,
+    attempts: int = 1,
 ) -> JobResult:
     jobs = workdir / "jobs"
     name = f"{kind}-{uuid.uuid4().hex[:8]}"
@@ -254,7 +260,7 @@ def run_harbor(
     command = [
         "harbor", "run", "--path", str(tasks_dir), "--agent", "oracle", "--env", "docker",
         "--n-concurrent", str(concurrency), "--jobs-dir", str(jobs), "--job-name", name,
-        "--yes", "--quiet",
+        "--n-attempts", str(attempts), "--yes", "--quiet",
     ]  # fmt: skip
     netns = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "harbor-netns"]
     started = time.perf_counter()
@@ -299,6 +305,8 @@ class Variant:
 
     name: str = "envfarm"
     tree: Path | None = None
+    flags: tuple[str, ...] = ()
+    """More ``envfarm run`` options (``--fork off``)."""
 
 
 def own_recipes(tree: Path) -> None:
@@ -311,11 +319,17 @@ def own_recipes(tree: Path) -> None:
 
 
 def run_envfarm(
-    task_dirs: list[Path], concurrency: int, workdir: Path, kind: str, variant: Variant
+    task_dirs: list[Path],
+    concurrency: int,
+    workdir: Path,
+    kind: str,
+    variant: Variant,
+    group_size: int = 1,
 ) -> JobResult:
     out = workdir / "envfarm" / f"{kind}-{uuid.uuid4().hex[:8]}"
     command = [sys.executable, "-m", "envfarm", "run", *map(str, task_dirs), "--policy", "oracle"]
     command += ["--concurrency", str(concurrency), "--out", str(out)]
+    command += ["--group-size", str(group_size), *variant.flags]
     env = dict(os.environ)
     if variant.tree is not None:
         env["PYTHONPATH"] = str(variant.tree)
@@ -499,6 +513,8 @@ async def main(args: argparse.Namespace) -> None:
     results: list[JobResult] = []
     bare: dict[str, list[float]] = {kind: [] for k in kinds for kind in (k, f"{k} together")}
     variants = [Variant(f"envfarm[{t.name}]", t.resolve()) for t in args.envfarm_tree or []]
+    if args.also_fork_off:
+        variants.append(Variant("envfarm[fork off]", flags=("--fork", "off")))
     for round_no in range(0 if args.warm_up else 1, args.rounds + 1):
         warm = round_no == 0
         for kind, (group, concurrency) in kinds.items():
@@ -515,11 +531,12 @@ async def main(args: argparse.Namespace) -> None:
                     assert venv is not None
                     assert docker_config is not None
                     result = run_harbor(
-                        harbor_dirs[kind], concurrency, venv, docker_config, workdir, kind
-                    )
+                        harbor_dirs[kind], concurrency, venv, docker_config, workdir, kind,
+                        args.group_size,
+                    )  # fmt: skip
                 else:
                     dirs = [b.task.root for b in group]
-                    result = run_envfarm(dirs, concurrency, workdir, kind, system)
+                    result = run_envfarm(dirs, concurrency, workdir, kind, system, args.group_size)
                 log(f"  wall {result.wall:.1f}s, {len(result.episodes)} episodes")
                 if not warm:
                     results.append(result)
@@ -545,6 +562,18 @@ if __name__ == "__main__":
     parser.add_argument("--single-concurrency", type=int, default=4)
     parser.add_argument("--compose-concurrency", type=int, default=1)
     parser.add_argument("--envfarm-only", action="store_true", help="profile envfarm alone")
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=1,
+        help="episodes per task (Harbor's --n-attempts): above 1, envfarm forks a group's "
+        "environments where it pays (docs/fork.md)",
+    )
+    parser.add_argument(
+        "--also-fork-off",
+        action="store_true",
+        help="also run envfarm with --fork off, alternating with the others in every round",
+    )
     parser.add_argument(
         "--no-one-at-a-time",
         dest="one_at_a_time",

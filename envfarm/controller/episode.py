@@ -152,7 +152,9 @@ class EpisodeRunner:
     @property
     def cold_reasons(self) -> dict[str, str]:
         """Task id -> why its episodes started cold though their plan forks."""
-        return self._cold_reasons | (self._forks.reasons if self._forks is not None else {})
+        pooled = self.pools.forks if self.pools is not None else None
+        forks = [f.reasons for f in (pooled, self._forks) if f is not None]
+        return self._cold_reasons | {k: v for reasons in forks for k, v in reasons.items()}
 
     def _retire(self, sandbox: Sandbox, episode_id: str) -> None:
         async def remove() -> None:

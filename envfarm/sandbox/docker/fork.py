@@ -136,7 +136,8 @@ class DockerWarmParent(WarmParent):
     async def _warm(self) -> None:
         reason: str | None = None
         try:
-            await self._main_runs_own_process()
+            if not await self._main_runs_own_process():  # nothing ran in it that a copy
+                self.image_id = self.config.image  # should find done: its image is its own
             await self.parent.start()
             worth_forking(self.parent.surroundings.ready_waits)
             await self._stop()
@@ -220,8 +221,6 @@ class DockerWarmParent(WarmParent):
         containers = {name: (i, originals[name]) for name, i in sidecars.items()}
         if await self._main_runs_own_process():
             containers[MAIN_SERVICE] = (self.parent.container_id, self.config.image)
-        else:  # nothing ran in it that a copy should find done: its image is the snapshot
-            self.image_id = self.config.image
 
         async def snapshot(service: str, container_id: str, original: str) -> None:
             repository = f"{SNAPSHOT_REPOSITORY}/{self.parent_id}-{service}"

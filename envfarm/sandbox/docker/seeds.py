@@ -47,6 +47,7 @@ class Seeding:
     def __init__(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
         self.decided = asyncio.ensure_future(seed.frozen_images())
         self.copied = asyncio.ensure_future(self._copy(seed, env_id, volumes))
+        self._copying = False
 
     async def _copy(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
         if await seed.frozen() is not None:
@@ -54,6 +55,7 @@ class Seeding:
         prefix = f"envfarm-{env_id}-"
         pairs = [(f"envfarm-{seed.parent_id}-{v.removeprefix(prefix)}", v) for v in volumes]
         if pairs:
+            self._copying = True
             await seed.copy_volumes(pairs)
 
     async def images(self) -> dict[str, str] | None:
@@ -63,7 +65,11 @@ class Seeding:
         await asyncio.shield(self.copied)
 
     async def ended(self) -> None:
-        """Once both have ended (a copy runs to its end); what they raised is kept."""
+        """Once both have ended, what still waits for the seed cancelled (a copy under way
+        runs to its end: its helper container has the volumes); what they raised is kept."""
+        self.decided.cancel()
+        if not self._copying:
+            self.copied.cancel()
         await asyncio.wait([self.decided, self.copied])
         for task in (self.decided, self.copied):
             if not task.cancelled():

@@ -75,9 +75,8 @@ class Surroundings:
     ) -> None:
         self.environment = environment
         self.seed_from = seed_from
-        """A frozen environment (``fork.py``) whose volumes this one's start as copies of."""
-        self.env_id = env_id
-        self.run_id = run_id
+        """A warm environment (``fork.py``) this one begins as a copy of."""
+        self.env_id, self.run_id = env_id, run_id
         self.network_name = network_name
         """The main container's environment network (None without a compose file)."""
         self.outbound = outbound
@@ -172,7 +171,8 @@ class Surroundings:
         finally:
             self.launched.set()
             exited, self._exited = self._exited, None  # after a failure, the sweep's
-            if images is not None:
+            if images is not None:  # what still waits for the seed is not waited for
+                images.cancel()
                 await asyncio.wait([images])
                 if not images.cancelled():
                     images.exception()  # retrieved: a sidecar raised it
