@@ -180,6 +180,10 @@ async def measure(
         ready, sandboxes = await cold_ready(backend, spec, image, n, run_id, probe)
         await asyncio.gather(*(s.stop() for s in sandboxes))
         row["cold_ready_s"] = round(ready, 2)
+    unsupported = backend.fork_unsupported(spec)
+    if unsupported is not None:  # never forked: only the cold figures
+        row["not_forked"] = unsupported
+        return row if not wall else row | await walls(backend, task, n, cold)
     ready, warm, copies, parent = await fork_ready(backend, spec, image, n, run_id, probe)
     not_forked = await parent.frozen()
     if not_forked is not None:  # ``fork auto`` starts this task cold
@@ -192,8 +196,12 @@ async def measure(
             row["ready_ratio"] = round(row["cold_ready_s"] / row["fork_ready_s"], 2)
     await asyncio.gather(*(c.stop() for c in copies))
     await parent.close()
-    if not wall:
-        return row
+    return row if not wall else row | await walls(backend, task, n, cold)
+
+
+async def walls(backend: DockerBackend, task: Task, n: int, cold: bool) -> dict[str, Any]:
+    """A whole job's wall with ``fork auto`` (and ``fork off`` when ``cold``)."""
+    row: dict[str, Any] = {}
     if cold:
         cold_wall, cold_rewards, _ = await job_wall(backend, task, n, "off")
         row["cold_wall_s"] = round(cold_wall, 2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.fork import DockerWarmParent
+from envfarm.sandbox.docker.fork_group import GroupOutbound
 from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_OWNER, owner_label
 from envfarm.sandbox.fork import WarmParent
 from envfarm.spec.task import load_task
@@ -162,6 +164,28 @@ async def test_copies_begun_from_a_parent_not_worth_forking_finish_cold(
         assert b"01-seed.sh" in logs, "a cold copy seeds its own database"
         assert parent.snapshot_images == {}
         assert parent.parent.sidecar_ids == {}  # stopped once it was not worth forking
+        again = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cold")
+        assert isinstance(again, DockerWarmParent)
+        assert "an earlier warm start" in (await again.frozen() or "")
+        assert again.parent.network_id is None  # the next job does not start one to decide
+        await again.close()
     finally:
         await copy.stop()
         await parent.close()
+
+
+async def test_a_group_gets_as_many_outbound_networks_as_its_sidecars_need() -> None:
+    labels = {LABEL_KIND: "network", "io.envfarm.managed": "true", LABEL_OWNER: owner_label()}
+    name = f"envfarm-test-{uuid.uuid4().hex[:8]}-group-out"
+    group = GroupOutbound(name, labels)
+    group.capacity = 2  # endpoints per network: a /27's 25, here 2
+    try:
+        names = [await group.network(f"copy{i}", 1) for i in range(3)]
+        assert names == [name, name, f"{name}-1"]
+        assert await group.network("copy3", 2) == f"{name}-2"  # no room left in the others
+        for index in range(4):
+            await group.release(f"copy{index}", [])
+    finally:
+        await group.close()
+    left = docker_client().networks.list(names=[name])
+    assert [n.name for n in left if (n.name or "").startswith(name)] == []

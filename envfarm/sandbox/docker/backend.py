@@ -46,6 +46,9 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages, Forking):
         """Where base images come from, in order (``Settings.sources``)."""
         self._service_images: dict[tuple[str, str], dict[str, str]] = {}
         self._facts: EngineFacts | None = None
+        self._not_worth_forking: dict[str, str] = {}
+        """Environment key -> why a warm start showed that forking it does not pay: the
+        next job's copies of it start cold at once, with no warm start to decide."""
 
     async def facts(self) -> EngineFacts:
         if self._facts is None:
@@ -132,7 +135,12 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages, Forking):
     def warm_parent(self, spec: SandboxSpec, image: PreparedImage, *, run_id: str) -> WarmParent:
         config = self.sandbox_config(spec, image, run_id=run_id)
         return DockerWarmParent(
-            config, spec.environment, self.service_images(spec), self.image_sources
+            config,
+            spec.environment,
+            self.service_images(spec),
+            self.image_sources,
+            not_worth=self._not_worth_forking,
+            key=f"{image.image_id or image.tag}:{spec.key()}",
         )
 
     async def with_agent(self, image: PreparedImage, layer: AgentLayer) -> PreparedImage:

@@ -107,9 +107,15 @@ class DockerWarmParent(WarmParent):
         environment: EnvironmentSpec,
         service_images: dict[str, str] | None,
         sources: list[ImageSource] | None,
+        *,
+        not_worth: dict[str, str] | None = None,
+        key: str = "",
     ) -> None:
-        """Begins warming at once (``frozen`` says when it is done)."""
+        """Begins warming at once (``frozen`` says when it is done). ``not_worth``: what
+        earlier warm starts showed not worth forking, by environment ``key``: such a parent
+        is not started again, and one that shows it is recorded there."""
         self.config, self.environment, self.sources = config, environment, sources
+        self._not_worth, self._key = not_worth if not_worth is not None else {}, key
         self.parent = DockerEnvironment(
             config,
             environment,
@@ -134,7 +140,12 @@ class DockerWarmParent(WarmParent):
         self._warming = asyncio.ensure_future(self._warm())
 
     async def _warm(self) -> None:
-        reason: str | None = None
+        reason = self._not_worth.get(self._key)
+        if reason is not None:
+            self.parent.surroundings.launched.set()
+            self._decided.set_result(f"{reason} (an earlier warm start)")
+            self._committed.set_result(None)
+            return
         try:
             if not await self._main_runs_own_process():  # nothing ran in it that a copy
                 self.image_id = self.config.image  # should find done: its image is its own
@@ -142,7 +153,7 @@ class DockerWarmParent(WarmParent):
             worth_forking(self.parent.surroundings.ready_waits)
             await self._stop()
         except NotWorthForking as exc:
-            reason = str(exc)
+            reason = self._not_worth[self._key] = str(exc)
         except EnvfarmError as exc:
             reason = f"the warm environment could not be made: {exc}"
         except BaseException:
@@ -251,8 +262,8 @@ class DockerWarmParent(WarmParent):
     async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
         await self._volume_copies.copy(pairs)
 
-    async def outbound_network(self, env_id: str) -> str:
-        return await self._group_out.network(env_id)
+    async def outbound_network(self, env_id: str, endpoints: int) -> str:
+        return await self._group_out.network(env_id, endpoints)
 
     async def release_outbound(self, env_id: str, containers: list[str]) -> None:
         await self._group_out.release(env_id, containers)

@@ -4,9 +4,10 @@ helper containers that copy their volumes.
 A copy's sidecars may reach out (``services.py``) through an outbound network on which
 containers cannot reach one another (``networks.py``). The copies of a group share one: made
 by the first copy that asks, so a group costs one network create instead of one per copy, and
-removed with the last copy once the warm environment is closed. The volume copies asked for
-within ``BATCH_S`` of each other (a group's copies ask at once) are made by one helper
-container instead of one each.
+removed with the last copy once the warm environment is closed; a group with more sidecars
+than a network of the pool's size has addresses gets as many networks as it needs. The volume
+copies asked for within ``BATCH_S`` of each other (a group's copies ask at once) are made by
+one helper container instead of one each.
 """
 
 from __future__ import annotations
@@ -17,13 +18,19 @@ import functools
 from envfarm.errors import SandboxError
 from envfarm.sandbox.docker.engine_pool import blocking
 from envfarm.sandbox.docker.images.recipes import ensure_base_image
-from envfarm.sandbox.docker.networks import create_network, forget_endpoints, remove_network
+from envfarm.sandbox.docker.networks import (
+    create_network,
+    forget_endpoints,
+    remove_network,
+    subnet_pool,
+)
 from envfarm.sandbox.docker.snapshots import copy_volumes
 
 BATCH_S = 0.2
 """How long a volume copy waits for others to be made by the same helper container."""
 REMOVE_ATTEMPTS = 20
 REMOVE_PAUSE_S = 0.25
+STALE_ENDPOINTS = 4
 
 
 class VolumeCopies:
@@ -63,53 +70,83 @@ class VolumeCopies:
                 done.set_result(None)
 
 
+class _Shard:
+    """One outbound network of a group and the endpoints its copies take on it."""
+
+    def __init__(self, name: str, labels: dict[str, str]) -> None:
+        self.name = name
+        self.users: dict[str, int] = {}
+        self.made = asyncio.ensure_future(self._make(labels))
+
+    async def _make(self, labels: dict[str, str]) -> str:
+        await blocking(functools.partial(create_network, self.name, labels, outbound=True))
+        return self.name
+
+    def failed(self) -> bool:
+        return self.made.done() and (self.made.cancelled() or self.made.exception() is not None)
+
+
 class GroupOutbound:
-    """The network ``name`` (with ``labels``), made on first use."""
+    """The networks named ``name``, ``name-1``... (with ``labels``), made on first use: as
+    many as a group's endpoints need, each a subnet of the pool's size (``networks.py``)."""
 
     def __init__(self, name: str, labels: dict[str, str]) -> None:
         self.name, self.labels = name, labels
-        self._made: asyncio.Task[str] | None = None
-        self._users: set[str] = set()
+        _, prefix = subnet_pool()
+        self.capacity = max(1, (1 << (32 - prefix)) - 3 - STALE_ENDPOINTS)
+        """Endpoints per network: its addresses but the network's, broadcast and gateway,
+        less room for endpoints the engine keeps a little after their container is gone."""
+        self._shards: list[_Shard] = []
         self._closed = False
 
-    async def network(self, env_id: str) -> str:
-        """Its name, once made (``env_id`` uses it until ``release``)."""
-        if self._made is None or (self._made.done() and self._made.exception()):
-            self._made = asyncio.ensure_future(self._make())
-        self._users.add(env_id)
-        return await asyncio.shield(self._made)
-
-    async def _make(self) -> str:
-        await blocking(functools.partial(create_network, self.name, self.labels, outbound=True))
-        return self.name
+    async def network(self, env_id: str, endpoints: int) -> str:
+        """The name of a network with room for ``env_id``'s ``endpoints`` (its sidecars that
+        reach out), once made; it is ``env_id``'s until ``release``."""
+        self._shards = [s for s in self._shards if s.users or not s.failed()]
+        shard = next(
+            (
+                s
+                for s in self._shards
+                if not s.failed() and sum(s.users.values()) + endpoints <= self.capacity
+            ),
+            None,
+        )
+        if shard is None:
+            index = len(self._shards)
+            shard = _Shard(self.name if index == 0 else f"{self.name}-{index}", self.labels)
+            self._shards.append(shard)
+        shard.users[env_id] = endpoints
+        return await asyncio.shield(shard.made)
 
     async def release(self, env_id: str, containers: list[str]) -> None:
-        """A copy is gone: the endpoints its ``containers`` had on the network too (the
+        """A copy is gone: the endpoints its ``containers`` had on its network too (the
         engine can keep one of a removed container when many come and go on a network at
-        once), and the network itself with the last copy once closed."""
-        self._users.discard(env_id)
-        made = self._made
-        if made is not None and made.done() and not made.cancelled() and not made.exception():
-            await blocking(forget_endpoints, made.result(), containers)
+        once), and the network itself with its last copy once closed."""
+        for shard in self._shards:
+            mine = shard.users.pop(env_id, None) is not None
+            if mine and shard.made.done() and not shard.failed():
+                await blocking(forget_endpoints, shard.made.result(), containers)
         await self._remove()
 
     async def close(self) -> None:
-        """The warm environment is gone: removed now, or with its last copy."""
+        """The warm environment is gone: its networks removed now, or with their last copy."""
         self._closed = True
         await self._remove()
 
     async def _remove(self) -> None:
-        if not self._closed or self._users or self._made is None:
+        if not self._closed:
             return
-        made, self._made = self._made, None
-        await asyncio.wait([made])  # its outcome is read below, never raised here
-        if made.cancelled() or made.exception() is not None:
-            return
-        for attempt in range(REMOVE_ATTEMPTS):  # the engine lets go of the endpoints of the
-            try:  # copies' removed containers a little after their removal
-                await blocking(remove_network, made.result())
-                return
-            except SandboxError:
-                if attempt + 1 == REMOVE_ATTEMPTS:
-                    raise
-                await asyncio.sleep(REMOVE_PAUSE_S)
+        idle = [s for s in self._shards if not s.users]
+        self._shards = [s for s in self._shards if s.users]
+        for shard in idle:
+            await asyncio.wait([shard.made])  # its outcome is read below, never raised here
+            if shard.failed():
+                continue
+            for attempt in range(REMOVE_ATTEMPTS):  # the engine lets go of the endpoints of
+                try:  # the copies' removed containers a little after their removal
+                    await blocking(remove_network, shard.made.result())
+                    break
+                except SandboxError:
+                    if attempt + 1 == REMOVE_ATTEMPTS:
+                        raise
+                    await asyncio.sleep(REMOVE_PAUSE_S)

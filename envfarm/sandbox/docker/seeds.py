@@ -30,8 +30,9 @@ class VolumeSeed(Protocol):
         """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
         ...
 
-    async def outbound_network(self, env_id: str) -> str:
-        """The name of the outbound network the copies share (``networks.py``)."""
+    async def outbound_network(self, env_id: str, endpoints: int) -> str:
+        """The name of an outbound network the copies share, with room for ``endpoints``
+        more (``networks.py``)."""
         ...
 
     async def release_outbound(self, env_id: str, containers: list[str]) -> None:

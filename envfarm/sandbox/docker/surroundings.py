@@ -184,23 +184,23 @@ class Surroundings:
             remove_in_background(helper)
 
     async def _networks(self) -> None:
-        """The environment's internal network and, for sidecars that may reach out, its
-        outbound one, at once."""
+        """The internal network and, for sidecars that may reach out, the outbound one."""
         assert self.environment.compose is not None
         name = self.network_name or f"envfarm-{self.env_id}"
         labels = self.labels("network")
-        services = self.environment.compose.sidecars.values()
-        if self.outbound and any(not s.internal_only for s in services):
+        reaching = [s for s in self.environment.compose.sidecars.values() if not s.internal_only]
+        if self.outbound and reaching:
             self.network_id, self.outbound_name = await asyncio.gather(
-                blocking(create_network, name, labels), self._outbound_network(labels)
+                blocking(create_network, name, labels),
+                self._outbound_network(labels, len(reaching)),
             )
         else:
             self.network_id = await blocking(create_network, name, labels)
 
-    async def _outbound_network(self, labels: dict[str, str]) -> str:
+    async def _outbound_network(self, labels: dict[str, str], endpoints: int) -> str:
         """The environment's own, or a fork group's, which its copies share (``fork.py``)."""
         if self.seed_from is not None:
-            return await self.seed_from.outbound_network(self.env_id)
+            return await self.seed_from.outbound_network(self.env_id, endpoints)
         name = f"envfarm-{self.env_id}-out"
         await blocking(functools.partial(create_network, name, labels, outbound=True))
         return name
