@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import uuid
 from collections.abc import Sequence
 
@@ -49,7 +50,7 @@ from envfarm.sandbox.docker.engine_pool import blocking
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.seeds import VolumeSeed
-from envfarm.sandbox.docker.services import main_config
+from envfarm.sandbox.docker.services import main_config, remove_container, sweep
 from envfarm.sandbox.docker.surroundings import Surroundings
 from envfarm.settings import ImageSource
 
@@ -219,9 +220,8 @@ class DockerEnvironment(
         """The main container and the sidecars at once (each removal is the engine deleting a
         file system), then what they were attached to."""
         errors: list[SandboxError] = []
-        outcomes = await asyncio.gather(
-            self.main.stop(), *self.surroundings.removals(), return_exceptions=True
-        )
+        removals = [blocking(remove_container, i) for i in self.sidecar_ids.values()]
+        outcomes = await asyncio.gather(self.main.stop(), *removals, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, SandboxError):
                 errors.append(outcome)
@@ -236,5 +236,13 @@ class DockerEnvironment(
             raise errors[0]
 
     def remove_now(self) -> None:
-        """Blocking best-effort removal of everything (interpreter exit)."""
-        self.surroundings.remove_now(self.main)
+        """Blocking best-effort removal of everything, the main container first (interpreter
+        exit)."""
+        containers = list(self.sidecar_ids.values())
+        with contextlib.suppress(SandboxError):
+            containers.insert(0, self.main.container_id)
+        for container_id in containers:
+            with contextlib.suppress(SandboxError):
+                remove_container(container_id)
+        with contextlib.suppress(SandboxError):
+            sweep(self.env_id)

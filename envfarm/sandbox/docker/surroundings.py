@@ -21,18 +21,16 @@ created (the engine told not to fill them from the image); when it was not froze
 environment's.
 
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
-killed run left behind); ``remove`` and ``sweep`` remove it, ``remove_now`` at interpreter exit.
+killed run left behind); ``sweep`` removes what is not a container (the environment removes
+those).
 Docker calls run on the environments' pool (``engine_pool.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
@@ -115,23 +113,8 @@ class Surroundings:
             await main_healthy(self.environment, main)
             self.ready_waits[MAIN_SERVICE] = time.monotonic() - since
             return
-        if self.seed_from is not None:  # the seed's own engine calls first
-            await self.seed_from.launched()
-        else:
-            await self._sidecar_images(None)
-        wanted = {
-            volume
-            for service in compose.services.values()
-            for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
-        }
-        self.volumes = sorted(wanted)
-        await asyncio.gather(
-            *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
-        )
-        seeding = images = None
-        if self.seed_from is not None:  # decided and copied while the rest starts
-            seeding = Seeding(self.seed_from, self.env_id, self.volumes)
-            images = asyncio.ensure_future(self._sidecar_images(seeding))
+        seeding: Seeding | None = None
+        images: asyncio.Task[bool] | None = None
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
 
@@ -166,6 +149,14 @@ class Surroundings:
 
         self._exited = []
         try:
+            if self.seed_from is not None:  # the seed's own engine calls first
+                await self.seed_from.launched()
+            else:
+                await self._sidecar_images(None)
+            await self._volumes()
+            if self.seed_from is not None:  # decided and copied while the rest starts
+                seeding = Seeding(self.seed_from, self.env_id, self.volumes)
+                images = asyncio.ensure_future(self._sidecar_images(seeding))
             await self._networks()
             await all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
@@ -182,6 +173,19 @@ class Surroundings:
             seeding.check()  # raised when nothing else failed
         for helper in exited:  # after the start, not queued in the engine before its calls
             remove_in_background(helper)
+
+    async def _volumes(self) -> None:
+        assert self.environment.compose is not None
+        compose = self.environment.compose
+        wanted = {
+            volume
+            for service in compose.services.values()
+            for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
+        }
+        self.volumes = sorted(wanted)
+        await asyncio.gather(
+            *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
+        )
 
     async def _networks(self) -> None:
         """The internal network and, for sidecars that may reach out, the outbound one."""
@@ -274,10 +278,6 @@ class Surroundings:
         await blocking(sidecars.start_sidecar, container, service.name)
         return container_id
 
-    def removals(self) -> list[Coroutine[Any, Any, None]]:
-        """The removal of each sidecar, to run beside the main container's."""
-        return [blocking(sidecars.remove_container, i) for i in self.sidecar_ids.values()]
-
     async def sweep(self) -> None:
         """Remove the network, the volumes, and anything a cancelled start created
         unrecorded (after the containers)."""
@@ -287,14 +287,3 @@ class Surroundings:
         if self.seed_from is not None and self.environment.compose is not None:
             names = [f"envfarm-{self.env_id}-{s}" for s in self.environment.compose.sidecars]
             await self.seed_from.release_outbound(self.env_id, names)
-
-    def remove_now(self, main: DockerSandbox) -> None:
-        """Blocking best-effort removal of everything, ``main`` first (interpreter exit)."""
-        containers = list(self.sidecar_ids.values())
-        with contextlib.suppress(SandboxError):
-            containers.insert(0, main.container_id)
-        for container_id in containers:
-            with contextlib.suppress(SandboxError):
-                sidecars.remove_container(container_id)
-        with contextlib.suppress(SandboxError):
-            sidecars.sweep(self.env_id)
