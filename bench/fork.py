@@ -14,7 +14,8 @@ whose PostgreSQL sidecar seeds 4 million rows at its first start):
   - wall: a whole job, one group of N oracle episodes at concurrency N, ``fork off`` against
     ``fork auto``, from submission to the last trajectory (teardown in the background, as
     ``envfarm run`` does); the rewards of both must be the same.
-Cold runs stop at ``--cold-max`` (a cold group of 64 seeding at once takes many minutes on 2
+Each measured phase starts once the machine has settled from the one before (``settle``: the
+file system synced, the cores mostly idle). Cold runs stop at ``--cold-max`` (a cold group of 64 seeding at once takes many minutes on 2
 cores): above it only the forked figures are measured; whole jobs stop at ``--wall-max``.
 Prints a table, one JSON object per N, and as its last line one JSON object: the figures of the
 largest N with both modes measured, ``results`` holding every N.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 import uuid
@@ -59,6 +61,30 @@ PROBES = {
     ),
 }
 MB = 1024 * 1024
+SETTLE_IDLE = 0.7
+SETTLE_MAX_S = 60.0
+
+
+def cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of the machine so far."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+async def settle() -> None:
+    """Before each measured phase: the file system synced and the cores idle again (at least
+    ``SETTLE_IDLE`` of a second idle, at most ``SETTLE_MAX_S`` of waiting), so a phase does
+    not pay for the removals of the one before it (btrfs frees a removed volume's extents in
+    the background)."""
+    await asyncio.to_thread(os.sync)
+    deadline = time.monotonic() + SETTLE_MAX_S
+    while time.monotonic() < deadline:
+        idle, total = cpu_times()
+        await asyncio.sleep(1.0)
+        idle2, total2 = cpu_times()
+        if (idle2 - idle) / max(1, total2 - total) >= SETTLE_IDLE:
+            return
 
 
 async def answering(sandbox: Sandbox, probe: tuple[str, str]) -> None:
@@ -177,6 +203,7 @@ async def measure(
     run_id = f"bench-fork-{uuid.uuid4().hex[:6]}"
     row: dict[str, Any] = {"n": n}
     if cold:
+        await settle()
         ready, sandboxes = await cold_ready(backend, spec, image, n, run_id, probe)
         await asyncio.gather(*(s.stop() for s in sandboxes))
         row["cold_ready_s"] = round(ready, 2)
@@ -184,6 +211,7 @@ async def measure(
     if unsupported is not None:  # never forked: only the cold figures
         row["not_forked"] = unsupported
         return row if not wall else row | await walls(backend, task, n, cold)
+    await settle()
     ready, warm, copies, parent = await fork_ready(backend, spec, image, n, run_id, probe)
     not_forked = await parent.frozen()
     if not_forked is not None:  # ``fork auto`` starts this task cold
@@ -203,8 +231,10 @@ async def walls(backend: DockerBackend, task: Task, n: int, cold: bool) -> dict[
     """A whole job's wall with ``fork auto`` (and ``fork off`` when ``cold``)."""
     row: dict[str, Any] = {}
     if cold:
+        await settle()
         cold_wall, cold_rewards, _ = await job_wall(backend, task, n, "off")
         row["cold_wall_s"] = round(cold_wall, 2)
+    await settle()
     fork_wall, fork_rewards, forked = await job_wall(backend, task, n, "auto")
     row.update(fork_wall_s=round(fork_wall, 2), forked_episodes=forked)
     if cold:
