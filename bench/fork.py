@@ -15,8 +15,9 @@ whose PostgreSQL sidecar seeds 4 million rows at its first start):
     ``fork auto``, from submission to the last trajectory (teardown in the background, as
     ``envfarm run`` does); the rewards of both must be the same.
 Each measured phase starts once the machine has settled from the one before (``settle``: the
-file system synced, the cores mostly idle). Cold runs stop at ``--cold-max`` (a cold group of 64 seeding at once takes many minutes on 2
-cores): above it only the forked figures are measured; whole jobs stop at ``--wall-max``.
+file system synced, the cores mostly idle). Cold runs stop at ``--cold-max`` (a cold group of
+64 seeding at once takes many minutes on 2 cores): above it only the forked figures are
+measured; whole jobs stop at ``--wall-max``.
 Prints a table, one JSON object per N, and as its last line one JSON object: the figures of the
 largest N with both modes measured, ``results`` holding every N.
 
