@@ -23,9 +23,16 @@ from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.fork import DockerWarmParent
 from envfarm.sandbox.docker.fork_group import GroupOutbound
-from envfarm.sandbox.docker.labels import LABEL_KIND, LABEL_OWNER, owner_label
+from envfarm.sandbox.docker.labels import (
+    LABEL_KIND,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_TASK,
+    owner_label,
+)
 from envfarm.sandbox.fork import WarmParent
 from envfarm.spec.task import load_task
+from tests.waiting import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -189,3 +196,44 @@ async def test_a_group_gets_as_many_outbound_networks_as_its_sidecars_need() -> 
         await group.close()
     left = docker_client().networks.list(names=[name])
     assert [n.name for n in left if (n.name or "").startswith(name)] == []
+
+
+async def test_a_copy_cancelled_while_its_parent_warms_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "seeded-db"
+    shutil.copytree(SEEDED, root)
+    compose = root / "environment" / "docker-compose.yaml"
+    text = compose.read_text().replace('"4000000"', f'"{ROWS}"')
+    compose.write_text(text.replace('"pg_isready -U app -d shop"', '"exit 1"'))  # never ready
+    task = load_task(root)
+    backend = DockerBackend()
+    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
+    image = await backend.prepare(plan.sandbox)
+    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cancel")
+    assert isinstance(parent, DockerWarmParent)
+    copy = asyncio.ensure_future(parent.fork())
+    managed: dict[str, str | list[str] | bool] = {
+        "label": [f"{LABEL_TASK}={task.id}", f"{LABEL_RUN}=test-fork-cancel"]
+    }
+
+    def copy_started() -> bool:  # its main container is on its own network
+        for network in docker_client().networks.list(filters=managed):
+            name = network.name or ""
+            if not name.startswith(f"envfarm-{parent.parent_id}"):
+                return bool(docker_client().api.inspect_network(name).get("Containers"))
+        return False
+
+    try:  # the copy's main container is made while the parent waits for its database
+        await until(copy_started)
+        copy.cancel()  # ends without the parent's decision (its database never is ready);
+        # the bound only guards against a hang
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(120):
+                await copy
+        assert not parent.snapshot_images  # never frozen: the copy did not wait for it
+    finally:
+        await parent.close()
+    assert docker_client().containers.list(all=True, filters=managed) == []
+    assert docker_client().volumes.list(filters=managed) == []
+    assert docker_client().networks.list(filters=managed) == []
