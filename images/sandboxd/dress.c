@@ -251,13 +251,7 @@ static int add_link(int sock, const char *name, const char *kind, const unsigned
 }
 
 static void dress_network(void) {
-    DIR *dir = opendir("/sys/class/net");
-    for (struct dirent *e; dir && (e = readdir(dir));)
-        if (e->d_name[0] != '.' && strcmp(e->d_name, "lo")) {
-            closedir(dir);
-            return; /* the container has a network of its own */
-        }
-    if (dir) closedir(dir);
+    if (interfaces_besides_lo()) return; /* the container has a network of its own */
     int sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (sock < 0) return;
     static const char *const names[] = {"enp0s31f6", "wlp0s20f3"};

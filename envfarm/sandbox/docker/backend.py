@@ -32,7 +32,7 @@ from envfarm.sandbox.docker.limits import clamp_limits, engine_capacity
 from envfarm.sandbox.docker.reaper import reap_orphans
 from envfarm.sandbox.docker.runtimes import gvisor_runtime, registered_runtimes
 from envfarm.sandbox.docker.sandbox import DockerSandbox, DockerSandboxConfig
-from envfarm.sandbox.fork import Forking, WarmParent
+from envfarm.sandbox.fork import Forking, Forks, WarmParent
 from envfarm.sandbox.images.agent_layer import AgentImages, AgentLayer
 from envfarm.sandbox.images.workstation import WorkstationImages
 from envfarm.settings import ImageSource, current
@@ -140,7 +140,7 @@ class DockerBackend(SandboxBackend, AgentImages, WorkstationImages, Forking):
             self.service_images(spec),
             self.image_sources,
             not_worth=self._not_worth_forking,
-            key=f"{image.image_id or image.tag}:{spec.key()}",
+            key=Forks.key(spec, image),
         )
 
     async def with_agent(self, image: PreparedImage, layer: AgentLayer) -> PreparedImage:

@@ -131,8 +131,8 @@ class SandboxContainer:
         """Create, not run: ``containers.run`` would try to pull a missing image."""
         cfg = self.config
         mounts = [*self.helper_mounts, *self.profile_mounts]
-        container = create_container(cfg, mounts, gvisor=self.gvisor)
         self.drops_route = helper_drops_route(cfg, gvisor=self.gvisor)
+        container = create_container(cfg, mounts, gvisor=self.gvisor, drops_route=self.drops_route)
         _live[str(container.id)] = container  # here: a create cancelled meanwhile is not lost
         try:
             if cfg.network_name is not None and cfg.network:

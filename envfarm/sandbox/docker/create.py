@@ -31,7 +31,7 @@ from envfarm.sandbox.docker.workstation import LOGS_RESERVE_MB, workstation_crea
 
 
 def create_container(
-    cfg: DockerSandboxConfig, helper_mounts: list[Mount], *, gvisor: bool
+    cfg: DockerSandboxConfig, helper_mounts: list[Mount], *, gvisor: bool, drops_route: bool
 ) -> Container:
     """Blocking. On the default bridge when ``cfg.network``, else on ``none`` (with
     ``cfg.network_name``, on the environment's network alone)."""
@@ -53,7 +53,7 @@ def create_container(
         kwargs["tmpfs"] = VERIFIER_TMPFS
         helper = [*helper, "--reserve-mb", str(reserve)]
     kwargs.update(hostname="sandbox", environment=cfg.env, cap_add=list(cfg.cap_add))
-    if helper_drops_route(cfg, gvisor=gvisor):
+    if drops_route:  # ``helper_drops_route``
         helper = [*helper, "--drop-route"]
         kwargs["cap_add"].append("NET_ADMIN")
     if workstation:

@@ -41,12 +41,11 @@ class VolumeSeed(Protocol):
 
 
 class Seeding:
-    """A copy's start from its seed: the seed's snapshot images once it is committed (None
-    when it was not frozen), and the copies of its volumes into ``volumes`` (the copy's, named
-    by ``env_id``), made once it is stopped (none when it was not frozen)."""
+    """A copy's volumes filled from its seed: copies of the seed's volumes into ``volumes``
+    (the copy's, named by ``env_id``), made once the seed is stopped (none when it was not
+    frozen)."""
 
     def __init__(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
-        self.decided = asyncio.ensure_future(seed.frozen_images())
         self.copied = asyncio.ensure_future(self._copy(seed, env_id, volumes))
         self._copying = False
 
@@ -59,22 +58,17 @@ class Seeding:
             self._copying = True
             await seed.copy_volumes(pairs)
 
-    async def images(self) -> dict[str, str] | None:
-        return await asyncio.shield(self.decided)
-
     async def volumes_filled(self) -> None:
         await asyncio.shield(self.copied)
 
     async def ended(self) -> None:
-        """Once both have ended, what still waits for the seed cancelled (a copy under way
-        runs to its end: its helper container has the volumes); what they raised is kept."""
-        self.decided.cancel()
+        """Once the copy has ended, cancelled while it still waits for the seed (a copy under
+        way runs to its end: its helper container has the volumes); what it raised is kept."""
         if not self._copying:
             self.copied.cancel()
-        await asyncio.wait([self.decided, self.copied])
-        for task in (self.decided, self.copied):
-            if not task.cancelled():
-                task.exception()  # retrieved: raised by ``check`` or by who awaited it
+        await asyncio.wait([self.copied])
+        if not self.copied.cancelled():
+            self.copied.exception()  # retrieved: raised by ``check`` or by who awaited it
 
     def check(self) -> None:
         """Raise what the copy raised, once ended."""

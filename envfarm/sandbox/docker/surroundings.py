@@ -152,11 +152,11 @@ class Surroundings:
             if self.seed_from is not None:  # the seed's own engine calls first
                 await self.seed_from.launched()
             else:
-                await self._sidecar_images(None)
+                await self._sidecar_images(seeded=False)
             await self._volumes()
             if self.seed_from is not None:  # decided and copied while the rest starts
                 seeding = Seeding(self.seed_from, self.env_id, self.volumes)
-                images = asyncio.ensure_future(self._sidecar_images(seeding))
+                images = asyncio.ensure_future(self._sidecar_images(seeded=True))
             await self._networks()
             await all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
@@ -209,10 +209,11 @@ class Surroundings:
         await blocking(functools.partial(create_network, name, labels, outbound=True))
         return name
 
-    async def _sidecar_images(self, seeding: Seeding | None) -> bool:
-        """The sidecars' images: a seed's snapshots once it is frozen (True), else those
+    async def _sidecar_images(self, *, seeded: bool) -> bool:
+        """The sidecars' images: the seed's snapshots once it is frozen (True), else those
         prepared for the task, built when not yet."""
-        if seeding is not None and (snapshots := await seeding.images()) is not None:
+        seed = self.seed_from if seeded else None
+        if seed is not None and (snapshots := await seed.frozen_images()) is not None:
             self.service_images = snapshots
             return True
         if self.service_images is None:
