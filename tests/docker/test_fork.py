@@ -1,7 +1,8 @@
 """Copies of one warm environment (``sandbox/docker/fork.py``) on the Docker engine: each
 answers from its own copy of the seeded database, and none sees another's writes, processes
 or network (their sidecars share the group's outbound network, on which they cannot reach each
-other); the warm parent's snapshots (the database's: nothing ran in the main container) are
+other). A database whose data is in its volume is copied from its own image, started held at a
+gate while the parent warms; a sidecar that wrote elsewhere is copied from a snapshot, which is
 labelled for the reaper and removed on close."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest_asyncio
 
 from envfarm.plan.models import JobChoices
 from envfarm.plan.planner import plan_episode
-from envfarm.sandbox.docker import fork
+from envfarm.sandbox.docker import fork_worth
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.client import docker_client
 from envfarm.sandbox.docker.environment import DockerEnvironment
@@ -53,7 +54,7 @@ async def copies(
     task = load_task(root)
     backend = DockerBackend()
     patch = pytest.MonkeyPatch()  # 2000 rows are seeded at once: forked all the same
-    patch.setattr(fork, "MIN_SAVED_S", 0.0)
+    patch.setattr(fork_worth, "MIN_SAVED_S", 0.0)
     plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
     assert plan.sandbox.fork, plan.decided["sandbox.fork"]
     image = await backend.prepare(plan.sandbox)
@@ -104,7 +105,7 @@ async def test_one_copys_writes_and_processes_are_invisible_to_another(
 async def test_copies_have_their_own_network_containers_and_volumes(
     copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
 ) -> None:
-    parent, first, second = copies
+    _, first, second = copies
     assert first.network_id != second.network_id
     assert first.container_id != second.container_id
     assert first.sidecar_ids["db"] != second.sidecar_ids["db"]
@@ -125,24 +126,89 @@ async def test_copies_have_their_own_network_containers_and_volumes(
     own_db = client.containers.get(first.sidecar_ids["db"])
     probe = own_db.exec_run(["timeout", "3", "bash", "-c", f"</dev/tcp/{sibling}/5432"])
     assert probe.exit_code in (1, 124), probe  # refused or dropped: not a missing bash
+
+
+async def test_a_database_with_its_data_in_a_volume_is_copied_from_its_own_image(
+    copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
+) -> None:
+    parent, first, _ = copies
     assert isinstance(parent, DockerWarmParent)
-    labels = docker_client().images.get(parent.snapshot_images["db"]).labels
-    assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
+    started = parent.parent.surroundings.service_images or {}
+    assert parent.snapshots == []  # nothing committed: its file system held nothing to keep
+    assert parent.snapshot_images["db"] == started["db"]
+    db = docker_client().api.inspect_container(first.sidecar_ids["db"])
+    assert db["Config"]["Entrypoint"][:2] == ["/bin/sh", "-c"]  # started held, at its gate
+    top = docker_client().api.top(first.sidecar_ids["db"], ps_args="-eo pid,args")
+    processes = [args for _, args in top["Processes"]]
+    assert processes[0].startswith("/sbin/docker-init -- /bin/sh -c trap")  # its init's argv
+    assert processes[1].startswith("postgres"), processes  # the shell became the service
+    assert not [p for p in processes[1:] if "trap" in p or p.startswith("sleep")], processes
 
 
-async def test_closing_the_parent_removes_its_snapshots(
+async def test_closing_the_parent_removes_its_group_network(
     copies: tuple[WarmParent, DockerEnvironment, DockerEnvironment],
 ) -> None:
     parent, first, second = copies
-    assert isinstance(parent, DockerWarmParent)
-    snapshot = parent.snapshot_images["db"]
     outbound = first.surroundings.outbound_name
     await first.stop()
     await second.stop()
     await parent.close()
+    assert not docker_client().api.networks(names=[outbound])
+
+
+STATEFUL = """services:
+  main:
+    depends_on:
+      state:
+        condition: service_healthy
+  state:
+    image: postgres:15
+    entrypoint: ["sh", "-c"]
+    command: ["[ -s /srv/token ] || od -An -N8 -tx1 /dev/urandom | tr -d ' \\n' > /srv/token; \
+      exec sleep infinity"]
+    volumes:
+      - data:/data
+    healthcheck:
+      test: ["CMD-SHELL", "test -s /srv/token"]
+      interval: 1s
+volumes:
+  data:
+"""
+
+
+async def test_a_sidecar_that_wrote_outside_its_volumes_is_copied_from_a_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "stateful"
+    shutil.copytree(SEEDED, root)
+    (root / "environment" / "docker-compose.yaml").write_text(STATEFUL)
+    task = load_task(root)
+    backend = DockerBackend()
+    monkeypatch.setattr(fork_worth, "MIN_SAVED_S", 0.0)
+    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
+    image = await backend.prepare(plan.sandbox)
+    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-state")
+    assert isinstance(parent, DockerWarmParent)
+    copies = await asyncio.gather(parent.fork(), parent.fork())
+    try:
+        assert await parent.frozen() is None
+        snapshot = parent.snapshot_images["state"]
+        assert parent.snapshots == [snapshot]
+        labels = docker_client().images.get(snapshot).labels
+        assert (labels[LABEL_KIND], labels[LABEL_OWNER]) == ("fork", owner_label())
+        tokens = []
+        for copy in copies:  # made again from the snapshot, not let go from its gate
+            assert isinstance(copy, DockerEnvironment)
+            state = docker_client().containers.get(copy.sidecar_ids["state"])
+            assert state.attrs["Image"] == snapshot
+            tokens.append(state.exec_run(["cat", "/srv/token"]).output)
+        assert tokens[0] == tokens[1] != b""  # the warm one's, not one written by each copy
+    finally:
+        for copy in copies:
+            await copy.stop()
+        await parent.close()
     remaining = docker_client().api.images(filters={"label": f"{LABEL_KIND}=fork"}, quiet=True)
     assert snapshot not in remaining
-    assert not docker_client().api.networks(names=[outbound])
 
 
 async def test_copies_begun_from_a_parent_not_worth_forking_finish_cold(
@@ -154,7 +220,7 @@ async def test_copies_begun_from_a_parent_not_worth_forking_finish_cold(
     compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
     task = load_task(root)
     backend = DockerBackend()
-    monkeypatch.setattr(fork, "MIN_SAVED_S", 3600.0)
+    monkeypatch.setattr(fork_worth, "MIN_SAVED_S", 3600.0)
     plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
     image = await backend.prepare(plan.sandbox)
     parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cold")

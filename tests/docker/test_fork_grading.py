@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from envfarm.models.trajectory import Trajectory
 from envfarm.plan.models import JobChoices
-from envfarm.sandbox.docker import fork
+from envfarm.sandbox.docker import fork_worth
 from envfarm.sandbox.docker.backend import DockerBackend
 from envfarm.sandbox.docker.fork import METHOD
 from envfarm.spec.task import Task
@@ -37,7 +37,7 @@ def forked_however_quick(request: pytest.FixtureRequest) -> Iterator[None]:
     test that says so): forked all the same, to grade copies."""
     with pytest.MonkeyPatch.context() as patch:
         if request.node.name != "test_an_environment_ready_at_once_starts_cold":
-            patch.setattr(fork, "MIN_SAVED_S", 0.0)
+            patch.setattr(fork_worth, "MIN_SAVED_S", 0.0)
         yield
 
 

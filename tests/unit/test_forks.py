@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.errors import SandboxStartError
-from envfarm.sandbox.docker.fork import worth_forking
+from envfarm.sandbox.docker.fork_worth import worth_forking
 from envfarm.sandbox.fork import Forked, Forks, NotWorthForking
 from envfarm.spec.task import Task, load_task
 from envfarm.testing.fake_sandbox import FakeSandbox, ForkingFakeBackend

@@ -22,7 +22,8 @@ import time
 from envfarm.plan.models import EngineFacts, RuntimeInfo, SandboxSpec
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend
 from envfarm.sandbox.docker.environment import DockerEnvironment
-from envfarm.sandbox.docker.fork import DockerWarmParent, fork_unsupported
+from envfarm.sandbox.docker.fork import DockerWarmParent
+from envfarm.sandbox.docker.fork_worth import fork_unsupported
 from envfarm.sandbox.docker.images.agent_layer import build_agent_image
 from envfarm.sandbox.docker.images.buildlog import BuildLog
 from envfarm.sandbox.docker.images.environment_images import build_environment_images

@@ -3,25 +3,30 @@
 A ``DockerWarmParent`` starts one environment exactly as a cold episode would (network,
 volumes, sidecars healthy, the main container's entrypoint and healthcheck), then freezes it:
 each sidecar is stopped with its image's stop signal (a database shuts down cleanly, so a copy
-needs no recovery), the main container is killed, and every container's file system is
-committed (``snapshots.py``; a main container in which nothing of the image's own ran is
-not: its image already is what it holds). A copy (``fork``) is a new ``DockerEnvironment`` of
-the same configuration whose containers start from those snapshots and whose volumes start as
-reflink copies of the frozen ones: its services start again on copied data (a database finds
-its data directory initialized and skips its seeding; ready in about a second), on its own
-network, with its own hostnames, container ids and volumes. The method is recorded as
-``snapshot+restart``.
+needs no recovery), the main container is killed, and each container's file system is
+committed (``snapshots.py``) when it holds something its image does not (a main container in
+which nothing of the image's own ran holds nothing). A copy (``fork``) is a new
+``DockerEnvironment`` of the same configuration whose containers start from those images and
+whose volumes start as reflink copies of the frozen ones: its services start again on copied
+data (a database finds its data directory initialized and skips its seeding; ready in about a
+second), on its own network, with its own hostnames, container ids and volumes. The method is
+recorded as ``snapshot+restart``.
 
 Copies begin while the parent warms, once the parent's own services have started (its engine
-calls first): each makes its network, volumes and main container then (when nothing of the
-image's own runs in it, its image is known before the freeze), the copies of its volumes as
-soon as the parent is stopped (while the parent is committed), and its sidecars once the
-snapshots exist (``surroundings.py``, ``seeds.py``). What a group's copies share, one outbound
-network and one helper container per batch of volume copies, is in ``fork_group.py``.
+calls first): each makes its network, volumes, main container (when nothing of the image's
+own runs in it, its image is known before the freeze) and sidecars then, the sidecars from
+the images the parent's started from, a database's started held at a gate
+(``sidecar_starts.py``, ``gates.py``). Once the parent is stopped, each copy's volumes are
+copied and its sidecars let go. A sidecar whose file system holds nothing a copy must keep
+(``snapshots.changes_to_keep``: a database keeps its data in its volume) is not committed;
+any other is, and its copies' sidecars are made again from the snapshot. What a group's
+copies share, one outbound network and one helper container per batch of volume copies, is
+in ``fork_group.py``.
 
-A parent whose slowest service was ready within ``MIN_SAVED_S`` of its start is not frozen
-(``NotWorthForking``): a copy would save less than forking adds. It is stopped, and the copies
-begun from it finish as cold starts, as they do when it cannot be made.
+A parent whose slowest service was ready too soon after its start is not frozen
+(``NotWorthForking``, ``fork_worth.py``): a copy would save less than forking adds. It is
+stopped, and the copies begun from it finish as cold starts, as they do when it cannot be
+made.
 
 Processes are started again, not restored: nothing of a process's memory (a PRNG's state, a
 cache, a session) is shared between copies, and ``/proc/sys/kernel/random/boot_id`` is the
@@ -46,11 +51,12 @@ import contextlib
 import uuid
 
 from envfarm.errors import EnvfarmError, SandboxError
-from envfarm.plan.models import EnvironmentSpec, SandboxSpec
+from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.base import Sandbox
 from envfarm.sandbox.docker.engine_pool import blocking
 from envfarm.sandbox.docker.environment import DockerEnvironment
 from envfarm.sandbox.docker.fork_group import GroupOutbound, VolumeCopies
+from envfarm.sandbox.docker.fork_worth import worth_forking
 from envfarm.sandbox.docker.labels import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -62,40 +68,19 @@ from envfarm.sandbox.docker.labels import (
 from envfarm.sandbox.docker.mainprocess import image_config, main_argv
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
-from envfarm.sandbox.docker.snapshots import commit, remove_image, stop_container
+from envfarm.sandbox.docker.snapshots import (
+    changes_to_keep,
+    commit,
+    layer_changes,
+    remove_image,
+    stop_container,
+)
 from envfarm.sandbox.fork import NotWorthForking, WarmParent
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE
 
 METHOD = "snapshot+restart"
 SNAPSHOT_REPOSITORY = "envfarm-fork"
-MIN_SAVED_S = 3.0
-"""A copy is made only when the parent's slowest service took at least this long to be ready
-once started (what a copy skips): below it, a cold start is as soon (bench/RESULTS.md)."""
-
-
-def fork_unsupported(spec: SandboxSpec) -> str | None:
-    env = spec.environment
-    if env.compose is None and env.config.healthcheck is None:
-        return (
-            "a single container without services or a healthcheck: its cold start is "
-            "already as quick as a copy"
-        )
-    return None
-
-
-def worth_forking(ready_waits: dict[str, float]) -> None:
-    """NotWorthForking when the parent's services were ready so soon after they started
-    (``ready_waits``: service -> seconds) that a copy, which skips only that wait, would save
-    less than forking adds."""
-    waited = max(ready_waits.values(), default=0.0)
-    if waited < MIN_SAVED_S:
-        slowest = max(ready_waits, key=ready_waits.__getitem__, default="none")
-        raise NotWorthForking(
-            f"its slowest service ({slowest}) was ready {waited:.1f} s after it started; a "
-            f"copy saves only that wait, and forking adds about {MIN_SAVED_S:g} s (the "
-            f"freeze, the volume copies, the services' restart on the copies)"
-        )
 
 
 class DockerWarmParent(WarmParent):
@@ -126,6 +111,8 @@ class DockerWarmParent(WarmParent):
         self.parent_id = self.parent.env_id
         self.original_images = service_images
         self.snapshot_images: dict[str, str] = {}
+        """Service -> the image its copies start from: its snapshot, or its original image when
+        its file system held nothing to keep."""
         self.snapshots: list[str] = []
         self._own_process: bool | None = None
         self._volume_copies = VolumeCopies({**self._labels("helper"), LABEL_KIND: "helper"})
@@ -234,6 +221,9 @@ class DockerWarmParent(WarmParent):
             containers[MAIN_SERVICE] = (self.parent.container_id, self.config.image)
 
         async def snapshot(service: str, container_id: str, original: str) -> None:
+            if service != MAIN_SERVICE and not await self._changed(service, container_id):
+                self.snapshot_images[service] = original  # nothing in it for a copy to keep
+                return
             repository = f"{SNAPSHOT_REPOSITORY}/{self.parent_id}-{service}"
             labels = self._labels(service)
             image = await blocking(commit, container_id, original, repository, labels)
@@ -244,6 +234,20 @@ class DockerWarmParent(WarmParent):
                 self.snapshot_images[service] = image
 
         await asyncio.gather(*(snapshot(s, c, o) for s, (c, o) in containers.items()))
+
+    async def _changed(self, service: str, container_id: str) -> bool:
+        """Whether the sidecar's file system holds something its image does not that a copy
+        must keep (``snapshots.changes_to_keep``)."""
+        assert self.environment.compose is not None
+        mounts = [m.target for m in self.environment.compose.services[service].volumes]
+        changes = await blocking(layer_changes, container_id)
+        return bool(changes_to_keep(changes, mounts))
+
+    def started_images(self) -> dict[str, str] | None:
+        decided = self._decided
+        if decided.done() and (decided.cancelled() or decided.result() is not None):
+            return None
+        return dict(self.parent.surroundings.service_images or {})
 
     async def fork(self) -> Sandbox:
         image = self.config.image

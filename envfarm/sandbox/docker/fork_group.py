@@ -26,7 +26,7 @@ from envfarm.sandbox.docker.networks import (
 )
 from envfarm.sandbox.docker.snapshots import copy_volumes
 
-BATCH_S = 0.2
+BATCH_S = 0.05
 """How long a volume copy waits for others to be made by the same helper container."""
 REMOVE_ATTEMPTS = 20
 REMOVE_PAUSE_S = 0.25

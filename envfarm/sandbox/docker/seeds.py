@@ -21,9 +21,16 @@ class VolumeSeed(Protocol):
         else why it was not (the new one starts cold)."""
         ...
 
+    def started_images(self) -> dict[str, str] | None:
+        """Once launched: the images its sidecars started from (service -> image), which its
+        copies' start from too unless ``frozen_images`` says otherwise; None when it is known
+        not to be frozen."""
+        ...
+
     async def frozen_images(self) -> dict[str, str] | None:
-        """Once the warm environment is committed: its sidecars' snapshot images (service ->
-        image); None when it was not frozen."""
+        """Once the warm environment is frozen: the images its copies' sidecars start from
+        (service -> its snapshot, or the image it started from when it held nothing to keep);
+        None when it was not frozen."""
         ...
 
     async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
-from docker.models.containers import Container
 
 from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
 from envfarm.plan.models import EnvironmentSpec
@@ -129,15 +128,18 @@ def create_sidecar(
     env_dir: Path,
     outbound: str | None = None,
     copied: bool = False,
-) -> Container:
-    """Create (not start) the sidecar with its files in place; ``outbound``: the environment's
-    outbound network, which it joins too; ``copied``: its volumes are being filled as copies
-    (``volume_binds``)."""
+    held: dict[str, Any] | None = None,
+) -> str:
+    """Create (not start) the sidecar with its files in place; its id. ``outbound``: the
+    environment's outbound network, which it joins too; ``copied``: its volumes are being
+    filled as copies (``volume_binds``); ``held``: its entrypoint and command that hold it at
+    a gate (``gates.py``)."""
     kwargs: dict[str, Any] = {}
     if service.command is not None:
         kwargs["command"] = service.command
     if service.entrypoint is not None:
         kwargs["entrypoint"] = service.entrypoint
+    kwargs.update(held or {})
     if service.restart != "no":
         kwargs["restart_policy"] = {"Name": service.restart}
     try:
@@ -176,12 +178,12 @@ def create_sidecar(
     archive = files_archive(env_dir, service.volumes)
     if archive is not None:
         put_files(str(container.id), archive)
-    return container
+    return str(container.id)
 
 
-def start_sidecar(container: Container, name: str) -> None:
+def start_sidecar(container_id: str, name: str) -> None:
     try:
-        container.start()
+        docker_client().api.start(container_id)
     except docker.errors.APIError as exc:
         raise SandboxStartError(f"service {name!r}: could not start: {exc}") from exc
 

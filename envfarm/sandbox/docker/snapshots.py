@@ -8,9 +8,17 @@ a cold container of the original would be. A volume (a database's data directory
 a helper container that mounts the parent's volume read-only and the copy's empty one, with
 ``cp --reflink=auto``: on btrfs a clone of each file's extents, so a few million rows cost
 metadata, not their size.
+
+A sidecar whose file system holds nothing a copy must keep is not committed at all: its copies
+start from its original image, so they can be created before the freeze. ``changes_to_keep``
+reads the engine's diff of the stopped container: what a restart clears (``/run``, ``/tmp``),
+the mount points (the engine's init's too) and the task's files envfarm puts in every copy,
+and directories changed only because something under them did, are not kept.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import docker.errors
 
@@ -20,6 +28,12 @@ from envfarm.sandbox.docker.containers import remove_in_background
 
 STOP_TIMEOUT_S = 60
 COPY_TIMEOUT_S = 600
+CLEARED_ON_RESTART = ("/run", "/var/run", "/tmp")
+"""What a service's restart (a copy starts its services again, as on a reboot) finds cleared
+or rewrites, so a copy need not keep it (the FHS's run-time and temporary files)."""
+INIT_MOUNTS = ("/sbin/docker-init", "/usr/sbin/docker-init")
+"""Where the engine mounts its init (``init: true``), ``/sbin`` often a link to ``/usr/sbin``."""
+CHANGED = 0
 
 
 def stop_container(container_id: str) -> None:
@@ -41,6 +55,32 @@ def commit(container_id: str, original: str, repository: str, labels: dict[str, 
     except docker.errors.APIError as exc:
         raise SandboxError(f"could not snapshot container {container_id[:12]}: {exc}") from exc
     return str(committed["Id"])
+
+
+def changes_to_keep(changes: Sequence[dict[str, object]], mounts: Sequence[str]) -> list[str]:
+    """The paths among a stopped container's file-system ``changes`` (the engine's diff:
+    ``Path``, ``Kind``) that a copy created from its original image would lack; ``mounts``:
+    the targets of its mounts (a copy mounts its own, or is given the same files)."""
+    paths = [str(change["Path"]) for change in changes]
+    roots = [*CLEARED_ON_RESTART, *INIT_MOUNTS, *mounts]
+    kept = []
+    for change, path in zip(changes, paths, strict=True):
+        if any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots):
+            continue
+        inside = path.rstrip("/") + "/"
+        if change["Kind"] == CHANGED and any(p.startswith(inside) for p in paths if p != path):
+            continue  # a directory, changed because something under it did
+        kept.append(path)
+    return kept
+
+
+def layer_changes(container_id: str) -> list[dict[str, object]]:
+    """The engine's diff of the container's file system against its image."""
+    try:
+        return list(docker_client().api.diff(container_id) or [])
+    except docker.errors.APIError as exc:
+        failed = f"could not read the changes of container {container_id[:12]}: {exc}"
+        raise SandboxError(failed) from exc
 
 
 def remove_image(image_id: str) -> None:

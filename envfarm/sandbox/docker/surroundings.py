@@ -14,16 +14,13 @@ files and, without network access, no default route (unless its helper drops it 
 it sees its sidecars and nothing else; ``drop_default_route`` takes the route away again when
 the bridge was left (the verifier phase) or the network namespace is new (a restart).
 
-An environment begun as a copy of a warm one (``fork.py``, ``seed_from``) starts the same way
-once the warm one's own start has made its engine calls; once that one is frozen, its sidecars
-start from its snapshots and their volumes are filled as copies of its volumes while they are
-created (the engine told not to fill them from the image); when it was not frozen, as a cold
-environment's.
+A copy of a warm environment (``fork.py``, ``seed_from``) starts the same way once the warm
+one's start has made its engine calls, its sidecars made early (``sidecar_starts.py``) and
+their volumes filled as copies of the warm one's once it is frozen.
 
 Everything carries envfarm's labels with the owner's host and pid (``reaper.py`` removes what a
 killed run left behind); ``sweep`` removes what is not a container (the environment removes
-those).
-Docker calls run on the environments' pool (``engine_pool.py``).
+those). Docker calls run on the environments' pool (``engine_pool.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ import asyncio
 import functools
 import time
 
-from envfarm.errors import SandboxError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import remove_in_background
@@ -52,6 +48,7 @@ from envfarm.sandbox.docker.networks import create_network, drop_default_route
 from envfarm.sandbox.docker.sandbox import DockerSandbox
 from envfarm.sandbox.docker.seeds import Seeding, VolumeSeed
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT, LABEL_SERVICE
+from envfarm.sandbox.docker.sidecar_starts import SidecarStarts
 from envfarm.settings import ImageSource
 from envfarm.spec.compose import MAIN_SERVICE, ComposeService
 
@@ -114,6 +111,7 @@ class Surroundings:
             self.ready_waits[MAIN_SERVICE] = time.monotonic() - since
             return
         seeding: Seeding | None = None
+        starts: SidecarStarts | None = None
         images: asyncio.Task[bool] | None = None
         started = {name: asyncio.Event() for name in compose.services}
         healthy = {name: asyncio.Event() for name in compose.services}
@@ -136,9 +134,16 @@ class Surroundings:
                 since = time.monotonic()
                 await main_healthy(self.environment, main)
             else:
+                assert starts is not None
+                seed_images = self.seed_from.started_images() if self.seed_from else None
+                early = await starts.create_early(service, (seed_images or {}).get(service.name))
                 await dependencies(service)
                 copied = await asyncio.shield(images) if images is not None else False
-                container_id = await self._start_sidecar(service, copied, seeding)
+                image = (self.service_images or {}).get(service.name)
+                filled = seeding.volumes_filled if seeding is not None else None
+                container_id = await starts.start(
+                    service, image, copied=copied, filled=filled, early=early
+                )
                 started[service.name].set()
                 if all(started[name].is_set() for name in compose.sidecars):
                     self.launched.set()
@@ -158,6 +163,15 @@ class Surroundings:
                 seeding = Seeding(self.seed_from, self.env_id, self.volumes)
                 images = asyncio.ensure_future(self._sidecar_images(seeded=True))
             await self._networks()
+            network = self.network_name or ""
+            starts = SidecarStarts(
+                self.environment,
+                self.env_id,
+                network,
+                self.outbound_name,
+                self.labels,
+                self.sidecar_ids,
+            )
             await all_or_nothing([bring_up(s) for s in compose.services.values()])
         finally:
             self.launched.set()
@@ -246,38 +260,6 @@ class Surroundings:
         helper_id = await blocking(drop, main.container_id, helper, labels)
         if exited is not None:
             exited.append(helper_id)
-
-    async def _start_sidecar(
-        self, service: ComposeService, copied: bool, seeding: Seeding | None
-    ) -> str:
-        """Created, then started once its volumes are filled (``copied``: as copies of the
-        seed's, made meanwhile)."""
-        assert self.environment.compose is not None
-        assert self.service_images is not None
-        image = self.service_images.get(service.name)
-        if image is None:
-            raise SandboxError(f"service {service.name!r}: no image was prepared for it")
-        names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)
-        container = await blocking(
-            functools.partial(
-                sidecars.create_sidecar,
-                service,
-                image=image,
-                container_name=f"envfarm-{self.env_id}-{service.name}",
-                network=self.network_name or "",
-                outbound=None if service.internal_only else self.outbound_name,
-                volumes=names,
-                labels=self.labels("service", service.name),
-                env_dir=self.environment.environment_dir,
-                copied=copied,
-            )
-        )
-        container_id = str(container.id)
-        self.sidecar_ids[service.name] = container_id
-        if seeding is not None and any(m.kind == "volume" for m in service.volumes):
-            await seeding.volumes_filled()
-        await blocking(sidecars.start_sidecar, container, service.name)
-        return container_id
 
     async def sweep(self) -> None:
         """Remove the network, the volumes, and anything a cancelled start created
