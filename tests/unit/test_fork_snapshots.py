@@ -1,9 +1,9 @@
 """What a frozen sidecar's copies must keep of its file system (``snapshots.changes_to_keep``),
-and the argv a copy's sidecar is held at its gate with (``gates.held_argv``)."""
+and how a copy's sidecar is held at its gate (``gates.held``)."""
 
 from __future__ import annotations
 
-from envfarm.sandbox.docker.gates import held_argv
+from envfarm.sandbox.docker.gates import held
 from envfarm.sandbox.docker.snapshots import changes_to_keep
 from envfarm.spec.compose import ComposeService
 
@@ -52,18 +52,18 @@ def service(**fields: object) -> ComposeService:
     return ComposeService.model_validate({"name": "db", **fields})
 
 
-def test_held_argv_runs_what_the_engine_would() -> None:
+def test_a_held_service_runs_what_the_engine_would_once_let_go() -> None:
     image = {"Entrypoint": ["docker-entrypoint.sh"], "Cmd": ["postgres"]}
-    hold = ["/bin/sh", "-c"]
-    held = held_argv(service(), image)
-    assert held is not None
-    assert held["entrypoint"][:2] == hold
-    assert held["command"] == ["docker-entrypoint.sh", "postgres"]
-    command = held_argv(service(command=["postgres", "-c", "fsync=off"]), image)
+    hold = held(service(), image, "e1")
+    assert hold is not None
+    assert hold.entrypoint[:2] == ["/bin/sh", "-c"]
+    assert hold.command == ["docker-entrypoint.sh", "postgres"]
+    assert hold.bind == "envfarm-e1-gate:/.envfarm-gate:ro"
+    command = held(service(command=["postgres", "-c", "fsync=off"]), image, "e1")
     assert command is not None
-    assert command["command"] == ["docker-entrypoint.sh", "postgres", "-c", "fsync=off"]
+    assert command.command == ["docker-entrypoint.sh", "postgres", "-c", "fsync=off"]
     # The compose file's entrypoint clears the image's command, as under Docker.
-    entry = held_argv(service(entrypoint=["/start.sh"]), image)
+    entry = held(service(entrypoint=["/start.sh"]), image, "e1")
     assert entry is not None
-    assert entry["command"] == ["/start.sh"]
-    assert held_argv(service(), {"Entrypoint": None, "Cmd": None}) is None
+    assert entry.command == ["/start.sh"]
+    assert held(service(), {"Entrypoint": None, "Cmd": None}, "e1") is None

@@ -263,8 +263,8 @@ class DockerWarmParent(WarmParent):
         await child.start()
         return child
 
-    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
-        await self._volume_copies.copy(pairs)
+    async def copy_volumes(self, pairs: list[tuple[str, str]], gate: str | None) -> None:
+        await self._volume_copies.copy(pairs, gate)
 
     async def outbound_network(self, env_id: str, endpoints: int) -> str:
         return await self._group_out.network(env_id, endpoints)

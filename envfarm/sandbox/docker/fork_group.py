@@ -24,7 +24,7 @@ from envfarm.sandbox.docker.networks import (
     remove_network,
     subnet_pool,
 )
-from envfarm.sandbox.docker.snapshots import copy_volumes
+from envfarm.sandbox.docker.snapshots import VolumeCopy, copy_volumes
 
 BATCH_S = 0.05
 """How long a volume copy waits for others to be made by the same helper container."""
@@ -38,13 +38,14 @@ class VolumeCopies:
 
     def __init__(self, labels: dict[str, str]) -> None:
         self.labels = labels
-        self._pending: list[tuple[list[tuple[str, str]], asyncio.Future[None]]] = []
+        self._pending: list[tuple[VolumeCopy, asyncio.Future[None]]] = []
         self._batching: asyncio.Task[None] | None = None
 
-    async def copy(self, pairs: list[tuple[str, str]]) -> None:
-        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
+    async def copy(self, pairs: list[tuple[str, str]], gate: str | None) -> None:
+        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``, then open
+        ``gate`` (``gates.py``)."""
         done = asyncio.get_running_loop().create_future()
-        self._pending.append((pairs, done))
+        self._pending.append(((pairs, gate), done))
         if self._batching is None:
             self._batching = asyncio.ensure_future(self._copy_batch())
         await done
@@ -54,9 +55,7 @@ class VolumeCopies:
         batch, self._pending, self._batching = self._pending, [], None
         helper = (await ensure_base_image()).tag
         try:
-            await blocking(
-                copy_volumes, [p for pairs, _ in batch for p in pairs], helper, self.labels
-            )
+            await blocking(copy_volumes, [copy for copy, _ in batch], helper, self.labels)
         except BaseException as exc:
             failed = exc if isinstance(exc, Exception) else SandboxError("the copy was cancelled")
             for _, done in batch:

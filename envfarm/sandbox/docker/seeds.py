@@ -33,8 +33,9 @@ class VolumeSeed(Protocol):
         None when it was not frozen."""
         ...
 
-    async def copy_volumes(self, pairs: list[tuple[str, str]]) -> None:
-        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``."""
+    async def copy_volumes(self, pairs: list[tuple[str, str]], gate: str | None) -> None:
+        """Fill each empty volume ``to`` of ``pairs`` with the contents of ``from``, then open
+        the volume ``gate`` (``gates.py``)."""
         ...
 
     async def outbound_network(self, env_id: str, endpoints: int) -> str:
@@ -50,20 +51,20 @@ class VolumeSeed(Protocol):
 class Seeding:
     """A copy's volumes filled from its seed: copies of the seed's volumes into ``volumes``
     (the copy's, named by ``env_id``), made once the seed is stopped (none when it was not
-    frozen)."""
+    frozen), then its ``gate`` volume opened."""
 
-    def __init__(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
-        self.copied = asyncio.ensure_future(self._copy(seed, env_id, volumes))
+    def __init__(self, seed: VolumeSeed, env_id: str, volumes: list[str], gate: str) -> None:
+        self.copied = asyncio.ensure_future(self._copy(seed, env_id, volumes, gate))
         self._copying = False
 
-    async def _copy(self, seed: VolumeSeed, env_id: str, volumes: list[str]) -> None:
+    async def _copy(self, seed: VolumeSeed, env_id: str, volumes: list[str], gate: str) -> None:
         if await seed.frozen() is not None:
             return
         prefix = f"envfarm-{env_id}-"
         pairs = [(f"envfarm-{seed.parent_id}-{v.removeprefix(prefix)}", v) for v in volumes]
         if pairs:
             self._copying = True
-            await seed.copy_volumes(pairs)
+            await seed.copy_volumes(pairs, gate)
 
     async def volumes_filled(self) -> None:
         await asyncio.shield(self.copied)

@@ -33,6 +33,7 @@ import docker.errors
 from envfarm.errors import SandboxError, SandboxGone, SandboxStartError
 from envfarm.plan.models import EnvironmentSpec
 from envfarm.sandbox.docker.client import docker_client
+from envfarm.sandbox.docker.gates import Hold
 from envfarm.sandbox.docker.labels import LABEL_MANAGED, LABEL_OWNER, owner_label
 from envfarm.sandbox.docker.limits import start_error
 from envfarm.sandbox.docker.networks import network_options, remove_network
@@ -128,7 +129,7 @@ def create_sidecar(
     env_dir: Path,
     outbound: str | None = None,
     copied: bool = False,
-    held: dict[str, Any] | None = None,
+    held: Hold | None = None,
 ) -> str:
     """Create (not start) the sidecar with its files in place; its id. ``outbound``: the
     environment's outbound network, which it joins too; ``copied``: its volumes are being
@@ -139,7 +140,10 @@ def create_sidecar(
         kwargs["command"] = service.command
     if service.entrypoint is not None:
         kwargs["entrypoint"] = service.entrypoint
-    kwargs.update(held or {})
+    binds = volume_binds(service.volumes, volumes, copied=copied)
+    if held is not None:
+        kwargs.update(entrypoint=held.entrypoint, command=held.command)
+        binds.append(held.bind)
     if service.restart != "no":
         kwargs["restart_policy"] = {"Name": service.restart}
     try:
@@ -153,7 +157,7 @@ def create_sidecar(
             init=True,
             tty=service.tty,
             stdin_open=service.stdin_open,
-            volumes=volume_binds(service.volumes, volumes, copied=copied),
+            volumes=binds,
             cap_drop=["ALL"],
             cap_add=list(DEFAULT_CAPS),
             security_opt=["no-new-privileges"],

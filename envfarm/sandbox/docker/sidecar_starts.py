@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from envfarm.errors import SandboxError, SandboxStartError
 from envfarm.plan.models import EnvironmentSpec
@@ -47,7 +46,7 @@ class SidecarStarts:
             return None
         held = None
         if not service.depends_on and any(m.kind == "volume" for m in service.volumes):
-            held = gates.held_argv(service, await image_config(image, service.name))
+            held = gates.held(service, await image_config(image, service.name), self.env_id)
         await self._create(service, image, copied=True, held=held)
         if held is not None:
             try:
@@ -79,7 +78,7 @@ class SidecarStarts:
         if filled is not None and any(m.kind == "volume" for m in service.volumes):
             await filled()
         if early is not None and early[1]:
-            await blocking(gates.open_gate, container_id, service.name)
+            await blocking(gates.wake, container_id, service.name)
         else:
             await blocking(sidecars.start_sidecar, container_id, service.name)
         return container_id
@@ -90,7 +89,7 @@ class SidecarStarts:
         image: str,
         *,
         copied: bool,
-        held: dict[str, Any] | None = None,
+        held: gates.Hold | None = None,
     ) -> None:
         assert self.environment.compose is not None
         names = sidecars.volume_names(self.env_id, self.environment.compose.volumes, service)

@@ -34,6 +34,8 @@ or rewrites, so a copy need not keep it (the FHS's run-time and temporary files)
 INIT_MOUNTS = ("/sbin/docker-init", "/usr/sbin/docker-init")
 """Where the engine mounts its init (``init: true``), ``/sbin`` often a link to ``/usr/sbin``."""
 CHANGED = 0
+GATE_OPEN = "open"
+"""The file whose presence in a copy's gate volume lets its held sidecars go (``gates.py``)."""
 
 
 def stop_container(container_id: str) -> None:
@@ -92,17 +94,28 @@ def remove_image(image_id: str) -> None:
         raise SandboxError(f"could not remove snapshot {image_id[:19]}: {exc}") from exc
 
 
-def copy_volumes(pairs: list[tuple[str, str]], helper: str, labels: dict[str, str]) -> None:
+VolumeCopy = tuple[list[tuple[str, str]], str | None]
+"""One copy's volumes (``from``, ``to``) and its gate volume (``gates.py``), opened once they
+are filled."""
+
+
+def copy_volumes(copies: list[VolumeCopy], helper: str, labels: dict[str, str]) -> None:
     """Fill each empty volume ``to`` with the contents of ``from`` (owners, modes and times
-    kept), in one helper container from ``helper``, all at once; SandboxStartError when one
-    fails."""
-    if not pairs:
+    kept), then open its copy's gate, in one helper container from ``helper``, the copies side
+    by side; SandboxStartError when one fails."""
+    if not copies:
         return
     volumes = []
     script = ["status=0", "pids="]
-    for index, (source, target) in enumerate(pairs):  # side by side: the kernel's metadata
-        volumes += [f"{source}:/from/{index}:ro", f"{target}:/to/{index}:rw"]  # work, not I/O
-        script.append(f'cp -a --reflink=auto /from/{index}/. /to/{index}/ & pids="$pids $!"')
+    for index, (pairs, gate) in enumerate(copies):  # side by side: the kernel's metadata work
+        steps = []
+        for number, (source, target) in enumerate(pairs):
+            volumes += [f"{source}:/from/{index}-{number}:ro", f"{target}:/to/{index}-{number}:rw"]
+            steps.append(f"cp -a --reflink=auto /from/{index}-{number}/. /to/{index}-{number}/")
+        if gate is not None:
+            volumes.append(f"{gate}:/gate/{index}:rw")
+            steps.append(f": > /gate/{index}/{GATE_OPEN}")
+        script.append(f'({" && ".join(steps) or ":"}) & pids="$pids $!"')
     script += ['for pid in $pids; do wait "$pid" || status=1; done', 'exit "$status"']
     client = docker_client()
     try:

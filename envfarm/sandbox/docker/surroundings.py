@@ -30,6 +30,7 @@ import functools
 import time
 
 from envfarm.plan.models import EnvironmentSpec
+from envfarm.sandbox.docker import gates
 from envfarm.sandbox.docker import services as sidecars
 from envfarm.sandbox.docker.containers import remove_in_background
 from envfarm.sandbox.docker.engine_pool import all_or_nothing, blocking, uncancelled
@@ -160,7 +161,8 @@ class Surroundings:
                 await self._sidecar_images(seeded=False)
             await self._volumes()
             if self.seed_from is not None:  # decided and copied while the rest starts
-                seeding = Seeding(self.seed_from, self.env_id, self.volumes)
+                gate = gates.gate_volume(self.env_id)
+                seeding = Seeding(self.seed_from, self.env_id, self.volumes, gate)
                 images = asyncio.ensure_future(self._sidecar_images(seeded=True))
             await self._networks()
             network = self.network_name or ""
@@ -197,8 +199,10 @@ class Surroundings:
             for volume in sidecars.volume_names(self.env_id, compose.volumes, service).values()
         }
         self.volumes = sorted(wanted)
+        gate = [gates.gate_volume(self.env_id)] if self.seed_from is not None else []
+        labels = self.labels("volume")
         await asyncio.gather(
-            *(blocking(sidecars.create_volume, v, self.labels("volume")) for v in self.volumes)
+            *(blocking(sidecars.create_volume, v, labels) for v in [*self.volumes, *gate])
         )
 
     async def _networks(self) -> None:
