@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from envfarm.plan.models import JobChoices
+from envfarm.plan.models import JobChoices, SandboxSpec
 from envfarm.plan.planner import plan_episode
 from envfarm.sandbox.docker import fork_worth
 from envfarm.sandbox.docker.backend import DockerBackend
@@ -43,22 +43,33 @@ COUNT = "psql -tAc 'SELECT count(*) FROM items'"
 PROCESSES = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"
 
 
+SMALL = (SEEDED / "environment" / "docker-compose.yaml").read_text().replace("4000000", str(ROWS))
+
+
+async def warm_parent(
+    root: Path, compose: str, run_id: str
+) -> tuple[DockerBackend, SandboxSpec, DockerWarmParent]:
+    """The warm parent of a group of two of a copy of the seeded task with ``compose`` for its
+    compose file, begun."""
+    shutil.copytree(SEEDED, root)
+    (root / "environment" / "docker-compose.yaml").write_text(compose)
+    backend = DockerBackend()
+    plan = plan_episode(load_task(root), JobChoices(group_size=2), facts=await backend.facts())
+    image = await backend.prepare(plan.sandbox)
+    parent = backend.warm_parent(plan.sandbox, image, run_id=run_id)
+    assert isinstance(parent, DockerWarmParent)
+    return backend, plan.sandbox, parent
+
+
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def copies(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[WarmParent, DockerEnvironment, DockerEnvironment]]:
     root = tmp_path_factory.mktemp("fork") / "seeded-db"
-    shutil.copytree(SEEDED, root)
-    compose = root / "environment" / "docker-compose.yaml"
-    compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
-    task = load_task(root)
-    backend = DockerBackend()
     patch = pytest.MonkeyPatch()  # 2000 rows are seeded at once: forked all the same
     patch.setattr(fork_worth, "MIN_SAVED_S", 0.0)
-    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
-    assert plan.sandbox.fork, plan.decided["sandbox.fork"]
-    image = await backend.prepare(plan.sandbox)
-    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork")
+    _, spec, parent = await warm_parent(root, SMALL, "test-fork")
+    assert spec.fork
     try:  # both begun while the parent warms
         first, second = await asyncio.gather(parent.fork(), parent.fork())
         assert await parent.frozen() is None
@@ -179,16 +190,8 @@ volumes:
 async def test_a_sidecar_that_wrote_outside_its_volumes_is_copied_from_a_snapshot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = tmp_path / "stateful"
-    shutil.copytree(SEEDED, root)
-    (root / "environment" / "docker-compose.yaml").write_text(STATEFUL)
-    task = load_task(root)
-    backend = DockerBackend()
     monkeypatch.setattr(fork_worth, "MIN_SAVED_S", 0.0)
-    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
-    image = await backend.prepare(plan.sandbox)
-    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-state")
-    assert isinstance(parent, DockerWarmParent)
+    _, _, parent = await warm_parent(tmp_path / "stateful", STATEFUL, "test-fork-state")
     copies = await asyncio.gather(parent.fork(), parent.fork())
     try:
         assert await parent.frozen() is None
@@ -214,17 +217,8 @@ async def test_a_sidecar_that_wrote_outside_its_volumes_is_copied_from_a_snapsho
 async def test_copies_begun_from_a_parent_not_worth_forking_finish_cold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = tmp_path / "seeded-db"
-    shutil.copytree(SEEDED, root)
-    compose = root / "environment" / "docker-compose.yaml"
-    compose.write_text(compose.read_text().replace('"4000000"', f'"{ROWS}"'))
-    task = load_task(root)
-    backend = DockerBackend()
     monkeypatch.setattr(fork_worth, "MIN_SAVED_S", 3600.0)
-    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
-    image = await backend.prepare(plan.sandbox)
-    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cold")
-    assert isinstance(parent, DockerWarmParent)
+    backend, spec, parent = await warm_parent(tmp_path / "seeded-db", SMALL, "test-fork-cold")
     copy = await parent.fork()
     try:
         reason = await parent.frozen()
@@ -237,7 +231,7 @@ async def test_copies_begun_from_a_parent_not_worth_forking_finish_cold(
         assert b"01-seed.sh" in logs, "a cold copy seeds its own database"
         assert parent.snapshot_images == {}
         assert parent.parent.sidecar_ids == {}  # stopped once it was not worth forking
-        again = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cold")
+        again = backend.warm_parent(spec, await backend.prepare(spec), run_id="test-fork-cold")
         assert isinstance(again, DockerWarmParent)
         assert "an earlier warm start" in (await again.frozen() or "")
         assert again.parent.network_id is None  # the next job does not start one to decide
@@ -267,20 +261,11 @@ async def test_a_group_gets_as_many_outbound_networks_as_its_sidecars_need() -> 
 async def test_a_copy_cancelled_while_its_parent_warms_leaves_nothing(
     tmp_path: Path,
 ) -> None:
-    root = tmp_path / "seeded-db"
-    shutil.copytree(SEEDED, root)
-    compose = root / "environment" / "docker-compose.yaml"
-    text = compose.read_text().replace('"4000000"', f'"{ROWS}"')
-    compose.write_text(text.replace('"pg_isready -U app -d shop"', '"exit 1"'))  # never ready
-    task = load_task(root)
-    backend = DockerBackend()
-    plan = plan_episode(task, JobChoices(group_size=2), facts=await backend.facts())
-    image = await backend.prepare(plan.sandbox)
-    parent = backend.warm_parent(plan.sandbox, image, run_id="test-fork-cancel")
-    assert isinstance(parent, DockerWarmParent)
+    never_ready = SMALL.replace('"pg_isready -U app -d shop"', '"exit 1"')
+    _, spec, parent = await warm_parent(tmp_path / "seeded-db", never_ready, "test-fork-cancel")
     copy = asyncio.ensure_future(parent.fork())
     managed: dict[str, str | list[str] | bool] = {
-        "label": [f"{LABEL_TASK}={task.id}", f"{LABEL_RUN}=test-fork-cancel"]
+        "label": [f"{LABEL_TASK}={spec.task_id}", f"{LABEL_RUN}=test-fork-cancel"]
     }
 
     def copy_started() -> bool:  # its main container is on its own network
