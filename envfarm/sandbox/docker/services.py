@@ -135,11 +135,7 @@ def create_sidecar(
     environment's outbound network, which it joins too; ``copied``: its volumes are being
     filled as copies (``volume_binds``); ``held``: its entrypoint and command that hold it at
     a gate (``gates.py``)."""
-    kwargs: dict[str, Any] = {}
-    if service.command is not None:
-        kwargs["command"] = service.command
-    if service.entrypoint is not None:
-        kwargs["entrypoint"] = service.entrypoint
+    kwargs: dict[str, Any] = {"entrypoint": service.entrypoint, "command": service.command}
     binds = volume_binds(service.volumes, volumes, copied=copied)
     if held is not None:
         kwargs.update(entrypoint=held.entrypoint, command=held.command)
