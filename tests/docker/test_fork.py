@@ -47,12 +47,14 @@ SMALL = (SEEDED / "environment" / "docker-compose.yaml").read_text().replace("40
 
 
 async def warm_parent(
-    root: Path, compose: str, run_id: str
+    root: Path, compose: str, run_id: str, *, files: Path | None = None
 ) -> tuple[DockerBackend, SandboxSpec, DockerWarmParent]:
     """The warm parent of a group of two of a copy of the seeded task with ``compose`` for its
-    compose file, begun."""
+    compose file (and the directory ``files`` beside it), begun."""
     shutil.copytree(SEEDED, root)
     (root / "environment" / "docker-compose.yaml").write_text(compose)
+    if files is not None:
+        shutil.copytree(files, root / "environment" / files.name)
     backend = DockerBackend()
     plan = plan_episode(load_task(root), JobChoices(group_size=2), facts=await backend.facts())
     image = await backend.prepare(plan.sandbox)
@@ -288,3 +290,40 @@ async def test_a_copy_cancelled_while_its_parent_warms_leaves_nothing(
     assert docker_client().containers.list(all=True, filters=managed) == []
     assert docker_client().volumes.list(filters=managed) == []
     assert docker_client().networks.list(filters=managed) == []
+
+
+SHELLESS = """services:
+  main:
+    depends_on:
+      plain:
+        condition: service_started
+  plain:
+    build: ./plain
+    entrypoint: ["sleep"]
+    command: ["infinity"]
+    volumes:
+      - data:/data
+volumes:
+  data:
+"""
+
+
+async def test_a_sidecar_without_a_shell_is_not_held_but_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()  # a shell-less image: nothing can hold it at a gate
+    (plain / "Dockerfile").write_text('FROM postgres:15\nRUN ["/bin/rm", "/bin/sh"]\n')
+    monkeypatch.setattr(fork_worth, "MIN_SAVED_S", 0.0)
+    root = tmp_path / "shellless"
+    _, _, parent = await warm_parent(root, SHELLESS, "test-fork-shellless", files=plain)
+    copy = await parent.fork()
+    try:
+        assert await parent.frozen() is None
+        assert isinstance(copy, DockerEnvironment)
+        sidecar = docker_client().api.inspect_container(copy.sidecar_ids["plain"])
+        assert sidecar["State"]["Running"]
+        assert sidecar["Config"]["Entrypoint"] == ["sleep"]  # made again, not held
+    finally:
+        await copy.stop()
+        await parent.close()

@@ -11,7 +11,7 @@ as the engine combines them), so once it is let go its process tree, environment
 those of a cold start. The helper container that copies the copy's volumes opens the gate
 (``snapshots.copy_volumes``), and a ``SIGCONT`` (harmless whenever it arrives; the engine's
 init passes it on) wakes the shell at once; the shell also looks every second. A service
-without an argv, or an image without ``/bin/sh``, is not held.
+without an argv is not held; an image without ``/bin/sh`` ends at once, and is made again.
 """
 
 from __future__ import annotations

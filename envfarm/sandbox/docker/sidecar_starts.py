@@ -7,7 +7,7 @@ volumes to fill and nothing to wait for is started too, held at a gate (``gates.
 warm one is frozen, its volumes are filled as copies of the warm one's, and it is let go (or
 started). A sidecar whose image turned out to be a snapshot (its file system held something to
 keep, ``snapshots.py``), or whose warm environment was not frozen (it starts cold), is made
-again.
+again, as is one that did not stay held (an image without ``/bin/sh`` ends at once).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class SidecarStarts:
         if held is not None:
             try:
                 await blocking(sidecars.start_sidecar, self.ids[service.name], service.name)
-            except SandboxStartError:  # no shell to hold it: made again, started as usual
+            except SandboxStartError:  # made again, started as usual
                 await blocking(sidecars.remove_container, self.ids.pop(service.name))
                 return None
         return image, held is not None
@@ -78,9 +78,14 @@ class SidecarStarts:
         if filled is not None and any(m.kind == "volume" for m in service.volumes):
             await filled()
         if early is not None and early[1]:
-            await blocking(gates.wake, container_id, service.name)
-        else:
-            await blocking(sidecars.start_sidecar, container_id, service.name)
+            try:
+                await blocking(gates.wake, container_id, service.name)
+                return container_id
+            except SandboxStartError:  # not held: without a shell, it ended at once
+                await blocking(sidecars.remove_container, self.ids.pop(service.name))
+                await self._create(service, image, copied=copied)
+                container_id = self.ids[service.name]
+        await blocking(sidecars.start_sidecar, container_id, service.name)
         return container_id
 
     async def _create(
