@@ -52,7 +52,7 @@ class SidecarStarts:
             try:
                 await blocking(sidecars.start_sidecar, self.ids[service.name], service.name)
             except SandboxStartError:  # made again, started as usual
-                await blocking(sidecars.remove_container, self.ids.pop(service.name))
+                await self._discard(service)
                 return None
         return image, held is not None
 
@@ -70,7 +70,7 @@ class SidecarStarts:
         if image is None:
             raise SandboxError(f"service {service.name!r}: no image was prepared for it")
         if early is not None and (early[0], True) != (image, copied):  # made again
-            await blocking(sidecars.remove_container, self.ids.pop(service.name))
+            await self._discard(service)
             early = None
         if early is None:
             await self._create(service, image, copied=copied)
@@ -82,11 +82,15 @@ class SidecarStarts:
                 await blocking(gates.wake, container_id, service.name)
                 return container_id
             except SandboxStartError:  # not held: without a shell, it ended at once
-                await blocking(sidecars.remove_container, self.ids.pop(service.name))
+                await self._discard(service)
                 await self._create(service, image, copied=copied)
                 container_id = self.ids[service.name]
         await blocking(sidecars.start_sidecar, container_id, service.name)
         return container_id
+
+    async def _discard(self, service: ComposeService) -> None:
+        """Remove its container, to be made again."""
+        await blocking(sidecars.remove_container, self.ids.pop(service.name))
 
     async def _create(
         self,
