@@ -108,6 +108,7 @@ class Forks:
 
     @staticmethod
     def key(spec: SandboxSpec, image: PreparedImage) -> str:
+        """One environment: its prepared image and its sandbox spec (also a warm pool's key)."""
         return f"{image.image_id or image.tag}:{spec.key()}"
 
     async def acquire(self, spec: SandboxSpec, image: PreparedImage) -> Forked | str:

@@ -55,24 +55,20 @@ class WarmPools:
         self._refills: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    @staticmethod
-    def key(spec: SandboxSpec, image: PreparedImage) -> str:
-        return f"{image.image_id or image.tag}:{spec.key()}"
-
     def warm(self, spec: SandboxSpec, image: PreparedImage) -> None:
         """Start filling the pool of this environment (call once its image is built)."""
-        pool = self._pools.setdefault(self.key(spec, image), _Pool(spec, image))
+        pool = self._pools.setdefault(Forks.key(spec, image), _Pool(spec, image))
         self._schedule_refill(pool)
 
     def ready(self, spec: SandboxSpec, image: PreparedImage) -> int:
         """How many started sandboxes of this environment are waiting."""
-        pool = self._pools.get(self.key(spec, image))
+        pool = self._pools.get(Forks.key(spec, image))
         return 0 if pool is None else pool.ready.qsize()
 
     async def acquire(self, spec: SandboxSpec, image: PreparedImage) -> Forked:
         """A started sandbox of this environment, for one episode (the caller stops it), and
         the warm parent it is a copy of, if any."""
-        pool = self._pools.setdefault(self.key(spec, image), _Pool(spec, image))
+        pool = self._pools.setdefault(Forks.key(spec, image), _Pool(spec, image))
         try:
             got = pool.ready.get_nowait()
             self.stats.warm_hits += 1

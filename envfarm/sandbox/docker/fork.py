@@ -65,7 +65,7 @@ from envfarm.sandbox.docker.labels import (
     LABEL_TASK,
     owner_label,
 )
-from envfarm.sandbox.docker.mainprocess import image_config, main_argv
+from envfarm.sandbox.docker.mainprocess import configured_argv
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 from envfarm.sandbox.docker.services import LABEL_ENVIRONMENT
 from envfarm.sandbox.docker.snapshots import (
@@ -189,8 +189,7 @@ class DockerWarmParent(WarmParent):
             config = self.parent.config
             own = False
             if config.channel:
-                image = await image_config(config.image, config.image)
-                own = main_argv(image, config.entrypoint, config.command) is not None
+                own = await configured_argv(config, config.image) is not None
             self._own_process = own
         return self._own_process
 

@@ -26,6 +26,7 @@ from envfarm.errors import EnvfarmError, SandboxStartError
 from envfarm.sandbox.channel.answers import ExecOutcome
 from envfarm.sandbox.channel.client import Channel
 from envfarm.sandbox.docker.client import image_config as inspect_image_config
+from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig
 
 IDLE_COMMAND = ("sh", "-c", "sleep infinity")
 MAIN_LOG = "/.envfarm/main.log"
@@ -51,6 +52,12 @@ def main_argv(
         return None
     argv = entry + args
     return argv or None
+
+
+async def configured_argv(config: DockerSandboxConfig, image_id: str) -> list[str] | None:
+    """The argv of the image's own process in a sandbox of ``config`` run from ``image_id``."""
+    image = await image_config(image_id, config.image)
+    return main_argv(image, config.entrypoint, config.command)
 
 
 class MainProcess:

@@ -43,7 +43,7 @@ from envfarm.sandbox.channel.relay import ChannelPortForwarding
 from envfarm.sandbox.docker.cleanrooms import CleanRooms
 from envfarm.sandbox.docker.container import SandboxContainer
 from envfarm.sandbox.docker.excess import PIDS_RESERVE
-from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, image_config, main_argv
+from envfarm.sandbox.docker.mainprocess import MAIN_LOG, MainProcess, configured_argv
 from envfarm.sandbox.docker.sandbox_config import DockerSandboxConfig as DockerSandboxConfig
 from envfarm.sandbox.docker.sandboxd import HELPER_DIR
 from envfarm.sandbox.docker.sweep import sweep_in_place
@@ -109,8 +109,7 @@ class DockerSandbox(
         channel = self._container.channel
         if channel is None:
             return
-        config = await image_config(self._container.image_id, self.config.image)
-        argv = main_argv(config, self.config.entrypoint, self.config.command)
+        argv = await configured_argv(self.config, self._container.image_id)
         if argv is None:
             return
         user, set_home = self._container.default_user, self._container.set_home
