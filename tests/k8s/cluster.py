@@ -41,6 +41,14 @@ class Cluster:
         if result.returncode != 0:
             raise AssertionError(f"restarting {daemon} failed:\n{result.stderr[-4000:]}")
 
+    def log_tail(self, daemon: str, chars: int = 3000) -> str:
+        """The end of a daemon's log, for the project's own cluster (whose logs are beside its
+        kubeconfig); empty for another cluster."""
+        log = Path(self.kubeconfig).parent / "log" / f"{daemon}.log"
+        if not self.managed or not log.exists():
+            return ""
+        return log.read_text(errors="replace")[-chars:]
+
     def kustomize(self, directory: str) -> str:
         """``directory`` rendered by kubectl's own kustomize (no cluster involved)."""
         result = self._run("kustomize", directory)

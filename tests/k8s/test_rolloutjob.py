@@ -108,6 +108,26 @@ def _claimed_pods(cluster: Cluster, namespace: str, seen: set[str], done: thread
         done.wait(0.5)
 
 
+async def _some_pod_runs(cluster: Cluster, namespace: str, farm: Farm) -> None:
+    """Returns once a pod in ``namespace`` runs; if none does, fails with what the cluster and
+    the farm say."""
+    running = ("-n", namespace, "get", "pods", "--field-selector=status.phase=Running")
+    try:
+        await until(lambda: cluster.kubectl(*running, "-o", "name").strip(), timeout_s=300)
+    except AssertionError as exc:
+        pods = cluster.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False)
+        events = cluster.kubectl("-n", namespace, "get", "events", check=False)
+        said = {
+            "pods": pods,
+            "events": events[-3000:],
+            "serve": farm.serve.output()[-3000:],
+            "operator": farm.operator.output()[-2000:],
+            **{daemon: cluster.log_tail(daemon) for daemon in ("kubelet", "kube-apiserver")},
+        }
+        report = "\n".join(f"--- {name}:\n{text}" for name, text in said.items())
+        raise AssertionError(f"no pod of the job runs ({exc}):\n{report}") from None
+
+
 def _submit(cluster: Cluster, namespace: str, name: str) -> str:
     """A RolloutJob of the oracle on the example tasks (a ConfigMap of them), groups of two;
     the id of its job in the API."""
@@ -219,8 +239,7 @@ async def test_the_operator_and_the_worker_killed_mid_job_lose_nothing(
     dead one's episodes back and deletes its pods, the operator adopts the job it recorded,
     and the trainer still gets every group once."""
     job_id = _submit(cluster, namespace, "faults")
-    running = ("-n", namespace, "get", "pods", "--field-selector=status.phase=Running")
-    await until(lambda: cluster.kubectl(*running, "-o", "name").strip(), timeout_s=300)
+    await _some_pod_runs(cluster, namespace, farm)
     farm.operator.kill()
     farm.serve.kill()
     farm.serve.start()
@@ -239,8 +258,7 @@ async def test_an_api_server_restarted_mid_job_loses_nothing(
     if not cluster.managed:
         pytest.skip("restarts the API server of the project's own cluster only")
     job_id = _submit(cluster, namespace, "restart")
-    running = ("-n", namespace, "get", "pods", "--field-selector=status.phase=Running")
-    await until(lambda: cluster.kubectl(*running, "-o", "name").strip(), timeout_s=300)
+    await _some_pod_runs(cluster, namespace, farm)
     await asyncio.to_thread(cluster.restart, "kube-apiserver")
     await _delivered_once(farm, job_id)
     _completed_and_deleted(cluster, namespace, "restart")

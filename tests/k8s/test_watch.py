@@ -26,14 +26,19 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 async def test_a_watch_from_an_expired_version_is_gone(cluster: Cluster, namespace: str) -> None:
     api = RestKubeApi(await load_kubeconfig(Path(cluster.kubeconfig)))
 
+    seen: list[str] = []
+
     async def watch_from_the_start() -> None:
         async with asyncio.timeout(60):
-            async for _ in api.watch(CONFIG_MAPS, namespace, resource_version="1"):
-                pass
+            async for event in api.watch(CONFIG_MAPS, namespace, resource_version="1"):
+                seen.append(f"{event.type} {event.object.get('metadata', {}).get('name')}")
 
     try:
         with pytest.raises(KubeGone):
             await watch_from_the_start()
+    except TimeoutError:
+        said = cluster.log_tail("kube-apiserver")
+        raise AssertionError(f"no 410 in 60 s; events {seen[:20]}; API server:\n{said}") from None
     finally:
         await api.close()
 
