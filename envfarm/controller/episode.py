@@ -15,33 +15,21 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
-import envfarm
-from envfarm.agent.driven import Driver
-from envfarm.agent.extra_tools import ExtraTools
-from envfarm.agent.loop import Agent, AgentLimits, AgentRun
-from envfarm.agent.mcp_tools import McpTools
-from envfarm.agent.skills import skills_section
-from envfarm.agent.tools import ToolContext
-from envfarm.controller.installed_agents import AgentLayers, run_agent
+from envfarm.controller.agent_phase import AgentPhase
+from envfarm.controller.episode_request import EpisodeRequest as EpisodeRequest
+from envfarm.controller.episode_request import EpisodeWatcher as EpisodeWatcher
+from envfarm.controller.episode_request import blank_trajectory
+from envfarm.controller.installed_agents import AgentLayers
 from envfarm.controller.phases import error_info, phase
 from envfarm.controller.planning import Planner, write_plan
 from envfarm.controller.policies import ResolvedPolicy
 from envfarm.controller.steps import STEP_NOT_GRADED, StepSession
 from envfarm.controller.training_data import settle_training_data
-from envfarm.errors import EnvfarmError, RequestRejected, SessionAbandoned, TaskConfigError
 from envfarm.grading.base import Grader
 from envfarm.grading.rubric.judges import RubricGrading
 from envfarm.grading.session import EpisodeGrading
-from envfarm.models.trajectory import (
-    AgentInfo,
-    AgentOutcome,
-    ErrorInfo,
-    Provenance,
-    Reward,
-    Trajectory,
-)
+from envfarm.models.trajectory import ErrorInfo, Reward, Trajectory
 from envfarm.plan.models import EpisodePlan, JobChoices
 from envfarm.policy.base import SamplingParams
 from envfarm.sandbox.base import PreparedImage, Sandbox, SandboxBackend, reclaim_processes
@@ -49,8 +37,6 @@ from envfarm.sandbox.files import upload_dir
 from envfarm.sandbox.fork import Forked, Forking, Forks
 from envfarm.sandbox.images.workstation import workstation_images
 from envfarm.sandbox.pool import WarmPools
-from envfarm.spec.mcp import mcp_section
-from envfarm.spec.task import Task
 
 log = logging.getLogger(__name__)
 SOLUTION_DIR = "/solution"
@@ -63,34 +49,6 @@ class Provided:
     sandbox: Sandbox
     started: bool
     pristine_image: str | None
-
-
-@dataclass(frozen=True)
-class EpisodeRequest:
-    task: Task
-    image: PreparedImage | None
-    """None when the image could not be built; ``build_error`` says why."""
-    job_id: str
-    group_id: str
-    episode_id: str
-    attempt: int = 0
-    seed: int | None = None
-    build_error: EnvfarmError | None = None
-    driver: Driver | None = None
-    """A trainer's loop sends the agent's actions (``agent/driven.py``), not a policy."""
-
-
-class EpisodeWatcher(Protocol):
-    """Looks into an episode's sandbox, reading only: once it is started (before the solution
-    is uploaded) and once the agent has ended (before grading). ``envfarm check`` takes its
-    look inside the image so (``envfarm/check/oracle_look.py``). A watcher handles its own
-    errors."""
-
-    async def before_agent(self, request: EpisodeRequest, sandbox: Sandbox) -> None: ...
-
-    async def after_agent(
-        self, request: EpisodeRequest, sandbox: Sandbox, trajectory: Trajectory
-    ) -> None: ...
 
 
 @dataclass
@@ -178,7 +136,7 @@ class EpisodeRunner:
     async def _run(self, request: EpisodeRequest, plans: list[EpisodePlan]) -> Trajectory:
         """``run``, with the episode's plan put in ``plans`` once it is made."""
         started = time.monotonic()
-        trajectory = self._blank(request)
+        trajectory = blank_trajectory(request, self.policy.model)
         if request.build_error is not None or request.image is None:
             trajectory.error = error_info(request.build_error, "build")
             trajectory.reward = Reward(reason=f"image build failed: {request.build_error}")
@@ -257,9 +215,10 @@ class EpisodeRunner:
     ) -> None:
         task = request.task
         sandbox = provided.sandbox
+        agents = AgentPhase(self.policy, self.sampling, self.grader, self.agent_layers)
         steps: StepSession | None = None
         with phase(traj, "provision"):
-            steps = self._steps(request, plan, sandbox, traj)
+            steps = agents.steps(request, plan, sandbox, traj)
         if traj.error:
             return
         verifier_plan = steps.final_plan if steps is not None else plan.verifier
@@ -284,29 +243,7 @@ class EpisodeRunner:
         if traj.error:
             return
         with phase(traj, "agent"):
-            if self.agent_layers is not None:
-                await self._installed(request, plan, sandbox, traj)
-            else:
-                servers = plan.agent.mcp_servers
-                skills = await skills_section(sandbox, task.config.environment.skills_dir)
-                instruction = task.instruction + mcp_section(servers) + skills
-                async with McpTools(servers, sandbox) as mcp:
-                    if steps is not None:
-                        steps.agent.extra_tools = mcp
-                        run = await steps.run(mcp_section(servers) + skills)
-                    elif request.driver is not None:
-                        run = await self._driven(
-                            request.driver, instruction, task, plan, sandbox, traj, mcp
-                        )
-                    else:
-                        agent = self._agent(task, plan, sandbox, request, mcp)
-                        try:
-                            run = await agent.run(instruction)
-                        except RequestRejected:
-                            keep_partial_session(traj, agent)
-                            raise
-                traj.messages, traj.turns, traj.outcome = run.messages, run.turns, run.outcome
-                traj.segments = run.segments
+            await agents.run(request, plan, sandbox, traj, steps)
         if steps is not None:
             traj.steps = steps.results
         if traj.error:
@@ -343,135 +280,7 @@ class EpisodeRunner:
                 traj.artifacts = f"{self.artifacts_dir.name}/{request.episode_id}"
         traj.timings.phases = dict(grading.phases)
 
-    def _steps(
-        self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
-    ) -> StepSession | None:
-        """A multi-step task's steps (``controller/steps.py``); None for any other task."""
-        if not request.task.steps:
-            return None
-        if self.agent_layers is not None or request.driver is not None:
-            raise TaskConfigError(
-                "multi-step tasks ([[steps]]) run with envfarm's own agent loop, not an installed "
-                "agent or a trainer's session"
-            )
-        return StepSession(
-            request.task,
-            plan,
-            sandbox,
-            self.grader,
-            self._agent(request.task, plan, sandbox, request),
-            traj,
-            needs_solution=self.policy.needs_solution,
-        )
-
-    def _agent(
-        self,
-        task: Task,
-        plan: EpisodePlan,
-        sandbox: Sandbox,
-        request: EpisodeRequest,
-        extra_tools: ExtraTools | None = None,
-    ) -> Agent:
-        return Agent(
-            # one endpoint per episode: prefix-cache hits
-            self.policy.client.session(request.episode_id),
-            sandbox,
-            limits=_limits(plan),
-            tools=self._tool_context(task, plan),
-            sampling=self._sampling(request.seed),
-            extra_tools=extra_tools,
-        )
-
-    async def _driven(
-        self,
-        driver: Driver,
-        instruction: str,
-        task: Task,
-        plan: EpisodePlan,
-        sandbox: Sandbox,
-        traj: Trajectory,
-        extra_tools: ExtraTools,
-    ) -> AgentRun:
-        traj.agent = AgentInfo(name=DRIVEN_AGENT)
-        try:
-            return await driver.drive(
-                sandbox,
-                instruction,
-                limits=_limits(plan),
-                tools=self._tool_context(task, plan),
-                extra_tools=extra_tools,
-            )
-        except SessionAbandoned:
-            if driver.partial is not None:
-                traj.messages, traj.turns = driver.partial.messages, driver.partial.turns
-                traj.outcome = driver.partial.outcome
-            raise
-
-    def _tool_context(self, task: Task, plan: EpisodePlan) -> ToolContext:
-        env = dict(task.config.solution.env) if self.policy.needs_solution else {}
-        user = plan.agent.oracle_user if self.policy.needs_solution else plan.agent.user
-        return ToolContext(workdir=plan.agent.workdir, user=user, env=env)
-
-    def _sampling(self, seed: int | None) -> SamplingParams:
-        return self.sampling if seed is None else self.sampling.model_copy(update={"seed": seed})
-
-    async def _installed(
-        self, request: EpisodeRequest, plan: EpisodePlan, sandbox: Sandbox, traj: Trajectory
-    ) -> None:
-        assert self.agent_layers is not None
-        await run_agent(
-            self.agent_layers.spec,
-            self.policy.client.session(request.episode_id),
-            sandbox,
-            request.task,
-            traj,
-            sampling=self._sampling(request.seed),
-            max_turns=plan.agent.max_turns,
-            timeout_s=plan.agent.timeout_s,
-        )
-
-    def _blank(self, request: EpisodeRequest) -> Trajectory:
-        return Trajectory(
-            trajectory_id=f"{request.episode_id}-a{request.attempt}",
-            episode_id=request.episode_id,
-            job_id=request.job_id,
-            group_id=request.group_id,
-            task_id=request.task.id,
-            attempt=request.attempt,
-            model=self.policy.model,
-            provenance=Provenance(
-                task_hash=request.task.content_hash,
-                image_id=request.image.image_id if request.image else None,
-                envfarm_version=envfarm.__version__,
-                seed=request.seed,
-            ),
-        )
-
-
-def _limits(plan: EpisodePlan) -> AgentLimits:
-    agent = plan.agent
-    return AgentLimits(
-        max_turns=agent.max_turns,
-        timeout_s=agent.timeout_s,
-        command_timeout_s=agent.command_timeout_s,
-        context_budget=agent.context_budget,
-    )
-
-
-DRIVEN_AGENT = "driven"
-"""``trajectory.agent.name`` of an episode whose actions a trainer's loop sent."""
 
 PROCESSES_RECLAIMED = "excess:processes_reclaimed"
 """The agent left the sandbox out of processes; what it left running was killed before
 grading (the reward is still the tests' verdict)."""
-
-
-def keep_partial_session(trajectory: Trajectory, agent: Agent) -> None:
-    """Keep what a session produced before the server rejected its request: the turns sampled
-    and the messages sent, up to the rejected request (``stop_reason: "error"``). The episode
-    stays invalid (``request_rejected``) and is never scored; the turns show what led there."""
-    trajectory.messages, trajectory.turns = agent.messages, agent.turns
-    trajectory.segments = agent.segments
-    trajectory.outcome = AgentOutcome(
-        stop_reason="error", turns=len(agent.turns), malformed_tool_calls=agent.malformed
-    )
